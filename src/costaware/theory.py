@@ -1,4 +1,4 @@
-"""Theory quantities of Cost-Aware SGD (paper §4, Appendix D), as pure numpy functions.
+"""Theory quantities of Cost-Aware SGD (paper §4, Appendices D–E), as pure numpy functions.
 
 Notation: n components, gradient-norm bounds G, costs c > 0, sampling distribution p.
 S(p) = (1/n²) Σ G_i²/p_i bounds the estimator's second moment, C(p) = Σ p_i c_i is the expected
@@ -7,12 +7,14 @@ cost per step, and J(p) = S(p)·C(p) is what the expected cost to reach ε scale
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from costaware import distributions as dist
 from costaware._checks import (
+    as_vector,
     nonnegative_vector,
     positive_scalar,
     positive_vector,
@@ -32,6 +34,12 @@ __all__ = [
     "cost_biased",
     "chi2_divergence",
     "suboptimality",
+    "pearson",
+    "noise_variance_from_pearson",
+    "expected_suboptimality_noisy",
+    "expected_suboptimality_pearson",
+    "LowerBound",
+    "lower_bound",
 ]
 
 
@@ -140,3 +148,161 @@ def suboptimality(p_proxy: Any, G: Any, c: Any) -> float:
     """
     p_star = dist.optimal(G, c)
     return 1.0 + chi2_divergence(cost_biased(p_star, c), cost_biased(p_proxy, c))
+
+
+# ---------------------------------------------------------------------------------------------
+# Pearson correlation and Theorem D.5 (expected sub-optimality of a noisy proxy)
+
+
+def pearson(x: Any, y: Any) -> float:
+    """Pearson correlation ρ = Cov(x, y)/(σ_x σ_y) of two equal-length samples (population moments).
+
+    >>> round(pearson([1.0, 2.0, 3.0], [2.0, 4.0, 7.0]), 6)
+    0.993399
+    """
+    x = as_vector(x, "x")
+    y = as_vector(y, "y")
+    n = same_length(x=x, y=y)
+    if n < 2:
+        raise ValueError(f"pearson needs at least 2 points, got {n}")
+    dx, dy = x - x.mean(), y - y.mean()
+    sx, sy = np.sqrt(dx @ dx), np.sqrt(dy @ dy)
+    # Relative test: a vector whose spread is pure rounding of its mean counts as constant.
+    for name, v, s in (("x", x, sx), ("y", y, sy)):
+        if not s > 1e-14 * np.sqrt(n) * max(np.abs(v).max(), 1e-300):
+            raise ValueError(f"{name} is constant (all entries ≈ {v[0]!r}): the correlation is undefined")
+    return float(np.clip((dx @ dy) / (sx * sy), -1.0, 1.0))
+
+
+def noise_variance_from_pearson(rho: float, sigma_G2: float) -> float:
+    """σ_ε² = σ_G² (1 − ρ²)/ρ²: the noise variance that gives correlation ρ between G and G + ε."""
+    rho = float(rho)
+    if not (np.isfinite(rho) and 0.0 < rho <= 1.0):
+        raise ValueError(f"rho must lie in (0, 1], got {rho!r}")
+    return positive_scalar(sigma_G2, "sigma_G2", allow_zero=True) * (1.0 - rho**2) / rho**2
+
+
+def expected_suboptimality_noisy(G: Any, c: Any, sigma2: float, *, covariance_term: bool = False) -> float:
+    """E[J(p′)]/J(p*) to second order in the noise, for p′ ∝ G′/√c with G′ = G + ε, E ε = 0, Var ε = σ².
+
+    Theorem D.5 (``covariance_term=False``, the paper's form):
+
+        1 + σ² Σ(√c_i/G_i) / Σ(G_i√c_i).
+
+    The paper expands E[A] and E[B] of J(p′) = A·B/n² separately, which drops E[ΔA·ΔB] = −σ² Σ c_i.
+    ``covariance_term=True`` keeps it, giving the full second-order term
+
+        1 + σ² [Σ(√c_i/G_i) / Σ(G_i√c_i) − Σ c_i / (Σ G_i√c_i)²].
+
+    The dropped part is O(1/n) of the main one: they agree for large n and differ by ~20% at n = 5.
+    Both need σ ≪ min G_i (the expansion of 1/(G_i + ε_i)); requires every G_i > 0.
+    """
+    G = positive_vector(G, "G")
+    c = positive_vector(c, "c")
+    same_length(G=G, c=c)
+    sigma2 = positive_scalar(sigma2, "sigma2", allow_zero=True)
+    sq = np.sqrt(c)
+    s0 = float(G @ sq)
+    excess = np.sum(sq / G) / s0
+    if covariance_term:
+        excess -= np.sum(c) / s0**2
+    return float(1.0 + sigma2 * excess)
+
+
+def expected_suboptimality_pearson(G: Any, c: Any, rho: float, *, covariance_term: bool = False) -> float:
+    """Theorem D.5 in its ρ-form: 1 + ((1−ρ²)/ρ²) σ_G² Σ(√c_i/G_i) / Σ(G_i√c_i).
+
+    σ_G² is the population variance of G over the n components, and ρ = σ_G/√(σ_G² + σ_ε²) is the
+    Pearson correlation between G and G′ = G + ε. Identical to :func:`expected_suboptimality_noisy`
+    with σ_ε² = σ_G²(1−ρ²)/ρ².
+    """
+    G = positive_vector(G, "G")
+    sigma_G2 = float(np.var(G))
+    if rho != 1 and not sigma_G2 > 0:
+        raise ValueError("G is constant (σ_G = 0): its correlation with a proxy is undefined; use sigma2")
+    return expected_suboptimality_noisy(
+        G, c, noise_variance_from_pearson(rho, sigma_G2), covariance_term=covariance_term
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Lower bound (§4.6, Appendix E)
+
+
+@dataclass(frozen=True)
+class LowerBound:
+    """Result of :func:`lower_bound`.
+
+    value: the bound (0 when no set is feasible: the construction then gives nothing).
+    subset: indices of S*, in increasing cost; k = len(subset).
+    kappa: the feasibility constant κ = G·D/(shift·ε·n).
+    step2_holds: whether ε/D ≥ G·√(ln 20/(3n)), the regime the extracted Step 2 (Hoeffding, failure
+    probability ≤ 0.05) needs.
+    """
+
+    value: float
+    subset: np.ndarray
+    k: int
+    kappa: float
+    step2_holds: bool
+
+
+def lower_bound(
+    c: Any,
+    G: float,
+    eps: float,
+    *,
+    D: float = 1.0,
+    shift: float = 1.0,
+    constant: float = 1.0 / 32.0,
+) -> LowerBound:
+    """Lower bound on the expected cost of any algorithm reaching error ε (§4.6), and its set S*.
+
+    value = constant/shift² · D² G²/ε² · ((1/n) Σ_{i∈S*} √c_i)²,   S* = [k*] in sorted-cost order.
+
+    Reconstruction (the extracted Appendix E lost the definition of S*). Step 4 survives: with q_i
+    the expected number of queries of component i, Δ_i the perturbation of component i between the
+    two hard instances and ρ_i = Δ_i²/c_i, telling them apart needs
+
+        G²/16 ≤ Σ q_i Δ_i² = Σ (q_i c_i) ρ_i ≤ C · max_i ρ_i   ⇒   C ≥ G²/(32 max_i ρ_i),
+
+    where C = Σ q_i c_i is the expected cost (the extract's factor 32, kept as ``constant``). The
+    adversary spreads the perturbation over a set S so that ρ_i is constant on S: Δ_i = t√c_i for
+    i ∈ S, 0 elsewhere. Moving the minimiser by ε needs a mean shift (D/n) Σ_S Δ_i = shift·ε, so
+    t = shift·ε·n/(D Σ_S √c_i) and C ≥ constant·G²/t², the formula above. Each Δ_i is capped by the
+    Lipschitz bound, Δ_i ≤ G, which is the feasibility condition
+
+        max_{i∈S} √c_i ≤ κ Σ_{i∈S} √c_i,   κ = G·D/(shift·ε·n).
+
+    S* maximises Σ_S √c_i over feasible S. As the paper's Remark says it is a prefix [k] of the
+    sorted costs: adding a cheaper component keeps the max and grows the sum. Feasible prefixes are
+    not monotone in k (one expensive component can break feasibility and later ones restore it), so
+    k* is the largest feasible k, found from cumulative sums in O(n log n). For uniform costs and
+    ε ≤ G·D/shift, S* = [n] and the bound matches the upper bound K(ε, p*) = D²G²(Σ√c_i)²/(n²ε²)
+    up to the factor constant/shift². ``shift`` (default 1) is the separation the extract does not
+    pin down; the defaults make the bound ≤ K(ε, p*) for every input.
+
+    >>> lb = lower_bound([1.0] * 10 + [1e6], G=1.0, eps=0.5)
+    >>> lb.k, 10 in lb.subset                 # the expensive component is excluded
+    (10, False)
+    """
+    c = positive_vector(c, "c")
+    G = positive_scalar(G, "G")
+    eps = positive_scalar(eps, "eps")
+    D = positive_scalar(D, "D")
+    shift = positive_scalar(shift, "shift")
+    constant = positive_scalar(constant, "constant")
+    n = c.size
+    kappa = G * D / (shift * eps * n)
+    order = np.argsort(c, kind="stable")
+    root = np.sqrt(c[order])
+    cum = np.cumsum(root)
+    # root is sorted, so root[k-1] is the max over the prefix [k]; a tiny relative slack keeps
+    # exactly-tight prefixes (e.g. uniform costs at ε = G·D/shift) from failing on rounding.
+    feasible = root <= kappa * cum * (1.0 + 1e-12)
+    step2 = bool(eps / D >= G * np.sqrt(np.log(20.0) / (3.0 * n)))
+    if not feasible.any():
+        return LowerBound(0.0, np.empty(0, dtype=np.int64), 0, float(kappa), step2)
+    k = int(np.flatnonzero(feasible)[-1]) + 1
+    value = constant / shift**2 * D**2 * G**2 / eps**2 * (cum[k - 1] / n) ** 2
+    return LowerBound(float(value), order[:k].astype(np.int64), k, float(kappa), step2)
