@@ -68,7 +68,9 @@ class CostAwareConfig:
                 raise ValueError(f"{CONFIG_KEY}.{name} must be a finite number, got {value!r}")
             if not low <= value <= high:
                 bounds = f"[{low:g}, {high:g}]" if math.isfinite(high) else f">= {low:g}"
-                raise ValueError(f"{CONFIG_KEY}.{name} must be {'in ' if math.isfinite(high) else ''}{bounds}, got {value!r}")
+                raise ValueError(
+                    f"{CONFIG_KEY}.{name} must be {'in ' if math.isfinite(high) else ''}{bounds}, got {value!r}"
+                )
         if self.weights not in ("centred", "raw"):
             raise ValueError(f"{CONFIG_KEY}.weights must be 'centred' or 'raw', got {self.weights!r}")
         if self.merge_duplicates:

@@ -115,7 +115,9 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
         cfg,
         minibatch_size=_minibatch_size(trainer),
         dp_size=_dp_size_v1(trainer),
-        generator=step_generator(cfg.seed, trainer.global_steps * 1_000 + getattr(trainer, "local_trigger_step", 0)),
+        generator=step_generator(
+            cfg.seed, trainer.global_steps * 1_000 + getattr(trainer, "local_trigger_step", 0)
+        ),
     )
     if result.skipped is not None:
         logger.warning("costaware: step %s skips the actor update: %s", trainer.global_steps, result.skipped)
@@ -190,7 +192,9 @@ def _load_state(trainer: Any) -> None:
             with open(path) as handle:
                 trainer.__dict__["_cost_aware_state"] = CostAwareState.from_dict(json.load(handle))
             return
-    logger.warning("costaware: resumed at step %s without %s; counters restart at 0", trainer.global_steps, STATE_FILE)
+    logger.warning(
+        "costaware: resumed at step %s without %s; counters restart at 0", trainer.global_steps, STATE_FILE
+    )
 
 
 def _patch_checkpointing(cls: type) -> None:

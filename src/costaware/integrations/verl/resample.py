@@ -204,7 +204,9 @@ def resample_dataproto(
     """
     for key in ("advantages", "response_mask", "attention_mask"):
         if batch.batch is None or key not in batch.batch.keys():
-            raise ValueError(f"the actor batch lacks {key!r}; {CONFIG_KEY} runs after the advantages are computed")
+            raise ValueError(
+                f"the actor batch lacks {key!r}; {CONFIG_KEY} runs after the advantages are computed"
+            )
     td = batch.batch
     advantages = sequence_advantages(td["advantages"], td["response_mask"])
     costs = sequence_costs(td["attention_mask"])
