@@ -1,0 +1,324 @@
+"""`costaware reproduce`: Cost-Aware GRPO against GRPO on a small local policy, on the CPU.
+
+The paper's evidence is held-out accuracy against the cumulative tokens spent in policy
+optimisation, method by method (its Figures 1, 4, 5 and Table 1). This file reproduces that
+comparison end to end, in one readable pass:
+
+1. build a char tokenizer and a tiny Qwen2 (no hub is needed);
+2. generate arithmetic tasks whose prompt + response lengths vary ~5-8x (``experiments.arith``);
+3. warm the policy up by SFT on demonstrations with injected mistakes, so that imitation leaves
+   room for RL (the checkpoint is cached and shared by every run);
+4. run GRPO from it through :class:`costaware.integrations.trl.CostAwareGRPOTrainer` for each
+   method / setting / seed, evaluating mean@k on held-out tasks every few generation rounds;
+5. write the report (``report.grpo``): curves, a Table-1 style table, tokens to reach the
+   baseline's peak, AUC with bootstrap CIs, wall-clock.
+
+Every finished run writes ``runs/<name>.json``; a second invocation skips them, so an interrupted
+job resumes without losing finished work. Same seed, same numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Sizes of one reproduction. ``rounds`` are generation rounds; each feeds ``steps_per_generation`` steps."""
+
+    hidden_size: int
+    num_layers: int
+    min_terms: int
+    max_terms: int
+    mistake_prob: float
+    sft_steps: int
+    sft_batch: int
+    sft_lr: float
+    rounds: int
+    prompts_per_round: int
+    generations: int
+    steps_per_generation: int
+    learning_rate: float
+    eval_every: int
+    eval_prompts: int
+    eval_k: int
+    seeds: tuple[int, ...]
+    ablation_seeds: tuple[int, ...]
+    control_lr: float = 3e-4
+
+
+PROFILES: dict[str, Profile] = {
+    # CI: the whole pipeline in a couple of minutes; its numbers mean nothing.
+    "quick": Profile(32, 1, 2, 6, 0.15, 120, 32, 3e-3, 4, 4, 4, 2, 1e-4, 2, 24, 1, (0,), (0,)),
+    "default": Profile(64, 2, 2, 10, 0.15, 800, 64, 3e-3, 30, 16, 8, 4, 1e-4, 5, 200, 2, (0, 1, 2), (0,)),
+    "full": Profile(128, 4, 2, 12, 0.15, 1500, 64, 3e-3, 125, 32, 8, 4, 3e-5, 12, 500, 4, (0, 1, 2, 3, 4), (0, 1, 2)),
+}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    group: str  # "headline", "zvf", "cispo", "ablation", "control"
+    method: str
+    seed: int
+    loss_type: str = "dapo"
+    zvf: bool = False
+    alpha: float = 0.01
+    proxy_noise: float = 0.0
+
+    @property
+    def label(self) -> str:
+        name = {"none": "GRPO", "p_smooth": f"p*_smooth({self.alpha:g})", "p_star": "p*"}.get(self.method, self.method)
+        if self.proxy_noise:
+            name += f" σ²={self.proxy_noise:g}"
+        if self.method == "sft":
+            name = "SFT continuation"
+        return name
+
+    @property
+    def setting(self) -> str:
+        return "GRPO+ZVF" if self.zvf else ("CISPO" if self.loss_type == "cispo" else "GRPO")
+
+
+def run_specs(profile: Profile, methods: list[str] | None = None) -> list[RunSpec]:
+    """The runs of a reproduction: the headline with every seed, the other settings with fewer."""
+    headline = methods or ["none", "nonzero", "p_star", "p_smooth", "pods"]
+    specs = [RunSpec("headline", m, s) for s in profile.seeds for m in headline]
+    for s in profile.ablation_seeds:
+        specs += [RunSpec("zvf", m, s, zvf=True) for m in ("none", "p_star")]
+        specs += [RunSpec("cispo", m, s, loss_type="cispo") for m in ("none", "p_star")]
+        specs += [
+            RunSpec("ablation", "p_star", s, proxy_noise=0.1),
+            RunSpec("ablation", "p_star", s, proxy_noise=1.0),
+            RunSpec("ablation", "inv_sqrt_cost", s),
+            RunSpec("ablation", "p_smooth", s, alpha=0.05),
+            RunSpec("ablation", "p_smooth", s, alpha=0.1),
+        ]
+        specs.append(RunSpec("control", "sft", s))
+    return specs
+
+
+def _key(obj: Any) -> str:
+    return hashlib.sha1(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def _held_out(profile: Profile):
+    import numpy as np
+
+    from costaware.experiments import arith
+
+    return arith.make_tasks(
+        profile.eval_prompts, min_terms=profile.min_terms, max_terms=profile.max_terms, rng=np.random.default_rng(10_001)
+    )
+
+
+def warm_up(profile: Profile, out: Path) -> Path:
+    """SFT checkpoint shared by every run, cached under a key of its configuration."""
+    import torch
+
+    from costaware.experiments import policy
+
+    cfg = {k: getattr(profile, k) for k in ("hidden_size", "num_layers", "min_terms", "max_terms", "mistake_prob",
+                                            "sft_steps", "sft_batch", "sft_lr")}
+    path = out / f"sft-{_key(cfg)}"
+    if (path / "sft.json").exists():
+        return path
+    torch.manual_seed(0)
+    tok, model = policy.build_policy(hidden_size=profile.hidden_size, num_layers=profile.num_layers, seed=0)
+    info = policy.sft(model, tok, steps=profile.sft_steps, batch_size=profile.sft_batch, lr=profile.sft_lr,
+                      min_terms=profile.min_terms, max_terms=profile.max_terms, mistake_prob=profile.mistake_prob, seed=0)
+    held = _held_out(profile)
+    info["greedy_accuracy"] = policy.evaluate(model, tok, held, k=1, temperature=0).accuracy
+    info["sampled_accuracy"] = policy.evaluate(model, tok, held, k=profile.eval_k).accuracy
+    info["parameters"] = policy.count_parameters(model)
+    info["config"] = cfg
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    (path / "sft.json").write_text(json.dumps(info, indent=2))
+    return path
+
+
+def _load(sft_dir: Path):
+    from transformers import AutoModelForCausalLM
+
+    from costaware.tiny import load_char_tokenizer
+
+    return load_char_tokenizer(str(sft_dir)), AutoModelForCausalLM.from_pretrained(str(sft_dir))
+
+
+def _run_control(spec: RunSpec, profile: Profile, sft_dir: Path) -> dict[str, Any]:
+    """SFT continued from the same checkpoint, evaluated on the RL runs' schedule (x = SFT tokens)."""
+    from costaware.experiments import policy
+
+    tok, model = _load(sft_dir)
+    held = _held_out(profile)
+    evals = [{"step": 0, "tokens": 0, "accuracy": policy.evaluate(model, tok, held, k=profile.eval_k).accuracy}]
+    steps = profile.rounds * profile.steps_per_generation
+    rows = profile.prompts_per_round * profile.generations // profile.steps_per_generation
+    every = profile.eval_every * profile.steps_per_generation
+
+    def on_step(step: int, tokens: int) -> None:
+        if step % every == 0 or step == steps:
+            evals.append({"step": step, "tokens": tokens, "accuracy": policy.evaluate(model, tok, held, k=profile.eval_k).accuracy})
+            model.train()
+
+    start = time.perf_counter()
+    policy.sft(model, tok, steps=steps, batch_size=rows, lr=profile.control_lr, min_terms=profile.min_terms,
+               max_terms=profile.max_terms, mistake_prob=profile.mistake_prob, seed=1000 + spec.seed, decay=False,
+               on_step=on_step)
+    return {"evals": evals, "po_seconds": time.perf_counter() - start}
+
+
+def _run_grpo(spec: RunSpec, profile: Profile, sft_dir: Path, workdir: Path) -> dict[str, Any]:
+    import numpy as np
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from transformers.trainer_callback import PrinterCallback
+
+    from costaware.experiments import arith, policy
+    from costaware.integrations.trl import CostAwareGRPOConfig, CostAwareGRPOTrainer
+
+    tok, model = _load(sft_dir)
+    held = _held_out(profile)
+    n_prompts = profile.rounds * profile.prompts_per_round
+    tasks = arith.make_tasks(n_prompts, min_terms=profile.min_terms, max_terms=profile.max_terms,
+                             rng=np.random.default_rng(20_000 + spec.seed))
+    data = Dataset.from_dict({"prompt": tasks.prompts, "answer": tasks.answers.tolist()})
+    spg = profile.steps_per_generation
+    args = CostAwareGRPOConfig(
+        output_dir=str(workdir),
+        cost_aware_method=spec.method,
+        cost_aware_alpha=spec.alpha,
+        cost_aware_proxy_noise=spec.proxy_noise,
+        cost_aware_zvf=spec.zvf,
+        loss_type=spec.loss_type,
+        beta=0.0,
+        learning_rate=profile.learning_rate,
+        lr_scheduler_type="constant",
+        num_generations=profile.generations,
+        per_device_train_batch_size=profile.prompts_per_round * profile.generations // spg,
+        steps_per_generation=spg,
+        max_steps=profile.rounds * spg,
+        max_completion_length=policy.max_response_tokens(profile.max_terms) + 1,
+        temperature=1.0,
+        seed=spec.seed,
+        data_seed=spec.seed,
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        logging_steps=spg,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
+    evals: list[dict[str, Any]] = []
+
+    class Evaluate(TrainerCallback):
+        def on_step_end(self, _args, state, control, **kwargs):
+            rounds_done = state.global_step // spg
+            if state.global_step % spg == 0 and (rounds_done % profile.eval_every == 0 or rounds_done == profile.rounds):
+                record(state.global_step)
+
+    trainer = CostAwareGRPOTrainer(model=model, args=args, reward_funcs=arith.arith_reward, train_dataset=data,
+                                   processing_class=tok, callbacks=[Evaluate()])
+    trainer.remove_callback(PrinterCallback)  # the parent's progress bar is enough
+
+    def record(step: int) -> None:
+        st = trainer.cost_aware_state
+        acc = policy.evaluate(trainer.model, tok, held, k=profile.eval_k, seed=12345)
+        evals.append({"step": step, "tokens": int(st["tokens"]), "tokens_plain": int(st["tokens_plain"]),
+                      "tokens_nonzero": int(st["tokens_nonzero"]), "po_seconds": float(st["po_seconds"]),
+                      "accuracy": acc.accuracy})
+        trainer.model.train()
+
+    torch.manual_seed(spec.seed)
+    record(0)
+    trainer.train()
+    return {"evals": evals, "po_seconds": trainer.cost_aware_state["po_seconds"],
+            "state": dict(trainer.cost_aware_state),
+            "log_history": [h for h in trainer.state.log_history if "cost_aware/tokens_step" in h]}
+
+
+def run_one(spec_d: dict[str, Any], profile_d: dict[str, Any], sft_dir: str, out_file: str) -> str:
+    """Worker entry: one run, its result written atomically to ``out_file``."""
+    import torch
+
+    torch.set_num_threads(1)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    profile_d = {**profile_d, "seeds": tuple(profile_d["seeds"]), "ablation_seeds": tuple(profile_d["ablation_seeds"])}
+    spec, profile = RunSpec(**spec_d), Profile(**profile_d)
+    start = time.perf_counter()
+    workdir = Path(out_file).with_suffix("")
+    if spec.method == "sft":
+        result = _run_control(spec, profile, Path(sft_dir))
+    else:
+        result = _run_grpo(spec, profile, Path(sft_dir), workdir)
+    result.update(spec=asdict(spec), label=spec.label, setting=spec.setting, wall_seconds=time.perf_counter() - start)
+    tmp = Path(out_file + ".tmp")
+    tmp.write_text(json.dumps(result))
+    tmp.replace(out_file)  # atomic: a killed run leaves no half-written result
+    return out_file
+
+
+def main(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from costaware.report import grpo as report
+
+    profile = PROFILES[args.profile]
+    if args.seeds:
+        profile = dataclasses.replace(profile, seeds=tuple(args.seeds))
+    if args.rounds:
+        profile = dataclasses.replace(profile, rounds=args.rounds)
+    out = Path(args.out)
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    command = "costaware reproduce " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["reproduce"] else "costaware reproduce"
+    print(f"[costaware] profile {args.profile}: SFT warm-up ...", flush=True)
+    sft_dir = warm_up(profile, out)
+    specs = run_specs(profile, args.methods)
+    todo = []
+    for spec in specs:
+        f = out / "runs" / f"{spec.group}-{spec.method}-{spec.setting}-a{spec.alpha:g}-n{spec.proxy_noise:g}-s{spec.seed}-{_key([asdict(spec), asdict(profile)])}.json"
+        if not f.exists():
+            todo.append((spec, f))
+    print(f"[costaware] {len(specs)} runs, {len(specs) - len(todo)} already finished, {args.jobs} at a time", flush=True)
+    if todo:
+        import multiprocessing as mp
+
+        with ProcessPoolExecutor(max_workers=args.jobs, mp_context=mp.get_context("spawn")) as pool:
+            futures = [pool.submit(run_one, asdict(s), asdict(profile), str(sft_dir), str(f)) for s, f in todo]
+            for fut in tqdm(as_completed(futures), total=len(futures), desc="runs"):
+                fut.result()
+    results = [json.loads(f.read_text()) for f in sorted((out / "runs").glob("*.json"))
+               if json.loads(f.read_text())["spec"] in [asdict(s) for s in specs]]
+    sft_info = json.loads((sft_dir / "sft.json").read_text())
+    paths = report.write_report(results, out, profile=asdict(profile), sft=sft_info, command=command)
+    print(f"[costaware] report: {paths['markdown']}  {paths['html']}")
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "reproduce",
+        help="The main job: Cost-Aware GRPO against GRPO on a small local policy, on the CPU, with a report.",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--profile", choices=sorted(PROFILES), default="default", help="sizes (default: %(default)s)")
+    p.add_argument("--quick", dest="profile", action="store_const", const="quick", help="same as --profile quick")
+    p.add_argument("--out", default="runs/reproduce", help="output folder (default: %(default)s)")
+    p.add_argument("--jobs", type=int, default=2, help="training processes at a time (default: %(default)s)")
+    p.add_argument("--methods", nargs="+", help="headline methods (default: none nonzero p_star p_smooth pods)")
+    p.add_argument("--seeds", nargs="+", type=int, help="headline seeds (default: the profile's)")
+    p.add_argument("--rounds", type=int, help="generation rounds per run (default: the profile's)")
+    p.set_defaults(func=main)
