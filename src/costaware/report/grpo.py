@@ -163,6 +163,14 @@ def write_report(
               f"Policy: tiny Qwen2 ({sft['parameters']:,} parameters) after SFT on demonstrations with injected "
               f"mistakes: greedy accuracy {sft['greedy_accuracy']:.3f}, sampled (T=1) {sft['sampled_accuracy']:.3f}.",
               "", "Profile: `" + json.dumps(profile) + "`", ""]
+    labels = sorted({lab for st in settings for lab in summary[st]["methods"]}, key=lambda x: x != "GRPO")
+    lines += ["## Best checkpoint accuracy (the paper's Table 1 form; mean over seeds)", "",
+              "| method | " + " | ".join(settings) + " |", "|---|" + "---|" * len(settings)]
+    for label in labels:
+        cells = [f"{summary[st]['methods'][label]['peak']:.3f}" if label in summary[st]["methods"] else "–"
+                 for st in settings]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("")
     for setting in settings:
         s = summary[setting]
         lines += [f"## {setting}", "",

@@ -1,0 +1,77 @@
+"""The main job: report metrics against hand-computed values, and `costaware reproduce --quick` end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from costaware.report.grpo import area_under_curve, bootstrap_ci, tokens_to_reach
+
+
+def test_tokens_to_reach_interpolates_the_first_crossing():
+    assert tokens_to_reach([0, 100, 200, 300], [0.1, 0.3, 0.5, 0.4], 0.4) == pytest.approx(150.0)
+    assert tokens_to_reach([0, 100], [0.6, 0.7], 0.5) == 0.0
+    assert math.isinf(tokens_to_reach([0, 100], [0.1, 0.2], 0.5))
+    with pytest.raises(ValueError, match="shape"):
+        tokens_to_reach([0, 1], [0.1], 0.5)
+
+
+def test_area_under_curve_is_the_mean_accuracy_over_the_token_range():
+    assert area_under_curve([0, 100], [0.2, 0.2], 100) == pytest.approx(0.2)
+    assert area_under_curve([0, 100], [0.0, 1.0], 100) == pytest.approx(0.5, abs=1e-9)
+    assert area_under_curve([0, 50], [0.0, 1.0], 100) == pytest.approx(0.75, abs=1e-2)  # flat past the end
+    with pytest.raises(ValueError, match="upto"):
+        area_under_curve([0, 1], [0, 1], 0)
+
+
+def test_bootstrap_ci_brackets_the_mean_and_shrinks_with_more_seeds():
+    rng = np.random.default_rng(0)
+    few, many = rng.normal(1.0, 1.0, 5), rng.normal(1.0, 1.0, 200)
+    lo, hi = bootstrap_ci(few)
+    assert lo < few.mean() < hi
+    lo2, hi2 = bootstrap_ci(many)
+    assert (hi2 - lo2) < (hi - lo)
+    assert bootstrap_ci([3.0]) == (3.0, 3.0)
+
+
+def test_arith_lengths_vary_at_least_five_fold():
+    from costaware.experiments import arith
+
+    tasks = arith.make_tasks(2000, min_terms=2, max_terms=12, rng=np.random.default_rng(0))
+    demos = arith.demonstrations(tasks)
+    lengths = arith.sequence_lengths(tasks, demos)
+    assert lengths.max() / lengths.min() >= 5
+    assert arith.is_correct(demos, tasks.answers).all()  # clean chains end in the right answer
+    noisy = arith.demonstrations(tasks, mistake_prob=0.15, rng=np.random.default_rng(1))
+    assert all(arith.parse_answer(d) is not None for d in noisy)
+    assert 0.1 < 1 - arith.is_correct(noisy, tasks.answers).mean() < 0.9
+
+
+def test_reproduce_quick_end_to_end_and_resume(tmp_path, capsys):
+    pytest.importorskip("trl", reason="the 'trl' extra is not installed")
+    pytest.importorskip("matplotlib", reason="the 'plot' extra is not installed")
+    from costaware.cli import main
+
+    out = tmp_path / "rq"
+    assert main(["reproduce", "--quick", "--out", str(out), "--jobs", "1"]) == 0
+    md = (out / "report.md").read_text()
+    for series in ("GRPO", "p*", "nonzero", "pods", "p*_smooth(0.01)", "SFT continuation", "inv_sqrt_cost"):
+        assert f"| {series} |" in md, series
+    for setting in ("## GRPO+ZVF", "## CISPO", "## Best checkpoint accuracy"):
+        assert setting in md
+    assert (out / "accuracy_vs_tokens.png").stat().st_size > 10_000
+    html = (out / "report.html").read_text()
+    assert "data:image/png;base64," in html
+    summary = json.loads((out / "summary.json").read_text())["summary"]
+    assert set(summary) == {"GRPO", "GRPO+ZVF", "CISPO"}
+    runs = sorted((out / "runs").glob("*.json"))
+    first = {f.name: f.stat().st_mtime_ns for f in runs}
+    one = json.loads(runs[0].read_text())
+    assert one["evals"][0]["tokens"] == 0 and one["evals"][-1]["tokens"] > 0
+    capsys.readouterr()
+    assert main(["reproduce", "--quick", "--out", str(out), "--jobs", "1"]) == 0
+    assert "already finished" in capsys.readouterr().out
+    assert {f.name: f.stat().st_mtime_ns for f in sorted((out / "runs").glob("*.json"))} == first  # nothing re-run
