@@ -60,7 +60,7 @@ class Profile:
 PROFILES: dict[str, Profile] = {
     # CI: the whole pipeline in a couple of minutes; its numbers mean nothing.
     "quick": Profile(32, 1, 2, 6, 0.15, 120, 32, 3e-3, 4, 4, 4, 2, 1e-4, 2, 24, 1, (0,), (0,)),
-    "default": Profile(96, 3, 2, 8, 0.15, 1200, 64, 3e-3, 40, 16, 8, 4, 5e-4, 5, 200, 2, (0, 1, 2), (0,)),
+    "default": Profile(96, 3, 2, 8, 0.15, 1200, 64, 3e-3, 40, 16, 8, 4, 5e-5, 5, 200, 2, (0, 1, 2), (0,)),
     "full": Profile(128, 4, 2, 12, 0.15, 1500, 64, 3e-3, 125, 32, 8, 4, 3e-5, 12, 500, 4, (0, 1, 2, 3, 4), (0, 1, 2)),
 }
 
@@ -105,6 +105,10 @@ def run_specs(profile: Profile, methods: list[str] | None = None) -> list[RunSpe
         ]
         specs.append(RunSpec("control", "sft", s))
     return specs
+
+
+def _run_name(spec: RunSpec) -> str:
+    return f"{spec.group}-{spec.method}-{spec.setting}-a{spec.alpha:g}-n{spec.proxy_noise:g}-s{spec.seed}"
 
 
 def _key(obj: Any) -> str:
@@ -286,11 +290,8 @@ def main(args: argparse.Namespace) -> int:
     print(f"[costaware] profile {args.profile}: SFT warm-up ...", flush=True)
     sft_dir = warm_up(profile, out)
     specs = run_specs(profile, args.methods)
-    todo = []
-    for spec in specs:
-        f = out / "runs" / f"{spec.group}-{spec.method}-{spec.setting}-a{spec.alpha:g}-n{spec.proxy_noise:g}-s{spec.seed}-{_key([asdict(spec), asdict(profile)])}.json"
-        if not f.exists():
-            todo.append((spec, f))
+    files = {spec: out / "runs" / f"{_run_name(spec)}-{_key([asdict(spec), asdict(profile)])}.json" for spec in specs}
+    todo = [(spec, f) for spec, f in files.items() if not f.exists()]
     print(f"[costaware] {len(specs)} runs, {len(specs) - len(todo)} already finished, {args.jobs} at a time", flush=True)
     if todo:
         import multiprocessing as mp
@@ -299,8 +300,8 @@ def main(args: argparse.Namespace) -> int:
             futures = [pool.submit(run_one, asdict(s), asdict(profile), str(sft_dir), str(f)) for s, f in todo]
             for fut in tqdm(as_completed(futures), total=len(futures), desc="runs"):
                 fut.result()
-    results = [json.loads(f.read_text()) for f in sorted((out / "runs").glob("*.json"))
-               if json.loads(f.read_text())["spec"] in [asdict(s) for s in specs]]
+    # exactly this profile's runs: a folder may also hold runs of other profiles or methods
+    results = [json.loads(f.read_text()) for f in files.values()]
     sft_info = json.loads((sft_dir / "sft.json").read_text())
     paths = report.write_report(results, out, profile=asdict(profile), sft=sft_info, command=command)
     print(f"[costaware] report: {paths['markdown']}  {paths['html']}")
