@@ -1,0 +1,140 @@
+"""Group-relative advantages and per-row costs of GRPO rollouts (paper §5, steps 2–3).
+
+Rows of one group (the M responses to one prompt) are contiguous: rows ``[g·M, (g+1)·M)`` form
+group g. The advantage of row i is ``A_i = (r_i − mean_g) / (std_g + eps)``; its cost is its token
+count, prompt plus response.
+
+Engine conventions (both read from the installed sources):
+
+* verl 0.9.1 ``core_algos.compute_grpo_outcome_advantage``: ``torch.std`` (unbiased, Bessel's
+  correction), ``epsilon=1e-6``; a group of size 1 gets mean 0 and std 1, so ``A = r/(1+eps)``.
+* TRL 1.16 ``GRPOTrainer`` (``scale_rewards="group"``): ``trl.trainer.utils.nanstd`` (also unbiased),
+  ``eps=1e-4`` hard-coded; a group of size 1 gets std 0, so ``A = 0``.
+
+So both use the unbiased std; they differ in ``eps`` (pass ``eps=1e-4`` to reproduce TRL) and in the
+singleton group. Here a group of size 1 gets ``A = 0`` (TRL's choice: one response carries no
+relative signal). ``unbiased_std=False`` gives the population std instead.
+
+>>> import torch
+>>> group_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0]), group_size=3)
+tensor([ 1.1547, -0.5773, -0.5773, -1.1547,  0.5773,  0.5773])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["group_advantages", "sequence_costs", "sequence_costs_from_masks"]
+
+
+def _rewards_vector(rewards: Any) -> torch.Tensor:
+    r = torch.as_tensor(rewards)
+    if r.ndim != 1:
+        raise ValueError(f"rewards must be 1-D (one scalar per row), got shape {tuple(r.shape)}")
+    if r.numel() == 0:
+        raise ValueError("rewards must not be empty")
+    if not (
+        r.is_floating_point() or r.dtype in (torch.int8, torch.int16, torch.int32, torch.int64, torch.bool)
+    ):
+        raise ValueError(f"rewards must be numeric, got dtype {r.dtype}")
+    r = r.to(torch.float64 if r.dtype == torch.float64 else torch.float32)
+    bad = ~torch.isfinite(r)
+    if bad.any():
+        i = int(torch.nonzero(bad)[0])
+        raise ValueError(f"rewards must be finite, got {r[i].item()} at index {i}")
+    return r
+
+
+def _check_group_size(n: int, group_size: int) -> int:
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+        raise ValueError(f"group_size must be a positive int, got {group_size!r}")
+    if n % group_size != 0:
+        raise ValueError(f"the number of rows ({n}) must be a multiple of group_size ({group_size})")
+    return group_size
+
+
+def group_advantages(
+    rewards: Any,
+    group_size: int,
+    scale_by_std: bool = True,
+    eps: float = 1e-6,
+    *,
+    unbiased_std: bool = True,
+) -> torch.Tensor:
+    """Group-relative advantages ``(r − mean_g)/(std_g + eps)`` of contiguous groups.
+
+    Args:
+        rewards: (N,) scalar reward per row; N must be a multiple of ``group_size``.
+        group_size: M, the responses per prompt.
+        scale_by_std: divide by ``std_g + eps`` (GRPO); ``False`` gives Dr. GRPO's ``r − mean_g``.
+        eps: added to the std (verl default 1e-6; TRL uses 1e-4).
+        unbiased_std: Bessel-corrected std (verl and TRL); ``False`` for the population std.
+
+    Returns:
+        (N,) float32 advantages (float64 if ``rewards`` is float64). Constant groups give exact zeros.
+
+    >>> group_advantages(torch.tensor([2.0, 0.0]), 2, scale_by_std=False)
+    tensor([ 1., -1.])
+    """
+    r = _rewards_vector(rewards)
+    m = _check_group_size(r.numel(), group_size)
+    if not (isinstance(eps, (int, float)) and eps >= 0 and eps == eps and eps != float("inf")):
+        raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
+    grouped = r.view(-1, m)
+    centred = grouped - grouped.mean(dim=1, keepdim=True)
+    if m == 1:  # no relative signal in a single response (TRL's convention; verl returns r)
+        return torch.zeros_like(r)
+    if scale_by_std:
+        std = grouped.std(dim=1, keepdim=True, correction=1 if unbiased_std else 0)
+        if eps == 0 and (std == 0).any():
+            g = int(torch.nonzero(std.squeeze(1) == 0)[0])
+            raise ValueError(f"eps=0 with a constant group (group {g}) divides 0 by 0; use eps > 0")
+        centred = centred / (std + eps)
+    return centred.reshape(-1)
+
+
+def _mask_matrix(mask: Any, name: str) -> torch.Tensor:
+    t = torch.as_tensor(mask)
+    if t.ndim != 2:
+        raise ValueError(f"{name} must be 2-D (rows, tokens), got shape {tuple(t.shape)}")
+    if t.shape[0] == 0:
+        raise ValueError(f"{name} must have at least one row, got shape {tuple(t.shape)}")
+    if t.is_floating_point() and not torch.isfinite(t).all():
+        raise ValueError(f"{name} must be finite")
+    bad = (t != 0) & (t != 1)
+    if bad.any():
+        i, j = (int(v) for v in torch.nonzero(bad)[0])
+        raise ValueError(f"{name} must hold only 0/1, got {t[i, j].item()} at [{i}, {j}]")
+    return t.to(torch.int64)
+
+
+def _positive_costs(costs: torch.Tensor, name: str) -> torch.Tensor:
+    zero = costs <= 0
+    if zero.any():
+        i = int(torch.nonzero(zero)[0])
+        raise ValueError(f"{name}: row {i} has no tokens, so its cost would be 0 (costs must be > 0)")
+    return costs
+
+
+def sequence_costs(attention_mask: Any) -> torch.Tensor:
+    """c_i = number of real tokens of row i (prompt + response): ``attention_mask.sum(-1)`` as in verl.
+
+    >>> sequence_costs(torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]]))
+    tensor([3, 4])
+    """
+    return _positive_costs(_mask_matrix(attention_mask, "attention_mask").sum(dim=-1), "attention_mask")
+
+
+def sequence_costs_from_masks(prompt_mask: Any, completion_mask: Any) -> torch.Tensor:
+    """c_i = prompt tokens + completion tokens of row i, from TRL's separate masks.
+
+    >>> sequence_costs_from_masks(torch.tensor([[0, 1], [1, 1]]), torch.tensor([[1, 1, 0], [1, 0, 0]]))
+    tensor([3, 3])
+    """
+    p = _mask_matrix(prompt_mask, "prompt_mask")
+    c = _mask_matrix(completion_mask, "completion_mask")
+    if p.shape[0] != c.shape[0]:
+        raise ValueError(f"mismatched rows: prompt_mask has {p.shape[0]}, completion_mask has {c.shape[0]}")
+    return _positive_costs(p.sum(dim=-1) + c.sum(dim=-1), "prompt_mask + completion_mask")
