@@ -1,0 +1,69 @@
+"""`costaware synthetic`: runs through the CLI, writes the three files, shows the paper's outcome."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from costaware.cli import main
+from costaware.experiments.synthetic import STRATEGIES, cost_to_reach, make_problem
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("synthetic")
+    assert main(["synthetic", "--quick", "--out", str(out), "--seed", "3"]) == 0
+    return out
+
+
+def test_writes_figure_curves_and_table(quick_run):
+    assert (quick_run / "figure.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    data = json.loads((quick_run / "curves.json").read_text())
+    assert data["config"]["trials"] == 64 and data["config"]["seed"] == 3
+    assert set(data["curves"]) == set(STRATEGIES)
+    for cv in data["curves"].values():
+        k = len(cv["steps"])
+        for key in ("cost_mean", "error_avg_mean", "error_avg_std", "error_last_mean"):
+            assert len(cv[key]) == k and np.isfinite(cv[key]).all()
+        assert cv["steps"][-1] == data["config"]["steps"]
+        assert cv["J"] == pytest.approx(cv["S"] * cv["C"])
+    table = (quick_run / "table.md").read_text()
+    assert table.count("\n| ") == 4 + 1  # header separator excluded: header + 4 ε rows
+    assert "optimal/uniform measured" in table
+
+
+def test_outcome_matches_the_paper(quick_run):
+    data = json.loads((quick_run / "curves.json").read_text())
+    cv = data["curves"]
+    # optimal is cheapest per cost at every ε of the table
+    for row in data["cost_table"]:
+        assert row["cost_optimal"] < row["cost_variance"] < row["cost_uniform"]
+    # variance is fastest per iteration: lowest final error of the averaged iterate
+    final = {k: cv[k]["error_avg_mean"][-1] for k in STRATEGIES}
+    assert final["variance"] < min(final["uniform"], final["optimal"])
+    assert data["closed_form_J_ratios"]["optimal/uniform"] < 1
+
+
+def test_same_seed_same_curves(tmp_path, quick_run):
+    assert main(["synthetic", "--quick", "--out", str(tmp_path), "--seed", "3"]) == 0
+    assert json.loads((tmp_path / "curves.json").read_text())["curves"]["optimal"]["error_avg_mean"] == \
+        json.loads((quick_run / "curves.json").read_text())["curves"]["optimal"]["error_avg_mean"]
+
+
+def test_instance_follows_the_paper():
+    prob, c = make_problem(3000, 50, 10.0, 1.0, 1000.0, seed=0)
+    norms = np.linalg.norm(prob.A, axis=1)
+    assert norms.max() <= 10.0 and norms.min() >= 1.0 and norms.std() > 1.0
+    assert c.min() >= 1 and c.max() <= 1000
+
+
+def test_cost_to_reach():
+    assert cost_to_reach([10, 100], [1.0, 0.01], 0.1) == pytest.approx(np.sqrt(10) * 10)
+    assert cost_to_reach([10, 100], [1.0, 0.5], 0.1) == float("inf")
+
+
+def test_bad_arguments(tmp_path):
+    with pytest.raises(ValueError, match="--trials"):
+        main(["synthetic", "--quick", "--out", str(tmp_path), "--trials", "0"])
