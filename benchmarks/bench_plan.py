@@ -40,8 +40,9 @@ def plan_times(n: int = 65_536, num_minibatches: int = 16) -> dict[str, float]:
         "p_smooth merged": SamplingConfig(method="p_smooth"),
     }
     return {
-        name: median_seconds(lambda c=c: plan_minibatches(adv, cost, num_minibatches=num_minibatches, config=c,
-                                                          generator=gen))
+        name: median_seconds(
+            lambda c=c: plan_minibatches(adv, cost, num_minibatches=num_minibatches, config=c, generator=gen)
+        )
         for name, c in configs.items()
     }
 
@@ -56,6 +57,8 @@ def trl_step_seconds() -> float | None:
         return None
     import tempfile
 
+    from transformers.trainer_callback import PrinterCallback
+
     tok = char_tokenizer()
     data = datasets.Dataset.from_dict({"prompt": [f"{i}+{i}=" * (1 + i % 5) for i in range(256)]})
 
@@ -63,13 +66,32 @@ def trl_step_seconds() -> float | None:
         return [sum(ch.isdigit() for ch in c) / max(1, len(c)) for c in completions]
 
     with tempfile.TemporaryDirectory() as d:
-        args = CostAwareGRPOConfig(output_dir=d, max_completion_length=32, num_generations=8,
-                                   per_device_train_batch_size=16, steps_per_generation=4, max_steps=24,
-                                   report_to="none", use_cpu=True, bf16=False, save_strategy="no", beta=0.0,
-                                   loss_type="dapo", disable_tqdm=True, logging_steps=1000)
-        trainer = CostAwareGRPOTrainer(model=tiny_qwen2(tok, hidden_size=128, num_layers=4), args=args,
-                                       reward_funcs=reward, train_dataset=data, processing_class=tok)
+        args = CostAwareGRPOConfig(
+            output_dir=d,
+            max_completion_length=32,
+            num_generations=8,
+            per_device_train_batch_size=16,
+            steps_per_generation=4,
+            max_steps=24,
+            report_to="none",
+            use_cpu=True,
+            bf16=False,
+            save_strategy="no",
+            beta=0.0,
+            loss_type="dapo",
+            disable_tqdm=True,
+            logging_steps=1000,
+        )
+        trainer = CostAwareGRPOTrainer(
+            model=tiny_qwen2(tok, hidden_size=128, num_layers=4),
+            args=args,
+            reward_funcs=reward,
+            train_dataset=data,
+            processing_class=tok,
+        )
+        trainer.remove_callback(PrinterCallback)
         trainer.train()
+        # po_seconds: forward + backward + optimiser steps, generation excluded
         return trainer.cost_aware_state["po_seconds"] / trainer.state.global_step
 
 
@@ -82,12 +104,17 @@ def main() -> None:
     if step is None:
         print("TRL not installed: skipping the optimiser-step comparison")
         return
-    print(f"one tiny-model TRL optimiser step (Qwen2 h=128 L=4, 16 rows x <=32 new tokens): {step * 1e3:.1f} ms")
+    print(
+        f"one tiny-model TRL optimiser step (Qwen2 h=128 L=4, 16 rows x <=32 new tokens): {step * 1e3:.1f} ms"
+    )
     # one plan serves steps_per_generation = 4 optimiser steps; a 128-row plan is what that trainer builds
-    t128 = median_seconds(lambda: plan_minibatches(torch.randn(128), torch.randint(10, 60, (128,)),
-                                                   num_minibatches=4))
-    print(f"plan for that trainer's 128-row generation batch: {t128 * 1e3:.3f} ms = "
-          f"{t128 / (4 * step):.2%} of the 4 optimiser steps it feeds")
+    t128 = median_seconds(
+        lambda: plan_minibatches(torch.randn(128), torch.randint(10, 60, (128,)), num_minibatches=4)
+    )
+    print(
+        f"plan for that trainer's 128-row generation batch: {t128 * 1e3:.3f} ms = "
+        f"{t128 / (4 * step):.2%} of the 4 optimiser steps it feeds"
+    )
     print(f"65,536-row plan against one such step: {times['p_star merged'] / step:.2%}")
 
 

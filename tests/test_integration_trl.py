@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 
 import pytest
 
@@ -12,7 +14,13 @@ datasets = pytest.importorskip("datasets")
 
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
-from costaware.integrations.trl import CostAwareGRPOConfig, CostAwareGRPOTrainer  # noqa: E402
+from costaware.grpo.zvf import nonzero_variance_groups  # noqa: E402
+from costaware.integrations.trl import (  # noqa: E402
+    STATE_FILE,
+    SUPPORTED_LOSS_TYPES,
+    CostAwareGRPOConfig,
+    CostAwareGRPOTrainer,
+)
 from costaware.tiny import char_tokenizer, tiny_qwen2  # noqa: E402
 
 TOK = char_tokenizer()
@@ -20,6 +28,14 @@ TOK = char_tokenizer()
 
 def digit_reward(completions, **kwargs):
     return [sum(ch.isdigit() for ch in c) / max(1, len(c)) for c in completions]
+
+
+def has_digit_reward(completions, **kwargs):  # 0/1: some groups are constant, as with verifiable rewards
+    return [float(any(ch.isdigit() for ch in c)) for c in completions]
+
+
+def constant_reward(completions, **kwargs):
+    return [1.0 for _ in completions]
 
 
 def _dataset():
@@ -44,42 +60,75 @@ def _kwargs(tmp_path, **over):
         beta=0.0,
         loss_type="dapo",
         learning_rate=1e-3,
+        disable_tqdm=True,
     )
     kw.update(over)
     return kw
 
 
-def _trainer(tmp_path, cls=CostAwareGRPOTrainer, cfg=CostAwareGRPOConfig, **over):
+def _trainer(tmp_path, cls=CostAwareGRPOTrainer, cfg=CostAwareGRPOConfig, reward=digit_reward, **over):
     torch.manual_seed(0)
     model = tiny_qwen2(TOK, hidden_size=32, num_layers=1, seed=0)
+    if over.get("beta"):  # TRL builds the reference model from the policy's path
+        model.save_pretrained(tmp_path / "init")
+        model = type(model).from_pretrained(tmp_path / "init")
+        # move the policy off the reference, so that the KL term and its gradient are not 0
+        with torch.no_grad():
+            gen = torch.Generator().manual_seed(1)
+            for p in model.parameters():
+                p.add_(0.3 * torch.randn(p.shape, generator=gen))
     args = cfg(**_kwargs(tmp_path, **over))
-    return cls(model=model, args=args, reward_funcs=digit_reward, train_dataset=_dataset(), processing_class=TOK)
+    return cls(model=model, args=args, reward_funcs=reward, train_dataset=_dataset(), processing_class=TOK)
+
+
+def _count_fed(trainer):
+    """Instrument compute_loss: non-pad tokens of every micro-batch the loss actually sees."""
+    fed, shapes = [], []
+    original = trainer.compute_loss
+
+    def counting(model, inputs, *a, **k):
+        if "prompt_mask" in inputs:
+            fed.append(int(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum()))
+            shapes.append((inputs["prompt_mask"], inputs["completion_mask"]))
+        return original(model, inputs, *a, **k)
+
+    trainer.compute_loss = counting
+    return fed, shapes
 
 
 @pytest.mark.parametrize(
     "method,extra",
-    [("p_star", {}), ("none", {}), ("nonzero", {}), ("pods", {}), ("p_smooth", {"cost_aware_zvf": True})],
+    [
+        ("p_star", {}),
+        ("none", {}),
+        ("nonzero", {}),
+        ("pods", {}),
+        ("p_smooth", {"cost_aware_zvf": True}),
+        ("p_star", {"beta": 0.05, "loss_type": "grpo"}),
+        ("inv_sqrt_cost", {"cost_aware_budget": "tokens", "loss_type": "bnpo"}),
+    ],
 )
 def test_trainer_runs_and_counts_the_tokens_it_feeds(tmp_path, method, extra):
-    trainer = _trainer(tmp_path, cost_aware_method=method, **extra)
-    fed = []
-    original = trainer.compute_loss
-
-    def counting(model, inputs, *a, **k):
-        fed.append(int(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum()))
-        return original(model, inputs, *a, **k)
-
-    trainer.compute_loss = counting
+    reward = has_digit_reward if extra.get("cost_aware_zvf") else digit_reward
+    trainer = _trainer(tmp_path, cost_aware_method=method, reward=reward, **extra)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    fed, shapes = _count_fed(trainer)
     trainer.train()
     state = trainer.cost_aware_state
     assert trainer.state.global_step == 4
     assert state["generations"] == 2
     assert state["tokens"] == sum(fed) > 0
     logged = [h for h in trainer.state.log_history if "cost_aware/tokens" in h]
-    assert logged and logged[-1]["cost_aware/tokens"] == sum(fed)
+    assert len(logged) == 4 and logged[-1]["cost_aware/tokens"] == sum(fed)
+    assert logged[-1]["cost_aware/tokens_plain"] == state["tokens_plain"]
+    assert 0 < logged[-1]["cost_aware/po_seconds"] == pytest.approx(state["po_seconds"])
     if method == "none":
         assert state["tokens"] == state["tokens_plain"]
+    else:  # padding columns are trimmed: no all-pad prompt column on the left, completion column on the right
+        for pm, cm in shapes:
+            assert bool(pm[:, 0].any()) and bool(cm[:, -1].any())
     assert state["tokens_nonzero"] <= state["tokens_plain"]
+    assert any((p - q).abs().max() > 0 for p, q in zip(trainer.model.parameters(), before, strict=True))
 
 
 def test_method_none_reproduces_stock_trl(tmp_path):
@@ -89,77 +138,215 @@ def test_method_none_reproduces_stock_trl(tmp_path):
     stock.train()
     for p, q in zip(ours.model.parameters(), stock.model.parameters(), strict=True):
         torch.testing.assert_close(p, q, rtol=0, atol=0)
+    loss_ours = [h["loss"] for h in ours.state.log_history if "loss" in h]
+    loss_stock = [h["loss"] for h in stock.state.log_history if "loss" in h]
+    assert len(loss_ours) == 4 and loss_ours == loss_stock
+
+
+def test_same_seed_same_run(tmp_path):
+    a = _trainer(tmp_path / "a", cost_aware_method="p_star")
+    a.train()
+    b = _trainer(tmp_path / "b", cost_aware_method="p_star")
+    b.train()
+    assert a.cost_aware_state["tokens"] == b.cost_aware_state["tokens"]
+    for p, q in zip(a.model.parameters(), b.model.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
 
 
 def _generation(trainer):
     trainer.model.train()
     inputs = next(iter(trainer.get_train_dataloader()))
-    batch = trainer._generate_and_score_completions(inputs)
-    rewards = trainer._local_rewards(batch["advantages"].shape[0])
-    return batch, rewards
+    return trainer._generate_filtered(inputs)
+
+
+def _loss(trainer, mb):
+    trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps
+    return trainer.compute_loss(trainer.model, mb)
 
 
 def _total_grad(trainer, micro):
-    trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps
     trainer.model.zero_grad()
     for mb in micro:
-        trainer.compute_loss(trainer.model, mb).backward()
+        _loss(trainer, mb).backward()
     return torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None]).clone()
 
 
-@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "bnpo"])
-def test_merging_duplicates_leaves_the_gradient_unchanged(tmp_path, loss_type):
-    trainer = _trainer(tmp_path, cost_aware_method="p_star", loss_type=loss_type)
+def _loss_type_kwargs(loss_type):
+    return {"importance_sampling_level": "sequence"} if loss_type == "luspo" else {}
+
+
+@pytest.mark.parametrize(
+    "loss_type,beta,normaliser",
+    [(lt, 0.0, "draws") for lt in SUPPORTED_LOSS_TYPES]
+    + [("dapo", 0.0, "pool"), ("bnpo", 0.0, "pool"), ("grpo", 0.1, "draws"), ("dapo", 0.1, "pool")],
+)
+def test_merging_duplicates_leaves_the_gradient_unchanged(tmp_path, loss_type, beta, normaliser):
+    trainer = _trainer(
+        tmp_path,
+        cost_aware_method="p_star",
+        loss_type=loss_type,
+        beta=beta,
+        cost_aware_normaliser=normaliser,
+        **_loss_type_kwargs(loss_type),
+    )
     batch, rewards = _generation(trainer)
-    grads = {}
+    grads, rows = {}, {}
     for merge in (True, False):
         trainer.sampling = dataclasses.replace(trainer.sampling, merge_duplicates=merge)
         trainer.cost_aware_state["generations"] = 0  # same generator, hence the same draws
         micro = trainer._split(batch, rewards)
+        rows[merge] = sum(mb["advantages"].numel() for mb in micro)
         grads[merge] = _total_grad(trainer, micro)
+    assert rows[True] < rows[False]  # duplicates were drawn and merged: this test compares something
     assert grads[True].abs().max() > 0
-    torch.testing.assert_close(grads[True], grads[False], rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(grads[True], grads[False], rtol=1e-4, atol=1e-7)
+
+
+def _row_loss(trainer, mb, i, advantage):
+    """Stock TRL's loss on row i alone, with the given (unweighted) advantage."""
+    one = {k: (v[i : i + 1] if torch.is_tensor(v) and v.ndim >= 1 else v) for k, v in mb.items()}
+    one.pop("cost_aware_weight")
+    one["advantages"] = advantage.reshape(1)
+    trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps
+    return GRPOTrainer._compute_loss(trainer, trainer.model, one)
+
+
+@pytest.mark.parametrize(
+    "loss_type,beta,bias_kl",
+    [
+        ("dapo", 0.0, False),
+        ("grpo", 0.0, False),
+        ("bnpo", 0.0, False),
+        ("cispo", 0.0, False),
+        ("grpo", 0.2, False),
+        ("dapo", 0.2, False),
+        ("grpo", 0.2, True),
+        ("bnpo", 0.2, True),
+    ],
+)
+def test_weights_reach_the_loss_row_by_row(tmp_path, loss_type, beta, bias_kl):
+    """The micro-batch loss is Σ_i f_i ℓ_i with ℓ_i TRL's own single-row loss (KL included when β > 0)."""
+    trainer = _trainer(
+        tmp_path, cost_aware_method="p_star", loss_type=loss_type, beta=beta, use_bias_correction_kl=bias_kl
+    )
+    batch, rewards = _generation(trainer)
+    if bias_kl:  # off-policy rows, so that the KL's importance ratio is not 1
+        old = batch["old_per_token_logps"]
+        batch["old_per_token_logps"] = old + 0.2 * torch.randn(
+            old.shape, generator=torch.Generator().manual_seed(2)
+        )
+    trainer.cost_aware_state["generations"] = 0
+    plan = trainer._plan(batch, rewards)
+    micro = trainer._split(batch, rewards)
+    lengths = batch["completion_mask"].sum(1).double()
+    for mb, pm in zip(micro, plan.minibatches, strict=True):
+        f = mb["cost_aware_weight"].double()
+        k, m = pm.indices.numel(), pm.num_draws
+        # the factor, recomputed from the plan and the normalisation rule of the loss type
+        if loss_type == "grpo":
+            expected_f = pm.weights.double() * k / m
+        elif loss_type == "bnpo":
+            t = lengths[pm.indices]
+            expected_f = pm.weights.double() * t.sum() / (t * pm.counts).sum()
+        else:
+            expected_f = pm.weights.double()
+        torch.testing.assert_close(f, expected_f, rtol=1e-6, atol=0)
+        a = plan.advantages[pm.indices]
+        per_row = torch.stack([_row_loss(trainer, mb, i, a[i]) for i in range(k)]).double().detach()
+        if loss_type == "grpo":
+            expected = (f * per_row).sum() / k
+        elif loss_type == "bnpo":  # single-row bnpo divides by that row's tokens
+            t = lengths[pm.indices]
+            expected = (f * per_row * t).sum() / t.sum()
+        else:  # dapo, cispo: fixed normaliser num_items_in_batch
+            expected = (f * per_row).sum()
+        assert float(_loss(trainer, mb)) == pytest.approx(float(expected), rel=1e-4, abs=1e-7)
+    if loss_type in ("dapo", "cispo"):  # num_items_in_batch = completion tokens of every draw
+        draws = sum(float((lengths[pm.indices] * pm.counts).sum()) for pm in plan.minibatches)
+        assert float(micro[0]["num_items_in_batch"]) == draws
 
 
 @pytest.mark.parametrize("loss_type", ["dapo", "grpo"])
 def test_raw_weighted_plans_are_unbiased_for_the_baseline_gradient(tmp_path, loss_type):
-    """Monte-Carlo: the mean over many plans of the summed micro-step gradients is stock TRL's."""
-    trainer = _trainer(tmp_path, cost_aware_method="p_star", cost_aware_weights="raw", loss_type=loss_type)
+    """Monte-Carlo: with raw weights and the pool normaliser, plans average to stock TRL's gradient."""
+    trainer = _trainer(
+        tmp_path,
+        cost_aware_method="p_star",
+        cost_aware_weights="raw",
+        loss_type=loss_type,
+        cost_aware_normaliser="pool",
+    )
     batch, rewards = _generation(trainer)
     trainer.sampling = dataclasses.replace(trainer.sampling, method="none")
     full = _total_grad(trainer, trainer._split(batch, rewards))
     trainer.sampling = dataclasses.replace(trainer.sampling, method="p_star")
-    draws = [_total_grad(trainer, trainer._split(batch, rewards)) for _ in range(300)]
-    mean = torch.stack(draws).mean(0)
-    # relative error of the mean, against the spread of a single draw / sqrt(300)
-    spread = torch.stack(draws).std(0).norm() / 300**0.5
+    draws = torch.stack([_total_grad(trainer, trainer._split(batch, rewards)) for _ in range(300)])
+    mean = draws.mean(0)
+    spread = draws.std(0).norm() / 300**0.5  # standard error of the mean, as a norm
     assert (mean - full).norm() < 4 * spread + 1e-6
     assert (mean - full).norm() < 0.25 * full.norm()
 
 
-def test_weights_reach_the_loss_row_by_row(tmp_path):
-    """With dapo, the micro-batch loss is Σ_rows w_i·(token-sum loss_i) / normaliser."""
-    trainer = _trainer(tmp_path, cost_aware_method="p_star")
+def test_a_pool_without_signal_is_skipped_without_moving_the_parameters(tmp_path):
+    trainer = _trainer(tmp_path, cost_aware_method="p_star", reward=constant_reward, weight_decay=0.1)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    fed, _ = _count_fed(trainer)
+    trainer.train()
+    assert trainer.state.global_step == 4 and fed == []  # no forward at all
+    for p, q in zip(trainer.model.parameters(), before, strict=True):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+    state = trainer.cost_aware_state
+    assert state["skipped"] == 2 and state["tokens"] == 0 and state["tokens_plain"] > 0
+    assert [h["cost_aware/skipped"] for h in trainer.state.log_history if "cost_aware/skipped" in h] == [
+        1.0,
+        1.0,
+    ]
+
+
+def test_zvf_keeps_only_groups_whose_rewards_differ(tmp_path):
+    trainer = _trainer(
+        tmp_path,
+        cost_aware_method="p_star",
+        cost_aware_zvf=True,
+        reward=has_digit_reward,
+        cost_aware_zvf_max_rounds=6,
+    )
     batch, rewards = _generation(trainer)
-    micro = trainer._split(batch, rewards)
-    trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps
-    mb = micro[0]
-    total = trainer.compute_loss(trainer.model, mb).item()
-    by_row = 0.0
-    for i in range(mb["advantages"].shape[0]):
-        one = {k: (v[i : i + 1] if torch.is_tensor(v) and v.ndim >= 1 else v) for k, v in mb.items()}
-        by_row += trainer.compute_loss(trainer.model, one).item()
-    assert total == pytest.approx(by_row, rel=1e-4, abs=1e-6)
+    n = trainer.args.per_device_train_batch_size * trainer.args.steps_per_generation
+    assert batch["advantages"].shape[0] == rewards.numel() <= n
+    assert bool(nonzero_variance_groups(rewards, 4).all())
+    assert float(batch["num_items_in_batch"]) == float(batch["completion_mask"].sum())
+    # advantages are those TRL computed within each kept group
+    assert bool((batch["advantages"].reshape(-1, 4).abs().sum(1) > 0).all())
+    assert trainer._metrics["train"]["cost_aware/zvf_rounds"][-1] >= 1
+
+
+def test_diagnostics_are_logged(tmp_path):
+    trainer = _trainer(
+        tmp_path, cost_aware_method="p_star", cost_aware_diagnostics_interval=1, cost_aware_diagnostics_rows=8
+    )
+    trainer.train()
+    rows = [h for h in trainer.state.log_history if "cost_aware/pearson" in h]
+    assert rows, "no diagnostics logged"
+    for h in rows:
+        assert -1.0 <= h["cost_aware/pearson"] <= 1.0
+        assert h["cost_aware/chi2"] >= 0.0
+    # the single-row losses of the diagnostics do not enter TRL's own metrics
+    assert all("entropy" not in h or math.isfinite(h["entropy"]) for h in trainer.state.log_history)
 
 
 def test_checkpoint_keeps_the_counters(tmp_path):
     trainer = _trainer(tmp_path, cost_aware_method="p_star", save_strategy="steps", save_steps=2)
     trainer.train()
     saved = dict(trainer.cost_aware_state)
+    with open(tmp_path / "checkpoint-4" / STATE_FILE) as f:
+        assert json.load(f) == saved
     resumed = _trainer(tmp_path, cost_aware_method="p_star", save_strategy="steps", save_steps=2, max_steps=6)
     resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-4"))
-    assert resumed.cost_aware_state["generations"] == saved["generations"] + 1
-    assert resumed.cost_aware_state["tokens"] > saved["tokens"]
+    state = resumed.cost_aware_state
+    assert state["generations"] == saved["generations"] + 1
+    assert state["tokens"] > saved["tokens"] and state["tokens_plain"] > saved["tokens_plain"]
+    assert state["po_seconds"] > saved["po_seconds"]
 
 
 @pytest.mark.parametrize(
@@ -170,10 +357,41 @@ def test_checkpoint_keeps_the_counters(tmp_path):
         ("cost_aware_weights", "mean"),
         ("cost_aware_proxy_noise", -0.1),
         ("cost_aware_budget", "flops"),
-        ("beta", 0.04),
-        ("loss_type", "vespo"),
+        ("cost_aware_pods_keep", 0),
+        ("cost_aware_normaliser", "rows"),
+        ("cost_aware_zvf_max_rounds", 0),
+        ("cost_aware_diagnostics_interval", -1),
+        ("cost_aware_diagnostics_rows", 1),
+        ("entropy_coef", 0.01),
+        ("top_entropy_quantile", 0.2),
     ],
 )
 def test_bad_config_is_refused_naming_the_value(tmp_path, field, value):
     with pytest.raises(ValueError, match=str(value)):
         CostAwareGRPOConfig(**_kwargs(tmp_path, **{field: value}))
+
+
+def test_unsupported_loss_type_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr("costaware.integrations.trl.SUPPORTED_LOSS_TYPES", ("grpo",))
+    with pytest.raises(ValueError, match="dapo"):
+        CostAwareGRPOConfig(**_kwargs(tmp_path))
+
+
+def test_stock_config_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="GRPOConfig"):
+        _trainer(tmp_path, cfg=GRPOConfig)
+
+
+def test_bad_pools_are_refused(tmp_path):
+    trainer = _trainer(tmp_path, cost_aware_method="p_star")
+    batch, rewards = _generation(trainer)
+    nan = dict(batch, advantages=batch["advantages"].clone())
+    nan["advantages"][3] = float("nan")
+    with pytest.raises(ValueError, match="advantages must be finite.*nan"):
+        trainer._split(nan, rewards)
+    wide = dict(batch, advantages=batch["advantages"].unsqueeze(1).expand(-1, 3))
+    with pytest.raises(ValueError, match=r"advantages must be \(N,\).*3"):
+        trainer._split(wide, rewards)
+    trainer.sampling = dataclasses.replace(trainer.sampling, method="pods")
+    with pytest.raises(ValueError, match="rewards has 7 rows"):
+        trainer._split(batch, rewards[:7])

@@ -28,7 +28,7 @@ import numpy as np
 from numba import njit, prange
 
 from costaware._checks import positive_scalar, positive_vector, probability_vector
-from costaware.alias import alias_draw_single, build_alias
+from costaware.alias import build_alias, draw
 from costaware.theory import S
 
 __all__ = [
@@ -191,9 +191,7 @@ def cost_aware_sgd(
     R = problem.radius if radius is None else positive_scalar(radius, "radius")
     eta = _step(problem, p, steps, step_size)
     if indices is None:
-        prob, alias = build_alias(p)
-        u = np.random.default_rng(rng).random(steps)
-        idx = np.array([alias_draw_single(prob, alias, float(v)) for v in u], dtype=np.int64)
+        idx = draw(*build_alias(p), steps, rng)
     else:
         idx = np.asarray(indices, dtype=np.int64)
         if idx.shape != (steps,) or idx.min() < 0 or idx.max() >= n:
@@ -242,13 +240,23 @@ def _next_uniform(s: np.uint64) -> tuple[np.uint64, float]:  # pragma: no cover
     return s, float((s * _MUL) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
 
 
+@njit(inline="always")
+def _alias_branchless(prob, alias, u):  # pragma: no cover - compiled
+    """Same draw as ``costaware.alias.alias_draw_single`` (column ⌊u·n⌋, coin u·n − column), without a branch to mispredict."""
+    n = prob.size
+    x = u * n
+    j = min(int(x), n - 1)
+    keep = x - j < prob[j]
+    return j * keep + alias[j] * (1 - keep)
+
+
 @njit(cache=True)
 def _indices_kernel(prob, alias, steps, seed, trial):  # pragma: no cover
     s = _trial_state(np.uint64(seed), np.uint64(trial))
     out = np.empty(steps, dtype=np.int64)
     for t in range(steps):
         s, u = _next_uniform(s)
-        out[t] = alias_draw_single(prob, alias, u)
+        out[t] = _alias_branchless(prob, alias, u)
     return out
 
 
@@ -259,8 +267,25 @@ def runner_indices(p: Any, steps: int, seed: int, trial: int) -> np.ndarray:
 
 
 @njit(parallel=True, fastmath=True, cache=True)
-def _ls_kernel(A, b, weights, row_sq, costs, prob, alias, x_star, H, eta, radius, steps, checkpoints, seed,
-               err_avg, err_last, cum_cost):  # pragma: no cover - compiled
+def _ls_kernel(
+    A,
+    b,
+    weights,
+    row_sq,
+    costs,
+    prob,
+    alias,
+    x_star,
+    H,
+    eta,
+    radius,
+    steps,
+    checkpoints,
+    seed,
+    err_avg,
+    err_last,
+    cum_cost,
+):  # pragma: no cover - compiled
     trials = err_avg.shape[0]
     n_ck = checkpoints.size
     d = A.shape[1]
@@ -276,7 +301,7 @@ def _ls_kernel(A, b, weights, row_sq, costs, prob, alias, x_star, H, eta, radius
         k = 0
         for t in range(1, steps + 1):
             s, u = _next_uniform(s)
-            i = alias_draw_single(prob, alias, u)
+            i = _alias_branchless(prob, alias, u)
             dot = 0.0
             for j in range(d):
                 dot += A[i, j] * x[j]
@@ -386,6 +411,23 @@ def run_trials(
     prob, alias = build_alias(p)
     shape = (int(trials), ck.size)
     err_avg, err_last, cum = np.empty(shape), np.empty(shape), np.empty(shape)
-    _ls_kernel(problem.A, problem.b, 1.0 / (problem.n * p), problem.row_norms**2, c, prob, alias,
-               problem.x_star, problem.H, eta, problem.radius, steps, ck, int(seed), err_avg, err_last, cum)
+    _ls_kernel(
+        problem.A,
+        problem.b,
+        1.0 / (problem.n * p),
+        problem.row_norms**2,
+        c,
+        prob,
+        alias,
+        problem.x_star,
+        problem.H,
+        eta,
+        problem.radius,
+        steps,
+        ck,
+        int(seed),
+        err_avg,
+        err_last,
+        cum,
+    )
     return TrialCurves(ck, err_avg, err_last, cum, eta)

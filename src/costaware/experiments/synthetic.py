@@ -42,8 +42,9 @@ def make_problem(n: int, d: int, L: float, cost_low: float, cost_high: float, se
     return LeastSquares(A, b), costs
 
 
-def run(n: int, d: int, L: float, cost_low: float, cost_high: float, trials: int, steps: int,
-        seed: int = 0) -> dict[str, Any]:
+def run(
+    n: int, d: int, L: float, cost_low: float, cost_high: float, trials: int, steps: int, seed: int = 0
+) -> dict[str, Any]:
     problem, c = make_problem(n, d, L, cost_low, cost_high, seed)
     G = problem.G
     probs = {"uniform": dist.uniform(n), "variance": dist.variance(G), "optimal": dist.optimal(G, c)}
@@ -65,11 +66,23 @@ def run(n: int, d: int, L: float, cost_low: float, cost_high: float, trials: int
             "error_last_mean": res.err_last.mean(0).tolist(),
             "error_last_std": res.err_last.std(0).tolist(),
         }
-    ratios = {"optimal/uniform": theory.ratio_optimal_to_uniform(G, c),
-              "optimal/variance": theory.ratio_optimal_to_variance(G, c),
-              "variance/uniform": theory.ratio_variance_to_uniform(G, c)}
-    config = dict(n=n, d=d, L=L, cost_low=cost_low, cost_high=cost_high, trials=trials, steps=steps,
-                  seed=seed, radius=problem.radius, step_rule="theory: R/sqrt(S(p) T)")
+    ratios = {
+        "optimal/uniform": theory.ratio_optimal_to_uniform(G, c),
+        "optimal/variance": theory.ratio_optimal_to_variance(G, c),
+        "variance/uniform": theory.ratio_variance_to_uniform(G, c),
+    }
+    config = dict(
+        n=n,
+        d=d,
+        L=L,
+        cost_low=cost_low,
+        cost_high=cost_high,
+        trials=trials,
+        steps=steps,
+        seed=seed,
+        radius=problem.radius,
+        step_rule="theory: R/sqrt(S(p) T)",
+    )
     return {"config": config, "closed_form_J_ratios": ratios, "curves": curves}
 
 
@@ -98,25 +111,38 @@ def cost_table(result: dict[str, Any], num_targets: int = 4) -> list[dict[str, A
     rows = []
     for eps in np.geomspace(high, low, num_targets):
         cost = {k: cost_to_reach(cv["cost_mean"], cv["error_avg_mean"], eps) for k, cv in curves.items()}
-        rows.append({"eps": float(eps), **{f"cost_{k}": v for k, v in cost.items()},
-                     "measured_optimal/uniform": cost["optimal"] / cost["uniform"],
-                     "measured_optimal/variance": cost["optimal"] / cost["variance"]})
+        rows.append(
+            {
+                "eps": float(eps),
+                **{f"cost_{k}": v for k, v in cost.items()},
+                "measured_optimal/uniform": cost["optimal"] / cost["uniform"],
+                "measured_optimal/variance": cost["optimal"] / cost["variance"],
+            }
+        )
     return rows
 
 
 def markdown_table(result: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     r = result["closed_form_J_ratios"]
-    lines = ["| ε | cost uniform | cost variance | cost optimal | optimal/uniform measured | J ratio | "
-             "optimal/variance measured | J ratio |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| ε | cost uniform | cost variance | cost optimal | optimal/uniform measured | J ratio | "
+        "optimal/variance measured | J ratio |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for row in rows:
-        lines.append(f"| {row['eps']:.3g} | {row['cost_uniform']:.3g} | {row['cost_variance']:.3g} | "
-                     f"{row['cost_optimal']:.3g} | {row['measured_optimal/uniform']:.3f} | "
-                     f"{r['optimal/uniform']:.3f} | {row['measured_optimal/variance']:.3f} | "
-                     f"{r['optimal/variance']:.3f} |")
+        lines.append(
+            f"| {row['eps']:.3g} | {row['cost_uniform']:.3g} | {row['cost_variance']:.3g} | "
+            f"{row['cost_optimal']:.3g} | {row['measured_optimal/uniform']:.3f} | "
+            f"{r['optimal/uniform']:.3f} | {row['measured_optimal/variance']:.3f} | "
+            f"{r['optimal/variance']:.3f} |"
+        )
     cfg = result["config"]
-    lines += ["", f"Mean over {cfg['trials']} trials of f(x̄_t) − f* (averaged iterate); cost = mean cumulative "
-              "cost where the mean error curve crosses ε (log-log interpolation between checkpoints). "
-              "J ratios: closed forms (Σ G√c)²/(ΣG²·Σc) and (Σ G√c)²/(ΣG·ΣGc) with the bound G."]
+    lines += [
+        "",
+        f"Mean over {cfg['trials']} trials of f(x̄_t) − f* (averaged iterate); cost = mean cumulative "
+        "cost where the mean error curve crosses ε (log-log interpolation between checkpoints). "
+        "J ratios: closed forms (Σ G√c)²/(ΣG²·Σc) and (Σ G√c)²/(ΣG·ΣGc) with the bound G.",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -139,8 +165,10 @@ def plot(result: dict[str, Any], path: Path) -> None:
         ax.grid(alpha=0.3, which="both")
     ax_t.legend(fontsize=8)
     cfg = result["config"]
-    fig.suptitle(f"Least squares N={cfg['n']}, d={cfg['d']}, c ~ U[{cfg['cost_low']:g}, {cfg['cost_high']:g}], "
-                 f"{cfg['trials']} trials (mean ± 1 std)")
+    fig.suptitle(
+        f"Least squares N={cfg['n']}, d={cfg['d']}, c ~ U[{cfg['cost_low']:g}, {cfg['cost_high']:g}], "
+        f"{cfg['trials']} trials (mean ± 1 std)"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -170,8 +198,12 @@ def main(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("synthetic", help="Reproduce the paper's Figure 2 on least squares.",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "synthetic",
+        help="Reproduce the paper's Figure 2 on least squares.",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--out", default="runs/synthetic", help="output folder (default: %(default)s)")
     p.add_argument("--trials", type=int, default=None, help=f"independent trials (default {PAPER['trials']})")
     p.add_argument("--steps", type=int, default=None, help=f"SGD steps per trial (default {PAPER['steps']})")

@@ -642,9 +642,10 @@ class CostAwareGRPOTrainer(GRPOTrainer):
         return out
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if self.model.training:  # cumulative counters: one value per log, so TRL's averaging keeps it
+        if self.model.training and "loss" in logs:  # one value per log, so TRL's averaging keeps it
             for key in _CUMULATIVE:
-                self._metrics["train"][f"cost_aware/{key}"] = [float(self.cost_aware_state[key])]
+                name = "skipped_total" if key == "skipped" else key  # cost_aware/skipped: this window's flag
+                self._metrics["train"][f"cost_aware/{name}"] = [float(self.cost_aware_state[key])]
         super().log(logs, start_time)
 
     def _save_checkpoint(self, model, trial):  # type: ignore[override]
