@@ -235,7 +235,7 @@ def _split_weighted(
         MiniBatch(indices=i, weights=wt, counts=c, num_draws=int(m), tokens=int(t))
         for i, wt, c, m, t in zip(
             rows.split(per_chunk), weights.split(per_chunk), counts.split(per_chunk), sizes.tolist(),
-            tokens.tolist(),
+            tokens.tolist(), strict=True,
         )
     )
 
