@@ -220,11 +220,14 @@ def _split_weighted(
     sizes = torch.tensor([c.numel() for c in draws.tensor_split(num_minibatches)])
     sizes = sizes[sizes > 0]
     if merge:  # one int32 sort for all mini-batches, keyed by (mini-batch, row)
-        chunk = torch.repeat_interleave(torch.arange(sizes.numel(), dtype=torch.int32), sizes)
-        keys = chunk * n + draws.to(torch.int32)
-        keys, counts = torch.unique_consecutive(torch.sort(keys).values, return_counts=True)
-        rows = (keys % n).long()
-        per_chunk = torch.bincount(keys // n, minlength=sizes.numel()).tolist()
+        # numpy's integer sort is several times faster than torch's here
+        chunk = np.repeat(np.arange(sizes.numel(), dtype=np.int64), sizes.numpy())
+        keys = np.sort(chunk * n + draws.numpy())
+        first = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+        counts = torch.from_numpy(np.diff(np.r_[first, keys.size]))
+        keys = keys[first]
+        rows = torch.from_numpy(keys % n)
+        per_chunk = np.bincount(keys // n, minlength=sizes.numel()).tolist()
     else:
         rows, counts, per_chunk = draws, torch.ones_like(draws), sizes.tolist()
     weights = (w[rows] * counts).to(torch.float32)
