@@ -8,24 +8,13 @@ Prints medians over repeats (the machine is shared and noisy) and ratios measure
 from __future__ import annotations
 
 import os
-import statistics
-import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402
+from _timing import median_seconds  # noqa: E402
 
 from costaware.grpo import SamplingConfig, plan_minibatches  # noqa: E402
-
-
-def median_seconds(fn, repeats: int = 31) -> float:
-    fn()  # warm-up (numba compile of the alias table, allocator)
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def plan_times(n: int = 65_536, num_minibatches: int = 16) -> dict[str, float]:

@@ -9,21 +9,12 @@ to the alias table's build + draw. The numba build is compiled (and cached) befo
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 import torch
+from _timing import median_seconds
 
 from costaware.alias import build_alias, draw
-
-
-def _median_time(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
 
 
 def main() -> None:
@@ -42,13 +33,13 @@ def main() -> None:
     build_alias(p[:10] / p[:10].sum())  # compile outside the timing
 
     prob, alias = build_alias(p)
-    t_build = _median_time(lambda: build_alias(p), args.repeats)
-    t_draw = _median_time(lambda: draw(prob, alias, args.m, rng), args.repeats)
+    t_build = median_seconds(lambda: build_alias(p), args.repeats)
+    t_draw = median_seconds(lambda: draw(prob, alias, args.m, rng), args.repeats)
     t_alias = t_build + t_draw
-    t_torch = _median_time(
+    t_torch = median_seconds(
         lambda: torch.multinomial(p_t, args.m, replacement=True, generator=gen), args.repeats
     )
-    t_numpy = _median_time(lambda: rng.choice(args.n, size=args.m, p=p), args.repeats)
+    t_numpy = median_seconds(lambda: rng.choice(args.n, size=args.m, p=p), args.repeats)
 
     print(
         f"n = {args.n:,} items, m = {args.m:,} draws, median of {args.repeats}, torch threads = {torch.get_num_threads()}"

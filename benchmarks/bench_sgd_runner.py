@@ -12,23 +12,14 @@ GFLOP/s (float64, all BLAS threads) as the machine's measured peak.
 from __future__ import annotations
 
 import argparse
-import time
 
 import numba
 import numpy as np
+from _timing import median_seconds
 
 from costaware import distributions as dist
 from costaware.experiments.synthetic import make_problem
 from costaware.sgd import run_trials
-
-
-def _median_time(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
 
 
 def numpy_loop(problem, p, steps: int, trials: int, eta: float, seed: int) -> np.ndarray:
@@ -66,8 +57,8 @@ def main() -> None:
     run_trials(problem, p, 10, 2, costs=c)  # compile (cached) before timing
     eta = run_trials(problem, p, args.steps, 1, costs=c).step_size
 
-    t_fast = _median_time(lambda: run_trials(problem, p, args.steps, args.trials, eta, costs=c), args.repeats)
-    t_slow = _median_time(
+    t_fast = median_seconds(lambda: run_trials(problem, p, args.steps, args.trials, eta, costs=c), args.repeats)
+    t_slow = median_seconds(
         lambda: numpy_loop(problem, p, args.steps, args.baseline_trials, eta, 0), args.repeats
     )
     fast = args.steps * args.trials / t_fast
@@ -76,7 +67,7 @@ def main() -> None:
     m = 1024
     X = np.random.default_rng(0).normal(size=(m, m))
     X @ X
-    t_mm = _median_time(lambda: X @ X, 5)
+    t_mm = median_seconds(lambda: X @ X, 5)
     peak = 2 * m**3 / t_mm
     flops = 5 * args.d
 
