@@ -284,6 +284,8 @@ def main(args: argparse.Namespace) -> int:
         profile = dataclasses.replace(profile, seeds=tuple(args.seeds))
     if args.rounds:
         profile = dataclasses.replace(profile, rounds=args.rounds)
+    if args.learning_rate:
+        profile = dataclasses.replace(profile, learning_rate=args.learning_rate)
     out = Path(args.out)
     (out / "runs").mkdir(parents=True, exist_ok=True)
     command = "costaware reproduce " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["reproduce"] else "costaware reproduce"
@@ -322,4 +324,5 @@ def register(subparsers: Any) -> None:
     p.add_argument("--methods", nargs="+", help="headline methods (default: none nonzero p_star p_smooth pods)")
     p.add_argument("--seeds", nargs="+", type=int, help="headline seeds (default: the profile's)")
     p.add_argument("--rounds", type=int, help="generation rounds per run (default: the profile's)")
+    p.add_argument("--learning-rate", type=float, help="GRPO learning rate (default: the profile's)")
     p.set_defaults(func=main)
