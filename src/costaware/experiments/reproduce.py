@@ -60,7 +60,7 @@ class Profile:
 PROFILES: dict[str, Profile] = {
     # CI: the whole pipeline in a couple of minutes; its numbers mean nothing.
     "quick": Profile(32, 1, 2, 6, 0.15, 120, 32, 3e-3, 4, 4, 4, 2, 1e-4, 2, 24, 1, (0,), (0,)),
-    "default": Profile(96, 3, 2, 8, 0.15, 1200, 64, 3e-3, 40, 16, 8, 4, 5e-5, 5, 200, 2, (0, 1, 2), (0,)),
+    "default": Profile(96, 3, 2, 8, 0.15, 1200, 64, 3e-3, 60, 16, 8, 4, 1e-4, 5, 200, 2, (0, 1, 2), (0,)),
     "full": Profile(128, 4, 2, 12, 0.15, 1500, 64, 3e-3, 125, 32, 8, 4, 3e-5, 12, 500, 4, (0, 1, 2, 3, 4), (0, 1, 2)),
 }
 
