@@ -106,6 +106,10 @@ def test_proxy_fidelity_against_numpy_and_theory(n, seed):
     # Theorem 4.2: J(p_proxy)/J(p*) computed directly
     p_proxy /= p_proxy.sum()
     assert out["j_ratio"] == pytest.approx(theory.J(p_proxy, g, c) / theory.J_optimal(g, c), rel=1e-9)
+    # against uniform, from the definitions S = Σ G²/(n² p), C = Σ p c
+    j = lambda p: np.sum(g**2 / p) / n**2 * np.sum(p * c)  # noqa: E731
+    assert out["j_vs_uniform"] == pytest.approx(j(p_proxy) / j(np.full(n, 1 / n)), rel=1e-9)
+    assert out["j_vs_uniform"] >= theory.J_optimal(g, c) / j(np.full(n, 1 / n)) * (1 - 1e-12)  # p* is the floor
 
 
 def test_proxy_fidelity_edge_cases():
@@ -115,6 +119,7 @@ def test_proxy_fidelity_edge_cases():
     assert np.isnan(flat["pearson"]) and flat["chi2"] > 0
     missing = proxy_fidelity([0.0, 1.0], [1.0, 1.0], [3, 4])  # proxy misses a row with gradient
     assert missing["chi2"] == float("inf") and missing["j_ratio"] == float("inf")
+    assert missing["j_vs_uniform"] == float("inf")
     for args, match in [
         (([0.0, 0.0], [1.0, 1.0], [1, 1]), "abs_adv"),
         (([1.0, 1.0], [1.0, 1.0], [1, 0]), "costs"),

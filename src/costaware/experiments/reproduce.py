@@ -55,6 +55,8 @@ class Profile:
     seeds: tuple[int, ...]
     ablation_seeds: tuple[int, ...]
     control_lr: float = 3e-4
+    loss_type: str = "grpo"  # the paper's GRPO objective: clipped ratio averaged over each sequence's tokens
+    diagnostics_rows: int = 32  # rows whose exact gradient norm is measured at every evaluation
 
 
 PROFILES: dict[str, Profile] = {
@@ -70,7 +72,7 @@ class RunSpec:
     group: str  # "headline", "zvf", "cispo", "ablation", "control"
     method: str
     seed: int
-    loss_type: str = "dapo"
+    loss_type: str = "profile"  # "profile": the profile's loss_type; "cispo" for the CISPO setting
     zvf: bool = False
     alpha: float = 0.01
     proxy_noise: float = 0.0
@@ -89,7 +91,10 @@ class RunSpec:
         return "GRPO+ZVF" if self.zvf else ("CISPO" if self.loss_type == "cispo" else "GRPO")
 
 
-def run_specs(profile: Profile, methods: list[str] | None = None) -> list[RunSpec]:
+GROUPS = ("headline", "zvf", "cispo", "ablation", "control")
+
+
+def run_specs(profile: Profile, methods: list[str] | None = None, groups: tuple[str, ...] = GROUPS) -> list[RunSpec]:
     """The runs of a reproduction: the headline with every seed, the other settings with fewer."""
     headline = methods or ["none", "nonzero", "p_star", "p_smooth", "pods"]
     specs = [RunSpec("headline", m, s) for s in profile.seeds for m in headline]
@@ -104,7 +109,7 @@ def run_specs(profile: Profile, methods: list[str] | None = None) -> list[RunSpe
             RunSpec("ablation", "p_smooth", s, alpha=0.1),
         ]
         specs.append(RunSpec("control", "sft", s))
-    return specs
+    return [spec for spec in specs if spec.group in groups]
 
 
 def _run_name(spec: RunSpec) -> str:
@@ -206,7 +211,7 @@ def _run_grpo(spec: RunSpec, profile: Profile, sft_dir: Path, workdir: Path) -> 
         cost_aware_alpha=spec.alpha,
         cost_aware_proxy_noise=spec.proxy_noise,
         cost_aware_zvf=spec.zvf,
-        loss_type=spec.loss_type,
+        loss_type=profile.loss_type if spec.loss_type == "profile" else spec.loss_type,
         beta=0.0,
         learning_rate=profile.learning_rate,
         lr_scheduler_type="constant",
@@ -224,6 +229,8 @@ def _run_grpo(spec: RunSpec, profile: Profile, sft_dir: Path, workdir: Path) -> 
         logging_steps=spg,
         save_strategy="no",
         disable_tqdm=True,
+        cost_aware_diagnostics_interval=profile.eval_every if profile.diagnostics_rows else 0,
+        cost_aware_diagnostics_rows=max(2, profile.diagnostics_rows),
     )
     evals: list[dict[str, Any]] = []
 
@@ -250,6 +257,11 @@ def _run_grpo(spec: RunSpec, profile: Profile, sft_dir: Path, workdir: Path) -> 
     trainer.train()
     return {"evals": evals, "po_seconds": trainer.cost_aware_state["po_seconds"],
             "state": dict(trainer.cost_aware_state),
+            "diagnostics": [
+                {"step": h["step"], "tokens": h["cost_aware/tokens"],
+                 **{k: h[f"cost_aware/{k}"] for k in ("pearson", "chi2", "j_vs_uniform") if f"cost_aware/{k}" in h}}
+                for h in trainer.state.log_history if "cost_aware/chi2" in h
+            ],
             "log_history": [h for h in trainer.state.log_history if "cost_aware/tokens_step" in h]}
 
 
@@ -286,12 +298,14 @@ def main(args: argparse.Namespace) -> int:
         profile = dataclasses.replace(profile, rounds=args.rounds)
     if args.learning_rate:
         profile = dataclasses.replace(profile, learning_rate=args.learning_rate)
+    if args.loss_type:
+        profile = dataclasses.replace(profile, loss_type=args.loss_type)
     out = Path(args.out)
     (out / "runs").mkdir(parents=True, exist_ok=True)
     command = "costaware reproduce " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["reproduce"] else "costaware reproduce"
     print(f"[costaware] profile {args.profile}: SFT warm-up ...", flush=True)
     sft_dir = warm_up(profile, out)
-    specs = run_specs(profile, args.methods)
+    specs = run_specs(profile, args.methods, tuple(args.only or GROUPS))
     files = {spec: out / "runs" / f"{_run_name(spec)}-{_key([asdict(spec), asdict(profile)])}.json" for spec in specs}
     todo = [(spec, f) for spec, f in files.items() if not f.exists()]
     print(f"[costaware] {len(specs)} runs, {len(specs) - len(todo)} already finished, {args.jobs} at a time", flush=True)
@@ -325,4 +339,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--seeds", nargs="+", type=int, help="headline seeds (default: the profile's)")
     p.add_argument("--rounds", type=int, help="generation rounds per run (default: the profile's)")
     p.add_argument("--learning-rate", type=float, help="GRPO learning rate (default: the profile's)")
+    p.add_argument("--loss-type", help="TRL loss_type of the GRPO setting (default: the profile's, grpo)")
+    p.add_argument("--only", nargs="+", choices=GROUPS, help="run and report only these groups of runs")
     p.set_defaults(func=main)

@@ -126,7 +126,9 @@ def proxy_fidelity(abs_adv: Any, grad_norms: Any, costs: Any) -> dict[str, float
         costs: (k,) token costs c_i > 0.
 
     Returns:
-        ``{"pearson": ρ(|A|, G), "chi2": D_χ²(p̃*_true ‖ p̃_proxy), "j_ratio": J(p_proxy)/J(p*_true)}``.
+        ``{"pearson": ρ(|A|, G), "chi2": D_χ²(p̃*_true ‖ p̃_proxy), "j_ratio": J(p_proxy)/J(p*_true),
+        "j_vs_uniform": J(p_proxy)/J(uniform)}``. The last is the cost × variance the proxy buys against
+        uniform sampling of the same rows (< 1: cost-aware sampling is predicted to pay off).
         ``pearson`` is NaN when |A| or G is constant over the rows (correlation undefined, e.g. a
         group with half its rewards 1); ``chi2`` is +inf when the proxy gives zero mass to a row
         with a non-zero gradient. ``j_ratio == 1 + chi2``.
@@ -143,4 +145,5 @@ def proxy_fidelity(abs_adv: Any, grad_norms: Any, costs: Any) -> dict[str, float
     p_proxy = dist.optimal(a, c)
     chi2 = theory.chi2_divergence(theory.cost_biased(p_true, c), theory.cost_biased(p_proxy, c))
     j_ratio = 1.0 + chi2 if np.isinf(chi2) else theory.suboptimality(p_proxy, g, c)
-    return {"pearson": float(rho), "chi2": float(chi2), "j_ratio": float(j_ratio)}
+    j_vs_uniform = theory.J(p_proxy, g, c) / theory.J(dist.uniform(len(g)), g, c)
+    return {"pearson": float(rho), "chi2": float(chi2), "j_ratio": float(j_ratio), "j_vs_uniform": float(j_vs_uniform)}

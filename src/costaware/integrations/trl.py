@@ -574,7 +574,7 @@ class CostAwareGRPOTrainer(GRPOTrainer):
             return
         costs = (rows["prompt_mask"].sum(1) + rows["completion_mask"].sum(1)).clamp(min=1).double().cpu()
         out = proxy_fidelity(abs_a, norms, costs)
-        for key in ("pearson", "chi2"):
+        for key in ("pearson", "chi2", "j_vs_uniform"):
             if math.isfinite(out[key]):
                 self._metrics["train"][f"cost_aware/{key}"].append(out[key])
 
