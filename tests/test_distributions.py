@@ -1,5 +1,7 @@
 """distributions.py: shapes, closed forms, importance-weight unbiasedness, bad input."""
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -178,3 +180,39 @@ def test_bad_values():
         dist.importance_weights([0.5, 0.5], [2])
     with pytest.raises(ValueError, match="p = 0"):
         dist.importance_weights([1.0, 0.0], [1])
+
+
+@pytest.mark.parametrize(
+    "n", [np.inf, -np.inf, np.nan, 1e30, 10**30, 2**63, np.float64(1e19), 2.5, True, None, "3"]
+)
+def test_uniform_rejects_non_integer_infinite_or_huge_n(n):
+    with pytest.raises(ValueError, match=rf"n must be a positive integer.*got {re.escape(repr(n))}"):
+        dist.uniform(n)
+
+
+def test_uniform_accepts_integral_n_of_any_numeric_type():
+    for n in (3, np.int64(3), np.uint8(3), 3.0):
+        np.testing.assert_array_equal(dist.uniform(n), np.full(3, 1 / 3))
+
+
+@pytest.mark.parametrize(
+    "indices, dtype",
+    [([True, False], "bool"), (np.array([True, True]), "bool"), ([0.0, 1.0], "float64"), ([1.5], "float64")],
+)
+def test_importance_weights_rejects_bool_and_float_indices(indices, dtype):
+    with pytest.raises(ValueError, match=rf"indices must be integers, got dtype {dtype}: \["):
+        dist.importance_weights([0.5, 0.5], indices)
+
+
+def test_importance_weights_integer_and_empty_indices():
+    p = np.array([0.5, 0.25, 0.25])
+    for idx in ([1, 2], np.array([1, 2], dtype=np.uint32)):
+        np.testing.assert_allclose(dist.importance_weights(p, idx, mode="raw"), [4 / 3, 4 / 3])
+    for empty in ([], np.array([], dtype=np.int64)):
+        assert dist.importance_weights(p, empty).shape == (0,)
+
+
+def test_support_size_rejects_negative_entries():
+    with pytest.raises(ValueError, match=r"p must be >= 0, got -0.5 at index 1"):
+        dist.support_size([0.5, -0.5, 1.0])
+    assert dist.support_size([0.0, 0.0]) == 0  # a count, not a distribution: all zeros is allowed

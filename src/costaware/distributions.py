@@ -16,7 +16,6 @@ from typing import Any, Literal
 import numpy as np
 
 from costaware._checks import (
-    as_vector,
     in_unit_interval,
     nonnegative_vector,
     positive_scalar,
@@ -47,10 +46,15 @@ def _normalise(v: np.ndarray, name: str) -> np.ndarray:
     return v / total
 
 
+_MAX_N = int(np.iinfo(np.intp).max)  # the longest array numpy can index
+
+
 def uniform(n: int) -> np.ndarray:
     """p_i = 1/n."""
-    if int(n) != n or n < 1:
-        raise ValueError(f"n must be a positive integer, got {n!r}")
+    # compare before int(): int(inf) raises OverflowError, int(nan) a message without the name
+    real = isinstance(n, (int, float, np.integer, np.floating)) and not isinstance(n, (bool, np.bool_))
+    if not (real and 1 <= n <= _MAX_N and int(n) == n):
+        raise ValueError(f"n must be a positive integer of at most {_MAX_N}, got {n!r}")
     return np.full(int(n), 1.0 / n)
 
 
@@ -96,7 +100,7 @@ def noisy_proxy(G: Any, sigma2: float, rng: np.random.Generator | int | None = N
 
 def support_size(p: Any) -> int:
     """n_supp = #{i : p_i > 0}."""
-    return int(np.count_nonzero(as_vector(p, "p") > 0))
+    return int(np.count_nonzero(nonnegative_vector(p, "p") > 0))
 
 
 def importance_weights(p: Any, indices: Any | None = None, mode: WeightMode = "centred") -> np.ndarray:
@@ -115,7 +119,12 @@ def importance_weights(p: Any, indices: Any | None = None, mode: WeightMode = "c
         w[p > 0] = 1.0 / (n * p[p > 0])
         return w
     idx = np.asarray(indices)
-    if idx.size and (idx.min() < 0 or idx.max() >= p.size):
+    if idx.size == 0:  # no draws (a bare [] arrives as float64)
+        return np.empty(idx.shape)
+    if not np.issubdtype(idx.dtype, np.integer):  # bool would act as a mask, float cannot index
+        shown = np.array2string(idx, threshold=8, edgeitems=3)
+        raise ValueError(f"indices must be integers, got dtype {idx.dtype}: {shown}")
+    if idx.min() < 0 or idx.max() >= p.size:
         raise ValueError(f"indices must lie in [0, {p.size}), got range [{idx.min()}, {idx.max()}]")
     pi = p[idx]
     if (pi <= 0).any():

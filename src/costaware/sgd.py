@@ -1,51 +1,92 @@
-"""Cost-Aware SGD (paper Algorithm 1) on finite sums, plus a fast multi-trial runner.
+"""Cost-Aware SGD (paper Algorithm 1) on finite sums, and a fast multi-trial runner.
 
 Each step draws i ~ p, pays c_i, and moves along the importance-weighted gradient
-g = ∇f_i(x)/(n p_i) (unbiased for ∇f), then projects onto the ball ‖x‖ ≤ R. The algorithm returns
-the averaged iterate x̄_T = (1/T) Σ_{t=1..T} x_t; the last iterate x_T is reported too (§F.3).
+g = w_i ∇f_i(x) with w_i = 1/(n p_i) (``weights="raw"``: E_p[g] = ∇f), then projects onto the ball
+‖x‖ ≤ R. It starts at x_1 = 0 and returns the average of the points where it queried gradients,
+x̄_T = Σ_t ω_t x_t / Σ_t ω_t (t = 1..T), as the theorems do; the last iterate x_{T+1} is reported too (§F.3).
+``weights="centred"`` uses w_i = 1/(n_supp p_i) (E_p[w] = 1, §G.2); the theory step sizes below divide
+by the factor n/n_supp, so both give the same trajectory.
 
-Step size. ``"theory"`` is the convex constant step η = D/√(S(p)·T) with D = R (the iterates start at
-x_0 = 0 inside the ball ‖x‖ ≤ R, so ‖x_0 − x*‖ ≤ R) and S(p) = (1/n²) Σ G_i²/p_i. It minimises the
-bound D²/(2ηT) + ηS(p)/2 for the given p, so every strategy runs with its own theory step and the
-comparison is the one the paper's K(ε, p) ∝ S(p)·C(p) speaks about. A float is used as is.
+Step sizes (E‖g‖² ≤ S(p) = (1/n²) Σ G_i²/p_i, since ‖∇f_i‖ ≤ G_i on the ball):
+
+* ``"convex"``: the constant η = D/√(S(p)·T) with uniform averaging ω_t = 1. The standard projected
+  SGD bound E f(x̄_T) − f* ≤ D²/(2ηT) + ηS(p)/2 (Bubeck 2015, Thm 6.1 with stochastic gradients;
+  Nemirovski et al. 2009) is minimised by it and equals D√(S(p)/T), so T = D²S(p)/ε² steps and
+  K(ε, p) = T·C(p) = D²S(p)C(p)/ε², the paper's convex cost. D bounds ‖x_1 − x*‖; with x_1 = 0 and
+  x* in the ball, D = R is a valid default.
+* ``"strongly_convex"``: η_t = 2/(μ(t+1)) with linear averaging ω_t = t. Lacoste-Julien, Schmidt &
+  Bach (2012, "A simpler approach to obtaining an O(1/t) rate for projected SGD") prove
+  E f(x̂_T) − f* ≤ 2S(p)/(μ(T+1)), i.e. K(ε, p) ≈ 2S(p)C(p)/(με); the paper's 4S(p)C(p)/(με) is the
+  same rate with another constant. Either way K ∝ J(p) = S(p)C(p).
+* a float: that constant η (applied to g as weighted), uniform averaging.
+* a callable ``eta(t)``: called once with t = 1..T (an int array), must return T positive step sizes.
+
+``averaging`` ("uniform" ω_t = 1 or "linear" ω_t = t) overrides the averaging that goes with the rule.
 
 >>> import numpy as np
 >>> rng = np.random.default_rng(0)
 >>> A = rng.normal(size=(200, 5)); b = A @ np.ones(5) + 0.1 * rng.normal(size=200)
 >>> prob = LeastSquares(A, b)
->>> p = np.full(200, 1 / 200)
->>> res = cost_aware_sgd(prob, p, steps=20_000, step_size=0.01, rng=0)
+>>> res = cost_aware_sgd(prob, np.full(200, 1 / 200), steps=20_000, step_size=0.01, rng=0)
 >>> bool(prob.error(res.x_avg) < 1e-2 * prob.error(np.zeros(5)))
 True
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 from numba import njit, prange
 
+from costaware import distributions as dist
 from costaware._checks import positive_scalar, positive_vector, probability_vector
-from costaware.alias import build_alias, draw
+from costaware.alias import alias_draw_single, build_alias, draw
 from costaware.theory import S
 
 __all__ = [
+    "FiniteSum",
     "LeastSquares",
     "LogisticRegression",
     "SGDResult",
     "TrialCurves",
+    "StepRule",
+    "step_schedule",
     "cost_aware_sgd",
-    "theory_step_size",
     "log_checkpoints",
     "run_trials",
     "runner_indices",
 ]
 
+StepSize = Literal["convex", "strongly_convex"] | float | Callable[[np.ndarray], Any]
+
+
+@runtime_checkable
+class FiniteSum(Protocol):
+    """f(x) = (1/n) Σ f_i(x) over the ball ‖x‖ ≤ radius, as Cost-Aware SGD sees it.
+
+    ``grad(indices, x)`` returns the rows ∇f_{indices[k]}(x_k), shape (k, d), for x of shape (d,)
+    (one point) or (k, d) (one point per index). ``G`` bounds ‖∇f_i‖ on the ball, ``c`` holds the
+    costs. Optional: ``f(x)`` (batched over leading axes), ``x_star``, and ``error(x) = f(x) − f*``,
+    without which the recorded errors are None.
+    """
+
+    n: int
+    d: int
+    G: np.ndarray
+    c: np.ndarray
+    radius: float
+
+    def grad(self, indices: np.ndarray, x: np.ndarray) -> np.ndarray: ...
+
 
 def _matrix(A: Any, name: str) -> np.ndarray:
-    arr = np.asarray(A, dtype=np.float64)
+    try:
+        arr = np.asarray(A, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a numeric 2-D array, got {type(A).__name__}") from exc
     if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] == 0:
         raise ValueError(f"{name} must be a non-empty 2-D array, got shape {arr.shape}")
     if not np.isfinite(arr).all():
@@ -62,22 +103,42 @@ def _target(b: Any, n: int, name: str) -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
-class LeastSquares:
-    """f(x) = (1/n) Σ f_i(x), f_i(x) = ½(a_iᵀx − b_i)², on the ball ‖x‖ ≤ R.
+def _costs(c: Any, n: int) -> np.ndarray:
+    if c is None:
+        return np.ones(n)
+    c = positive_vector(c, "c")
+    if c.size != n:
+        raise ValueError(f"c must have {n} entries (one per component), got {c.size}")
+    return c
 
-    G_i = ‖a_i‖(‖a_i‖R + |b_i|) bounds ‖∇f_i(x)‖ = ‖a_i‖·|a_iᵀx − b_i| on the ball (|a_iᵀx| ≤ ‖a_i‖R).
-    The default radius is 2‖x*‖ (x* the least-squares solution), and a given radius must contain x*,
-    so x* is the constrained minimiser too and f(x) − f* = ½(x − x*)ᵀH(x − x*) with H = AᵀA/n.
+
+def _points(x: Any, d: int) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    if x.shape[-1:] != (d,):
+        raise ValueError(f"x must have last dimension d = {d}, got shape {x.shape}")
+    return x
+
+
+class LeastSquares:
+    """f_i(x) = ½(a_iᵀx − b_i)² on the ball ‖x‖ ≤ R.
+
+    G_i = ‖a_i‖(‖a_i‖R + |b_i|): ∇f_i(x) = a_i(a_iᵀx − b_i) and |a_iᵀx| ≤ ‖a_i‖R on the ball
+    (Cauchy–Schwarz), so this bounds ‖∇f_i‖ wherever SGD goes. The default radius is 2‖x*‖
+    (x* the least-squares solution); a given radius must contain x*, so x* is also the constrained
+    minimiser and f(x) − f* = ½(x − x*)ᵀH(x − x*) exactly, H = AᵀA/n (no cancellation against f*).
 
     >>> prob = LeastSquares(np.eye(3), np.ones(3))
-    >>> prob.radius, round(prob.error(np.zeros(3)), 6)
+    >>> prob.radius, round(float(prob.error(np.zeros(3))), 6)
     (3.4641016151377544, 0.5)
     """
 
-    def __init__(self, A: Any, b: Any, radius: float | None = None) -> None:
+    kind = 0  # the runner's kernel code for this loss
+
+    def __init__(self, A: Any, b: Any, c: Any | None = None, radius: float | None = None) -> None:
         self.A = _matrix(A, "A")
         self.n, self.d = self.A.shape
         self.b = _target(b, self.n, "b")
+        self.c = _costs(c, self.n)
         self.H = self.A.T @ self.A / self.n
         self.x_star = np.linalg.lstsq(self.A, self.b, rcond=None)[0]
         norm_star = float(np.linalg.norm(self.x_star))
@@ -90,129 +151,321 @@ class LeastSquares:
             )
         self.row_norms = np.linalg.norm(self.A, axis=1)
         self.G = self.row_norms * (self.row_norms * self.radius + np.abs(self.b))
-        self.f_star = self.loss(self.x_star)
+        self.f_star = float(self.f(self.x_star))
 
-    def loss(self, x: np.ndarray) -> float:
-        r = self.A @ x - self.b
-        return float(0.5 * np.mean(r * r))
+    def f(self, x: Any) -> np.ndarray | float:
+        x = _points(x, self.d)
+        r = x @ self.A.T - self.b
+        return 0.5 * np.mean(r * r, axis=-1)
 
-    def grad_i(self, i: int, x: np.ndarray) -> np.ndarray:
-        return self.A[i] * (self.A[i] @ x - self.b[i])
+    def grad(self, indices: Any, x: Any) -> np.ndarray:
+        idx = np.asarray(indices, dtype=np.int64)
+        a = self.A[idx]
+        resid = np.einsum("...j,...j->...", a, _points(x, self.d)) - self.b[idx]
+        return a * resid[..., None]
 
-    def error(self, x: np.ndarray) -> float:
-        """f(x) − f* through the quadratic form (no cancellation against f*)."""
-        e = np.asarray(x, dtype=np.float64) - self.x_star
-        return float(0.5 * e @ self.H @ e)
+    def error(self, x: Any) -> np.ndarray | float:
+        """f(x) − f* through the quadratic form, batched over leading axes of x."""
+        e = _points(x, self.d) - self.x_star
+        return 0.5 * np.sum((e @ self.H) * e, axis=-1)
 
 
 class LogisticRegression:
-    """f_i(x) = log(1 + exp(−y_i a_iᵀx)) with labels y_i ∈ {−1, +1}; G_i = ‖a_i‖ (|σ| ≤ 1 everywhere).
+    """f_i(x) = log(1 + exp(−y_i a_iᵀx)), labels y_i ∈ {−1, +1}, on the ball ‖x‖ ≤ R (default 10).
 
-    The reference :func:`cost_aware_sgd` runs on it; :func:`run_trials` is least squares only.
+    G_i = ‖a_i‖: ∇f_i(x) = −y_i σ(−y_i a_iᵀx) a_i and 0 < σ < 1. x* is the minimiser over the ball
+    (it exists even for separable data): Newton's method on f + (λ/2)‖x‖², with λ = 0 if that
+    minimiser lies inside the ball, else λ > 0 found by bisection so that ‖x(λ)‖ = R (KKT).
 
     >>> prob = LogisticRegression(np.eye(2), [1, -1])
-    >>> round(prob.loss(np.zeros(2)), 6)
-    0.693147
+    >>> round(float(prob.f(np.zeros(2))), 6), bool(np.linalg.norm(prob.x_star) <= 10 + 1e-9)
+    (0.693147, True)
     """
 
-    def __init__(self, A: Any, y: Any, radius: float = 10.0) -> None:
+    kind = 1
+
+    def __init__(self, A: Any, y: Any, c: Any | None = None, radius: float = 10.0) -> None:
         self.A = _matrix(A, "A")
         self.n, self.d = self.A.shape
         self.y = _target(y, self.n, "y")
-        if not np.isin(self.y, (-1.0, 1.0)).all():
-            bad = self.y[~np.isin(self.y, (-1.0, 1.0))][0]
-            raise ValueError(f"y must hold labels -1 or +1, got {bad!r}")
+        bad = ~np.isin(self.y, (-1.0, 1.0))
+        if bad.any():
+            raise ValueError(f"y must hold labels -1 or +1, got {self.y[bad][0]!r}")
+        self.b = self.y  # the kernel's per-row scalar
+        self.c = _costs(c, self.n)
         self.radius = positive_scalar(radius, "radius")
         self.row_norms = np.linalg.norm(self.A, axis=1)
         self.G = self.row_norms.copy()
+        self.x_star = self._ball_minimiser()
+        self.f_star = float(self.f(self.x_star))
 
-    def loss(self, x: np.ndarray) -> float:
-        return float(np.mean(np.logaddexp(0.0, -self.y * (self.A @ x))))
+    def f(self, x: Any) -> np.ndarray | float:
+        m = _points(x, self.d) @ self.A.T * self.y
+        return np.mean(np.logaddexp(0.0, -m), axis=-1)
 
-    def grad_i(self, i: int, x: np.ndarray) -> np.ndarray:
-        m = self.y[i] * (self.A[i] @ x)
-        return -self.y[i] * self.A[i] * (0.5 * (1.0 - np.tanh(0.5 * m)))  # σ(−m), overflow-free
+    def grad(self, indices: Any, x: Any) -> np.ndarray:
+        idx = np.asarray(indices, dtype=np.int64)
+        a = self.A[idx]
+        m = self.y[idx] * np.einsum("...j,...j->...", a, _points(x, self.d))
+        return a * (-self.y[idx] * 0.5 * (1.0 - np.tanh(0.5 * m)))[..., None]  # σ(−m), overflow-free
+
+    def error(self, x: Any) -> np.ndarray | float:
+        """f(x) − f*, batched over leading axes (chunked: each point costs one pass over A)."""
+        x = _points(x, self.d)
+        flat = x.reshape(-1, self.d)
+        out = np.concatenate([self.f(flat[k : k + 2048]) for k in range(0, len(flat), 2048)])
+        return (out - self.f_star).reshape(x.shape[:-1]) if x.ndim > 1 else float(out[0] - self.f_star)
+
+    def _newton(self, lam: float, x: np.ndarray) -> np.ndarray:
+        for _ in range(100):
+            m = self.y * (self.A @ x)
+            s = 0.5 * (1.0 - np.tanh(0.5 * m))  # σ(−m)
+            g = -(self.A.T @ (self.y * s)) / self.n + lam * x
+            h = (self.A.T * (s * (1 - s))) @ self.A / self.n + (lam + 1e-12) * np.eye(self.d)
+            step = np.linalg.solve(h, g)
+            x = x - step
+            if np.linalg.norm(step) < 1e-13 * (1 + np.linalg.norm(x)):
+                break
+        return x
+
+    def _ball_minimiser(self) -> np.ndarray:
+        x = self._newton(0.0, np.zeros(self.d))
+        if np.all(np.isfinite(x)) and np.linalg.norm(x) <= self.radius:
+            return x
+        lo, hi = 0.0, 1.0
+        while np.linalg.norm(self._newton(hi, np.zeros(self.d))) > self.radius:
+            hi *= 4.0
+        x = np.zeros(self.d)
+        for _ in range(100):  # ‖x(λ)‖ decreases in λ
+            mid = 0.5 * (lo + hi)
+            x = self._newton(mid, x)
+            lo, hi = (mid, hi) if np.linalg.norm(x) > self.radius else (lo, mid)
+            if hi - lo < 1e-15 * hi:
+                break
+        x = self._newton(hi, x)
+        return x * min(1.0, self.radius / np.linalg.norm(x))
 
 
-def theory_step_size(problem: Any, p: Any, steps: int) -> float:
-    """η = D/√(S(p)·T) with D = problem.radius (see the module docstring)."""
-    return problem.radius / np.sqrt(S(p, problem.G) * steps)
+# ---------------------------------------------------------------------------------------------------
+# Step sizes and checks shared by the reference loop and the runner.
 
 
-def _step(problem: Any, p: np.ndarray, steps: int, step_size: float | str) -> float:
+@dataclass(frozen=True)
+class StepRule:
+    """The resolved schedule: step sizes η_t and averaging weights ω_t for t = 1..T."""
+
+    eta: np.ndarray
+    omega: np.ndarray
+    rule: str
+
+
+def _weight_scale(p: np.ndarray, weights: str) -> float:
+    """Factor that ``weights`` applies on top of the raw 1/(n p_i)."""
+    if weights == "raw":
+        return 1.0
+    if weights == "centred":
+        return p.size / dist.support_size(p)
+    raise ValueError(f"weights must be 'raw' or 'centred', got {weights!r}")
+
+
+def _positive_int(v: Any, name: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+        raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    return int(v)
+
+
+def step_schedule(
+    problem: Any,
+    p: Any,
+    steps: int,
+    step_size: StepSize = "convex",
+    *,
+    D: float | None = None,
+    mu: float | None = None,
+    weights: str = "raw",
+    averaging: str | None = None,
+) -> StepRule:
+    """η_t and ω_t for ``steps`` steps (see the module docstring for every rule).
+
+    >>> prob = LeastSquares(np.eye(2), [1.0, 1.0])
+    >>> r = step_schedule(prob, [0.5, 0.5], 4, "strongly_convex", mu=0.5)
+    >>> r.eta.tolist(), r.omega.tolist()
+    ([2.0, 1.3333333333333333, 1.0, 0.8], [1.0, 2.0, 3.0, 4.0])
+    """
+    p = probability_vector(p, "p")
+    steps = _positive_int(steps, "steps")
+    scale = _weight_scale(p, weights)
+    t = np.arange(1, steps + 1)
     if isinstance(step_size, str):
-        if step_size != "theory":
-            raise ValueError(f"step_size must be 'theory' or a positive float, got {step_size!r}")
-        return theory_step_size(problem, p, steps)
-    return positive_scalar(step_size, "step_size")
+        if step_size == "convex":
+            D = problem.radius if D is None else positive_scalar(D, "D")
+            eta = np.full(steps, D / np.sqrt(S(p, problem.G) * steps) / scale)
+            default_avg = "uniform"
+        elif step_size == "strongly_convex":
+            if mu is None:
+                raise ValueError(
+                    "mu must be given (the strong-convexity constant) for step_size='strongly_convex'"
+                )
+            eta = 2.0 / (positive_scalar(mu, "mu") * (t + 1.0)) / scale
+            default_avg = "linear"
+        else:
+            raise ValueError(
+                f"step_size must be 'convex', 'strongly_convex', a positive float or a callable, got {step_size!r}"
+            )
+        rule = step_size
+    elif callable(step_size):
+        eta = np.asarray(step_size(t), dtype=np.float64)
+        if eta.shape != (steps,) or not np.all(np.isfinite(eta)) or np.any(eta <= 0):
+            raise ValueError(f"step_size(t) must return {steps} finite positive step sizes, got {eta!r}")
+        default_avg, rule = "uniform", "callable"
+    else:
+        eta = np.full(steps, positive_scalar(step_size, "step_size"))
+        default_avg, rule = "uniform", "constant"
+    averaging = default_avg if averaging is None else averaging
+    if averaging == "uniform":
+        omega = np.ones(steps)
+    elif averaging == "linear":
+        omega = t.astype(np.float64)
+    else:
+        raise ValueError(f"averaging must be 'uniform' or 'linear', got {averaging!r}")
+    return StepRule(eta, omega, f"{rule}, {averaging} averaging")
 
 
-def _checked(problem: Any, p: Any, steps: int) -> tuple[np.ndarray, int]:
+def _checked_p(problem: Any, p: Any) -> np.ndarray:
     p = probability_vector(p, "p")
     if p.size != problem.n:
         raise ValueError(f"p must have one entry per component (n = {problem.n}), got {p.size}")
     if ((p == 0) & (problem.G > 0)).any():
-        raise ValueError("p must be > 0 wherever G > 0, or the importance-weighted gradient is biased")
-    if int(steps) != steps or steps < 1:
-        raise ValueError(f"steps must be a positive integer, got {steps!r}")
-    return p, int(steps)
+        i = int(np.flatnonzero((p == 0) & (problem.G > 0))[0])
+        raise ValueError(
+            f"p must be > 0 wherever G > 0 (else the weighted gradient is biased), got p[{i}] = 0"
+        )
+    return p
+
+
+def _recorded(record: Any, steps: int, name: str) -> np.ndarray:
+    if record is None:
+        return np.array([steps], dtype=np.int64)
+    if np.ndim(record) == 0:
+        return log_checkpoints(steps, _positive_int(record, name))
+    ck = np.asarray(record)
+    if (
+        ck.ndim != 1
+        or ck.size == 0
+        or not np.issubdtype(ck.dtype, np.integer)
+        or ck[0] < 1
+        or ck[-1] > steps
+        or (np.diff(ck) <= 0).any()
+    ):
+        raise ValueError(f"{name} must be increasing integer step numbers in [1, {steps}], got {ck}")
+    return ck.astype(np.int64)
+
+
+def log_checkpoints(steps: int, count: int = 60) -> np.ndarray:
+    """About ``count`` log-spaced distinct step numbers in [1, steps], always ending at ``steps``.
+
+    >>> log_checkpoints(1000, 5).tolist()
+    [1, 6, 32, 178, 1000]
+    """
+    steps, count = _positive_int(steps, "steps"), _positive_int(count, "count")
+    grid = np.unique(np.round(np.geomspace(1, steps, count)).astype(np.int64))
+    grid[-1] = steps
+    return grid
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reference: Algorithm 1, one step at a time, for any FiniteSum.
 
 
 @dataclass(frozen=True)
 class SGDResult:
-    x_avg: np.ndarray  # (1/T) Σ x_t, what Algorithm 1 returns
-    x_last: np.ndarray
-    indices: np.ndarray  # (T,) the components drawn
+    x_avg: np.ndarray  # Σ ω_t x_t / Σ ω_t over the T query points: what Algorithm 1 returns
+    x_last: np.ndarray  # x_{T+1}
+    indices: np.ndarray  # (T,) components drawn
     cumulative_cost: np.ndarray  # (T,) Σ_{s≤t} c_{i_s}
-    step_size: float
+    schedule: StepRule
+    record_steps: np.ndarray  # steps t at which the iterates below were recorded
+    x_avg_at: np.ndarray  # (len(record_steps), d)
+    x_last_at: np.ndarray
+    error_avg: np.ndarray | None  # f − f* at the recorded steps, if the problem has error()
+    error_last: np.ndarray | None
 
 
 def cost_aware_sgd(
-    problem: Any,
+    problem: FiniteSum,
     p: Any,
     steps: int,
-    step_size: float | str = "theory",
-    radius: float | None = None,
-    rng: np.random.Generator | int | None = None,
     *,
-    costs: Any | None = None,
+    step_size: StepSize = "convex",
+    D: float | None = None,
+    mu: float | None = None,
+    radius: float | None = None,
+    weights: str = "raw",
+    averaging: str | None = None,
+    rng: np.random.Generator | int | None = None,
     indices: Any | None = None,
+    record: int | Any | None = None,
 ) -> SGDResult:
-    """Reference Cost-Aware SGD (a plain loop over steps; :func:`run_trials` is the fast path).
+    """Reference Cost-Aware SGD: a plain loop over steps (:func:`run_trials` is the fast path).
 
-    ``radius`` overrides the projection radius (default ``problem.radius``), ``costs`` (default all 1)
-    gives c_i, and ``indices`` replays a given draw sequence instead of drawing from ``rng``.
+    ``radius`` overrides ``problem.radius``; ``indices`` replays a given draw sequence instead of
+    drawing from ``rng`` (alias table, :func:`costaware.alias.draw`); ``record`` is a count of
+    log-spaced steps or an increasing array of steps at which to keep x̄_t and x_{t+1}.
     """
-    p, steps = _checked(problem, p, steps)
-    n = problem.n
-    c = np.ones(n) if costs is None else positive_vector(costs, "costs")
-    if c.size != n:
-        raise ValueError(f"costs must have {n} entries, got {c.size}")
+    p = _checked_p(problem, p)
+    steps = _positive_int(steps, "steps")
     R = problem.radius if radius is None else positive_scalar(radius, "radius")
-    eta = _step(problem, p, steps, step_size)
+    sched = step_schedule(problem, p, steps, step_size, D=D, mu=mu, weights=weights, averaging=averaging)
+    rec = _recorded(record, steps, "record")
+    n = problem.n
     if indices is None:
         idx = draw(*build_alias(p), steps, rng)
     else:
-        idx = np.asarray(indices, dtype=np.int64)
-        if idx.shape != (steps,) or idx.min() < 0 or idx.max() >= n:
+        idx = np.asarray(indices)
+        if (
+            idx.shape != (steps,)
+            or not np.issubdtype(idx.dtype, np.integer)
+            or idx.min() < 0
+            or idx.max() >= n
+        ):
             raise ValueError(f"indices must be {steps} integers in [0, {n}), got shape {idx.shape}")
-    weights = 1.0 / (n * p)
+        idx = idx.astype(np.int64)
+    w = _weight_scale(p, weights) / (n * p[idx])
     x = np.zeros(problem.d)
     x_sum = np.zeros(problem.d)
-    for i in idx:
-        x = x - eta * weights[i] * problem.grad_i(int(i), x)
+    omega_sum = 0.0
+    x_avg_at, x_last_at = np.empty((rec.size, problem.d)), np.empty((rec.size, problem.d))
+    k = 0
+    for t in range(steps):
+        x_sum += sched.omega[t] * x  # x is the query point of step t + 1
+        omega_sum += sched.omega[t]
+        x = x - sched.eta[t] * w[t] * problem.grad(idx[t : t + 1], x)[0]
         norm = np.linalg.norm(x)
         if norm > R:
             x *= R / norm
-        x_sum += x
-    return SGDResult(x_sum / steps, x, idx, np.cumsum(c[idx]), eta)
+        if k < rec.size and t + 1 == rec[k]:  # no early exit: x_avg, x_last are at step T
+            x_avg_at[k], x_last_at[k] = x_sum / omega_sum, x
+            k += 1
+    err = getattr(problem, "error", None)
+    e_avg = None if err is None else np.asarray(err(x_avg_at), dtype=np.float64)
+    e_last = None if err is None else np.asarray(err(x_last_at), dtype=np.float64)
+    return SGDResult(
+        x_sum / omega_sum, x, idx, np.cumsum(problem.c[idx]), sched, rec, x_avg_at, x_last_at, e_avg, e_last
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
-# Vectorised multi-trial runner (least squares).
+# Multi-trial runner: numba, trials in parallel, draws and steps in one compiled loop.
+#
+# Each trial has its own xorshift64* stream seeded by splitmix64(seed, trial), so a trial's path does
+# not depend on the thread count, on chunking, or on which other trials run. Threads take blocks of
+# _BLOCK trials; inside a block the trials advance one step each in turn, so that one trial's
+# dependent chain (dot → coefficient → update → next dot) overlaps with the next trial's work.
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MUL = np.uint64(2685821657736338717)
+_BLOCK = 16  # measured: 8 → ~38, 16 → ~57, 32 → ~53 M trial-steps/s (float32, bench defaults, 2 cores)
+_AHEAD = 64  # steps drawn ahead per pass; float32 running sums go into float64 after each pass
 
 
 @njit(inline="always")
@@ -240,121 +493,126 @@ def _next_uniform(s: np.uint64) -> tuple[np.uint64, float]:  # pragma: no cover
     return s, float((s * _MUL) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
 
 
-@njit(inline="always")
-def _alias_branchless(prob, alias, u):  # pragma: no cover - compiled
-    """Same draw as ``costaware.alias.alias_draw_single`` (column ⌊u·n⌋, coin u·n − column), without a branch to mispredict."""
-    n = prob.size
-    x = u * n
-    j = min(int(x), n - 1)
-    keep = x - j < prob[j]
-    return j * keep + alias[j] * (1 - keep)
-
-
 @njit(cache=True)
-def _indices_kernel(prob, alias, steps, seed, trial):  # pragma: no cover
+def _indices_kernel(prob, alias, steps, seed, trial):  # pragma: no cover - compiled
     s = _trial_state(np.uint64(seed), np.uint64(trial))
     out = np.empty(steps, dtype=np.int64)
     for t in range(steps):
         s, u = _next_uniform(s)
-        out[t] = _alias_branchless(prob, alias, u)
+        out[t] = alias_draw_single(prob, alias, u)
     return out
 
 
 def runner_indices(p: Any, steps: int, seed: int, trial: int) -> np.ndarray:
-    """The exact draw sequence :func:`run_trials` uses for ``trial`` (for replay and tests)."""
+    """The exact draw sequence :func:`run_trials` uses for ``trial`` (replay it with ``cost_aware_sgd``)."""
     prob, alias = build_alias(p)
-    return _indices_kernel(prob, alias, int(steps), np.uint64(seed), np.uint64(trial))
+    return _indices_kernel(prob, alias, _positive_int(steps, "steps"), np.uint64(seed), np.uint64(trial))
 
 
 @njit(parallel=True, fastmath=True, cache=True)
-def _ls_kernel(
-    A,
-    b,
-    weights,
-    row_sq,
+def _trials_kernel(
+    A,  # (n, dp) float32/float64, columns d..dp zero padding
+    b,  # (n,) LS targets or logistic labels
+    kind,  # 0 least squares, 1 logistic
+    w,  # (n,) importance weights
+    row_sq,  # (n,) ‖a_i‖²
     costs,
     prob,
     alias,
-    x_star,
-    H,
-    eta,
+    eta,  # (T,) step sizes
+    omega,  # (T,) averaging weights
     radius,
-    steps,
-    checkpoints,
+    checkpoints,  # (K,) increasing steps
     seed,
-    err_avg,
-    err_last,
-    cum_cost,
+    first_trial,
+    out_sum,  # (trials, K, d) Σ ω x at each checkpoint
+    out_last,  # (trials, K, d)
+    out_cost,  # (trials, K)
 ):  # pragma: no cover - compiled
-    trials = err_avg.shape[0]
-    n_ck = checkpoints.size
-    d = A.shape[1]
+    trials, n_ck, d = out_sum.shape
+    dp = A.shape[1]
+    zero = A.dtype.type(0.0)
     r2 = radius * radius
-    useed = np.uint64(seed)
-    for tr in prange(trials):
-        s = _trial_state(useed, np.uint64(tr))
-        x = np.zeros(d)
-        x_sum = np.zeros(d)
-        e = np.empty(d)
-        sq = 0.0  # ‖x‖², updated in O(1) per step and re-synced on projection
-        cost = 0.0
-        k = 0
-        for t in range(1, steps + 1):
-            s, u = _next_uniform(s)
-            i = _alias_branchless(prob, alias, u)
-            dot = 0.0
-            for j in range(d):
-                dot += A[i, j] * x[j]
-            coef = eta * weights[i] * (dot - b[i])
-            sq = sq - 2.0 * coef * dot + coef * coef * row_sq[i]
-            if sq > r2:  # rare when R is generous: project exactly
-                sq = 0.0
-                for j in range(d):
-                    x[j] -= coef * A[i, j]
-                    sq += x[j] * x[j]
-                scale = np.sqrt(r2 / sq) if sq > r2 else 1.0
-                sq = 0.0
-                for j in range(d):
-                    x[j] *= scale
-                    x_sum[j] += x[j]
-                    sq += x[j] * x[j]
-            else:
-                for j in range(d):
-                    x[j] -= coef * A[i, j]
-                    x_sum[j] += x[j]
-            cost += costs[i]
-            if t == checkpoints[k]:
-                for which in range(2):
-                    for j in range(d):
-                        e[j] = (x_sum[j] / t if which == 0 else x[j]) - x_star[j]
-                    q = 0.0
-                    for j in range(d):
-                        hj = 0.0
-                        for m in range(d):
-                            hj += H[j, m] * e[m]
-                        q += e[j] * hj
-                    if which == 0:
-                        err_avg[tr, k] = 0.5 * q
+    n_blocks = (trials + _BLOCK - 1) // _BLOCK
+    steps = checkpoints[n_ck - 1]
+    for blk in prange(n_blocks):
+        lo = blk * _BLOCK
+        kk = min(_BLOCK, trials - lo)
+        X = np.zeros((_BLOCK, dp), dtype=A.dtype)
+        XS = np.zeros((_BLOCK, dp), dtype=A.dtype)  # short running sums, flushed into XS64
+        XS64 = np.zeros((_BLOCK, dp))
+        state = np.empty(_BLOCK, dtype=np.uint64)
+        sq = np.zeros(_BLOCK)  # ‖x‖², updated in O(1) per step, recomputed when it nears r²
+        cost = np.zeros(_BLOCK)
+        draws = np.empty((_BLOCK, _AHEAD), dtype=np.int64)
+        cum = np.empty((_BLOCK, _AHEAD))
+        for k in range(kk):
+            state[k] = _trial_state(np.uint64(seed), np.uint64(first_trial + lo + k))
+        c = 0
+        for t0 in range(0, steps, _AHEAD):
+            m = min(_AHEAD, steps - t0)
+            # Draw the next m indices of every trial first (trials interleaved: 16 independent RNG
+            # chains in flight). This has no dependence on x, so the SGD loop below never waits on
+            # a table lookup or a mispredicted coin flip.
+            for q in range(m):
+                for k in range(kk):
+                    s, u = _next_uniform(state[k])
+                    state[k] = s
+                    i = alias_draw_single(prob, alias, u)
+                    draws[k, q] = i
+                    cost[k] += costs[i]
+                    cum[k, q] = cost[k]
+            for q in range(m):
+                t = t0 + q
+                et = eta[t]
+                om = A.dtype.type(omega[t])
+                for k in range(kk):
+                    i = draws[k, q]
+                    dot = zero
+                    for j in range(dp):
+                        dot += A[i, j] * X[k, j]
+                    z = float(dot)
+                    if kind == 0:
+                        g = z - b[i]
                     else:
-                        err_last[tr, k] = 0.5 * q
-                cum_cost[tr, k] = cost
-                sq = 0.0  # re-sync the running norm against rounding drift
-                for j in range(d):
-                    sq += x[j] * x[j]
-                k += 1
-                if k == n_ck:
-                    break
-
-
-def log_checkpoints(steps: int, count: int = 60) -> np.ndarray:
-    """About ``count`` log-spaced distinct step numbers in [1, steps], always ending at ``steps``."""
-    if int(steps) != steps or steps < 1:
-        raise ValueError(f"steps must be a positive integer, got {steps!r}")
-    if int(count) != count or count < 1:
-        raise ValueError(f"count must be a positive integer, got {count!r}")
-    grid = np.unique(np.round(np.geomspace(1, steps, int(count))).astype(np.int64))
-    grid[-1] = steps
-    return grid
+                        mz = b[i] * z  # −y σ(−y z), with exp of a non-positive argument only
+                        if mz <= 0.0:
+                            g = -b[i] / (1.0 + np.exp(mz))
+                        else:
+                            g = -b[i] * np.exp(-mz) / (1.0 + np.exp(-mz))
+                    coef = et * w[i] * g
+                    cf = A.dtype.type(coef)
+                    for j in range(dp):
+                        XS[k, j] += om * X[k, j]
+                        X[k, j] -= cf * A[i, j]
+                    nsq = sq[k] - 2.0 * coef * z + coef * coef * row_sq[i]
+                    if nsq > r2 * (1.0 - 1e-9):  # near or past the sphere: exact norm, then project
+                        nsq = 0.0
+                        for j in range(dp):
+                            nsq += float(X[k, j]) * float(X[k, j])
+                        if nsq > r2:
+                            scale = A.dtype.type(np.sqrt(r2 / nsq))
+                            for j in range(dp):
+                                X[k, j] *= scale
+                            nsq = r2
+                    sq[k] = nsq
+                if c < n_ck and t + 1 == checkpoints[c]:
+                    for k in range(kk):
+                        nsq = 0.0
+                        for j in range(dp):
+                            XS64[k, j] += XS[k, j]
+                            XS[k, j] = zero
+                            nsq += float(X[k, j]) * float(X[k, j])
+                        for j in range(d):
+                            out_sum[lo + k, c, j] = XS64[k, j]
+                            out_last[lo + k, c, j] = X[k, j]
+                        sq[k] = nsq  # re-sync the running norm against rounding drift
+                        out_cost[lo + k, c] = cum[k, q]
+                    c += 1
+            for k in range(kk):  # flush the short float32 sums (exact for float64)
+                for j in range(dp):
+                    XS64[k, j] += XS[k, j]
+                    XS[k, j] = zero
 
 
 @dataclass(frozen=True)
@@ -363,27 +621,39 @@ class TrialCurves:
 
     checkpoints: np.ndarray
     err_avg: np.ndarray  # f(x̄_t) − f*
-    err_last: np.ndarray  # f(x_t) − f*
+    err_last: np.ndarray  # f(x_{t+1}) − f*
     cost: np.ndarray  # cumulative cost Σ_{s≤t} c_{i_s}
-    step_size: float
+    schedule: StepRule
+    x_avg: np.ndarray | None = None  # (trials, K, d) if keep_iterates
+    x_last: np.ndarray | None = None
 
 
 def run_trials(
-    problem: LeastSquares,
+    problem: LeastSquares | LogisticRegression,
     p: Any,
     steps: int,
     trials: int,
-    step_size: float | str = "theory",
+    *,
+    step_size: StepSize = "convex",
+    D: float | None = None,
+    mu: float | None = None,
+    weights: str = "raw",
+    averaging: str | None = None,
     seed: int = 0,
     checkpoints: int | Any = 60,
-    *,
-    costs: Any | None = None,
+    dtype: str = "float32",
+    keep_iterates: bool = False,
+    chunks: int = 1,
+    progress: Callable[[int], Any] | None = None,
 ) -> TrialCurves:
-    """``trials`` independent Cost-Aware SGD runs on least squares, in parallel (numba prange).
+    """``trials`` independent Cost-Aware SGD runs (least squares or logistic), in parallel.
 
-    Trial k draws from its own xorshift64* stream seeded from (seed, k), so the curves do not depend
-    on the thread count; :func:`runner_indices` replays any trial's draws. ``checkpoints`` is a count
-    (log-spaced, see :func:`log_checkpoints`) or an increasing array of step numbers in [1, steps].
+    Same algorithm and step rules as :func:`cost_aware_sgd`; trial k's draws are
+    ``runner_indices(p, steps, seed, k)``. ``dtype="float64"`` reproduces the reference loop to
+    rounding; ``"float32"`` (the default, about 1.4× faster) keeps the averaged sums in float64 and
+    moves the curves by ~1e-5 relative, far below their Monte-Carlo spread. Errors are f − f* at the
+    checkpoints (least squares: the exact quadratic form). ``chunks`` splits the trials into that many
+    kernel calls and calls ``progress(trials_done)`` after each (results do not depend on it).
 
     >>> rng = np.random.default_rng(0)
     >>> prob = LeastSquares(rng.normal(size=(100, 4)), rng.normal(size=100))
@@ -391,43 +661,49 @@ def run_trials(
     >>> out.err_avg.shape, out.checkpoints.tolist()
     ((8, 5), [1, 6, 32, 178, 1000])
     """
-    if not isinstance(problem, LeastSquares):
-        raise ValueError(f"run_trials supports LeastSquares problems, got {type(problem).__name__}")
-    p, steps = _checked(problem, p, steps)
-    if int(trials) != trials or trials < 1:
-        raise ValueError(f"trials must be a positive integer, got {trials!r}")
-    if int(seed) != seed or seed < 0:
+    kind = getattr(problem, "kind", None)
+    if not isinstance(problem, (LeastSquares, LogisticRegression)) or kind not in (0, 1):
+        raise ValueError(
+            f"run_trials supports LeastSquares and LogisticRegression, got {type(problem).__name__} "
+            "(use cost_aware_sgd for any other FiniteSum)"
+        )
+    p = _checked_p(problem, p)
+    steps = _positive_int(steps, "steps")
+    trials = _positive_int(trials, "trials")
+    chunks = _positive_int(chunks, "chunks")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    if np.ndim(checkpoints) == 0:
-        ck = log_checkpoints(steps, int(checkpoints))
-    else:
-        ck = np.asarray(checkpoints, dtype=np.int64)
-        if ck.ndim != 1 or ck.size == 0 or ck[0] < 1 or ck[-1] > steps or (np.diff(ck) <= 0).any():
-            raise ValueError(f"checkpoints must be increasing step numbers in [1, {steps}], got {ck}")
-    c = np.ones(problem.n) if costs is None else positive_vector(costs, "costs")
-    if c.size != problem.n:
-        raise ValueError(f"costs must have {problem.n} entries, got {c.size}")
-    eta = _step(problem, p, steps, step_size)
+    if dtype not in ("float32", "float64"):
+        raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
+    ck = _recorded(checkpoints, steps, "checkpoints")
+    sched = step_schedule(problem, p, steps, step_size, D=D, mu=mu, weights=weights, averaging=averaging)
+    n, d = problem.n, problem.d
+    lanes = 16 if dtype == "float32" else 8  # pad d to whole SIMD registers: no remainder loops
+    A = np.zeros((n, -(-d // lanes) * lanes), dtype=dtype)
+    A[:, :d] = problem.A
     prob, alias = build_alias(p)
-    shape = (int(trials), ck.size)
-    err_avg, err_last, cum = np.empty(shape), np.empty(shape), np.empty(shape)
-    _ls_kernel(
-        problem.A,
-        problem.b,
-        1.0 / (problem.n * p),
-        problem.row_norms**2,
-        c,
-        prob,
-        alias,
-        problem.x_star,
-        problem.H,
-        eta,
-        problem.radius,
-        steps,
+    w = _weight_scale(p, weights) / (n * np.where(p > 0, p, 1.0))
+    row_sq = np.einsum("ij,ij->i", A, A, dtype=np.float64)
+    eta = sched.eta[: ck[-1]].copy()
+    omega = sched.omega[: ck[-1]].copy()
+    x_sum = np.empty((trials, ck.size, d))
+    x_last = np.empty((trials, ck.size, d))
+    cost = np.empty((trials, ck.size))
+    bounds = np.linspace(0, trials, min(chunks, trials) + 1).astype(np.int64)
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        _trials_kernel(
+            A, problem.b, kind, w, row_sq, problem.c, prob, alias, eta, omega, problem.radius, ck,
+            np.uint64(seed), np.int64(lo), x_sum[lo:hi], x_last[lo:hi], cost[lo:hi],
+        )  # fmt: skip
+        if progress is not None:
+            progress(int(hi))
+    x_avg = x_sum / np.cumsum(omega)[ck - 1][None, :, None]
+    return TrialCurves(
         ck,
-        int(seed),
-        err_avg,
-        err_last,
-        cum,
+        np.asarray(problem.error(x_avg)),
+        np.asarray(problem.error(x_last)),
+        cost,
+        sched,
+        x_avg if keep_iterates else None,
+        x_last if keep_iterates else None,
     )
-    return TrialCurves(ck, err_avg, err_last, cum, eta)
