@@ -63,8 +63,11 @@ def test_reproduce_quick_end_to_end_and_resume(tmp_path, capsys):
     for setting in ("## GRPO+ZVF", "## CISPO", "## Best checkpoint accuracy"):
         assert setting in md
     assert (out / "accuracy_vs_tokens.png").stat().st_size > 10_000
+    assert "## Runs" in md and "own / plain" in md
     html = (out / "report.html").read_text()
-    assert "data:image/png;base64," in html
+    assert "data:image/png;base64," in html and "<table>" in html
+    if any(json.loads(f.read_text()).get("diagnostics") for f in (out / "runs").glob("*.json")):
+        assert "## Proxy fidelity" in md and (out / "proxy_fidelity.png").stat().st_size > 10_000
     summary = json.loads((out / "summary.json").read_text())["summary"]
     assert set(summary) == {"GRPO", "GRPO+ZVF", "CISPO"}
     runs = sorted((out / "runs").glob("*.json"))
@@ -75,3 +78,22 @@ def test_reproduce_quick_end_to_end_and_resume(tmp_path, capsys):
     assert main(["reproduce", "--quick", "--out", str(out), "--jobs", "1"]) == 0
     assert "already finished" in capsys.readouterr().out
     assert {f.name: f.stat().st_mtime_ns for f in sorted((out / "runs").glob("*.json"))} == first  # nothing re-run
+
+
+def test_fidelity_summary_means_over_training_and_skips_nonfinite():
+    from costaware.report.grpo import fidelity_summary
+
+    def run(label, vals):
+        return {"setting": "GRPO", "label": label,
+                "diagnostics": [{"step": i, "tokens": 10 * i, **v} for i, v in enumerate(vals)]}
+
+    out = fidelity_summary([
+        run("GRPO", [{"pearson": 0.8, "chi2": 0.2}, {"pearson": 0.6, "chi2": float("inf")}]),
+        run("GRPO", [{"pearson": 0.7, "chi2": 0.4, "j_vs_uniform": 0.5}]),
+        {"setting": "GRPO", "label": "SFT continuation", "evals": []},
+    ])
+    assert set(out["GRPO"]) == {"GRPO"}
+    g = out["GRPO"]["GRPO"]
+    assert g["pearson"]["mean"] == pytest.approx(0.7) and g["pearson"]["n"] == 3
+    assert g["chi2"]["mean"] == pytest.approx(0.3) and g["chi2"]["max"] == pytest.approx(0.4)  # inf left out
+    assert g["j_vs_uniform"]["n"] == 1

@@ -87,11 +87,13 @@ def sft(
     warmup_frac: float = 0.05,
     decay: bool = True,
     on_step: Callable[[int, int], None] | None = None,
+    max_tokens: int | None = None,
 ) -> dict[str, Any]:
     """Supervised fine-tuning on fresh demonstrations every step; returns tokens and time spent.
 
     ``on_step(step, cumulative_tokens)`` is called after every optimiser step (used by the control run to
     evaluate on the RL runs' schedule). Tokens counted are prompt + response + EOS of every row.
+    With ``max_tokens``, training stops after the step at which the tokens reach it.
     """
     if steps < 1 or batch_size < 1 or not lr > 0:
         raise ValueError(f"steps, batch_size and lr must be positive, got {steps}, {batch_size}, {lr}")
@@ -122,8 +124,11 @@ def sft(
         sched.step()
         tokens += int(batch["attention_mask"].sum())
         losses.append(float(out.loss))
+        last = max_tokens is not None and tokens >= max_tokens
         if on_step is not None:
             on_step(step + 1, tokens)
+        if last:
+            break
     model.eval()
     return {"tokens": tokens, "seconds": time.perf_counter() - start, "final_loss": float(np.mean(losses[-20:]))}
 
