@@ -58,7 +58,8 @@ def test_reproduce_quick_end_to_end_and_resume(tmp_path, capsys):
     out = tmp_path / "rq"
     assert main(["reproduce", "--quick", "--out", str(out), "--jobs", "1"]) == 0
     md = (out / "report.md").read_text()
-    for series in ("GRPO", "p*", "nonzero", "pods", "p*_smooth(0.01)", "SFT continuation", "inv_sqrt_cost"):
+    for series in ("GRPO", "p*", "nonzero", "pods", "p*_smooth(0.01)", "SFT continuation", "inv_sqrt_cost",
+                   "p* (tokens/step matched)"):
         assert f"| {series} |" in md, series
     for setting in ("## GRPO+ZVF", "## CISPO", "## Best checkpoint accuracy"):
         assert setting in md
@@ -97,3 +98,37 @@ def test_fidelity_summary_means_over_training_and_skips_nonfinite():
     assert g["pearson"]["mean"] == pytest.approx(0.7) and g["pearson"]["n"] == 3
     assert g["chi2"]["mean"] == pytest.approx(0.3) and g["chi2"]["max"] == pytest.approx(0.4)  # inf left out
     assert g["j_vs_uniform"]["n"] == 1
+
+
+def test_eval_schedule_by_tokens_and_by_rounds():
+    import dataclasses
+
+    from costaware.experiments.reproduce import PROFILES, _EvalSchedule
+
+    prof = dataclasses.replace(PROFILES["quick"], token_budget=100, eval_points=4)
+    due = _EvalSchedule(prof)
+    assert [due(r, t) for r, t in enumerate([10, 30, 40, 55, 90])] == [False, True, False, True, True]
+    assert not due.done(99) and due.done(100)
+    assert due(9, 200)  # past the budget: always the final evaluation
+    by_rounds = _EvalSchedule(dataclasses.replace(prof, token_budget=0, eval_every=3))
+    assert [by_rounds(r, 10**9) for r in range(1, 7)] == [False, False, True, False, False, True]
+    assert by_rounds(7, 0, last=True)
+
+
+def test_bootstrap_curve_stats_reads_the_seed_mean_curve():
+    from costaware.report.grpo import bootstrap_curve_stats, mean_curve
+
+    def run(acc, tokens=(0, 100, 200, 300)):
+        return {"evals": [{"tokens": t, "accuracy": a} for t, a in zip(tokens, acc, strict=False)]}
+
+    a, b = run([0.2, 0.4, 0.5, 0.6]), run([0.2, 0.6, 0.5, 0.4])
+    x, y = mean_curve([a, b, run([0.2, 0.5])])  # the short run truncates the curve to 2 points
+    assert x.tolist() == [0, 100] and y.tolist() == pytest.approx([0.2, 0.5])
+    out = bootstrap_curve_stats([a, b], {"hi": 0.5, "never": 0.9}, n_boot=500)
+    assert out["peak"] == pytest.approx(0.5)  # seed-mean curve: 0.2, 0.5, 0.5, 0.5 (not the mean of peaks, 0.6)
+    assert out["tokens_to_hi"] == pytest.approx(100.0)
+    lo, hi = out["peak_ci"]
+    assert lo <= 0.5 <= hi and hi == pytest.approx(0.6)  # resampling b twice gives its peak 0.6
+    assert out["tokens_to_never"] == float("inf") and out["tokens_to_never_ci"] == (float("inf"), float("inf"))
+    # resamples {b,b}: 0.5 reached at 75 tokens; {a,b}: at 100; {a,a}: at 200
+    assert out["tokens_to_hi_ci"] == pytest.approx((75.0, 200.0))

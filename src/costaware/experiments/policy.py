@@ -123,7 +123,7 @@ def sft(
         opt.step()
         sched.step()
         tokens += int(batch["attention_mask"].sum())
-        losses.append(float(out.loss))
+        losses.append(float(out.loss.detach()))
         last = max_tokens is not None and tokens >= max_tokens
         if on_step is not None:
             on_step(step + 1, tokens)

@@ -93,12 +93,15 @@ class RunSpec:
     zvf: bool = False
     alpha: float = 0.01
     proxy_noise: float = 0.0
+    step_budget: str = "rows"  # "tokens": each step draws until it holds the baseline's tokens
 
     @property
     def label(self) -> str:
         name = {"none": "GRPO", "p_smooth": f"p*_smooth({self.alpha:g})", "p_star": "p*"}.get(self.method, self.method)
         if self.proxy_noise:
             name += f" σ²={self.proxy_noise:g}"
+        if self.step_budget == "tokens":
+            name += " (tokens/step matched)"
         if self.method == "sft":
             name = "SFT continuation"
         return name
@@ -124,13 +127,21 @@ def run_specs(profile: Profile, methods: list[str] | None = None, groups: tuple[
             RunSpec("ablation", "inv_sqrt_cost", s),
             RunSpec("ablation", "p_smooth", s, alpha=0.05),
             RunSpec("ablation", "p_smooth", s, alpha=0.1),
+            RunSpec("ablation", "p_star", s, step_budget="tokens"),
         ]
         specs.append(RunSpec("control", "sft", s))
     return [spec for spec in specs if spec.group in groups]
 
 
 def _run_name(spec: RunSpec) -> str:
-    return f"{spec.group}-{spec.method}-{spec.setting}-a{spec.alpha:g}-n{spec.proxy_noise:g}-s{spec.seed}"
+    budget = "" if spec.step_budget == "rows" else f"-{spec.step_budget}"
+    return f"{spec.group}-{spec.method}-{spec.setting}-a{spec.alpha:g}-n{spec.proxy_noise:g}{budget}-s{spec.seed}"
+
+
+def _non_default(obj: Any) -> dict[str, Any]:
+    """A dataclass's fields that differ from their defaults: adding a defaulted field keeps old keys."""
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)
+            if f.default is dataclasses.MISSING or getattr(obj, f.name) != f.default}
 
 
 def _key(obj: Any) -> str:
@@ -258,6 +269,7 @@ def _run_grpo(spec: RunSpec, profile: Profile, sft_dir: Path, workdir: Path) -> 
         cost_aware_alpha=spec.alpha,
         cost_aware_proxy_noise=spec.proxy_noise,
         cost_aware_zvf=spec.zvf,
+        cost_aware_budget=spec.step_budget,
         cost_aware_pods_keep=min(profile.pods_keep, profile.generations),
         loss_type=profile.loss_type if spec.loss_type == "profile" else spec.loss_type,
         beta=0.0,
@@ -362,7 +374,7 @@ def main(args: argparse.Namespace) -> int:
     print(f"[costaware] profile {args.profile}: SFT warm-up ...", flush=True)
     sft_dir = warm_up(profile, out)
     specs = run_specs(profile, args.methods, tuple(args.only or GROUPS))
-    files = {spec: out / "runs" / f"{_run_name(spec)}-{_key([asdict(spec), asdict(profile)])}.json" for spec in specs}
+    files = {spec: out / "runs" / f"{_run_name(spec)}-{_key([_non_default(spec), _non_default(profile)])}.json" for spec in specs}
     todo = [(spec, f) for spec, f in files.items() if not f.exists()]
     print(f"[costaware] {len(specs)} runs, {len(specs) - len(todo)} already finished, {args.jobs} at a time", flush=True)
     if todo:
