@@ -50,7 +50,10 @@ class SamplingConfig:
         weights: ``"centred"`` (1/(n_supp p_i), E_p[w] = 1) or ``"raw"`` (1/(n p_i)).
         merge_duplicates: a row drawn k times into one mini-batch runs once with weight k·w.
         budget: ``"rows"`` draws as many rows per step as the baseline runs; ``"tokens"`` draws
-            until the baseline's tokens (Σ c_i over the pool) are matched.
+            until the baseline's tokens (Σ c_i over the pool) are matched: the tokens drawn, or
+            with ``merge_duplicates`` the tokens fed, mini-batch by mini-batch. The stopping rule
+            depends only on past draws, so Σ w·g stays unbiased up to the constant E[draws]
+            (Wald's identity).
         pods_keep: PODS, rows kept per group (default: half the group).
     """
 
@@ -202,6 +205,45 @@ def _draw_until_tokens(p: np.ndarray, costs: torch.Tensor, budget: int, gen: tor
     return torch.cat(out)
 
 
+def _draw_until_fed_tokens(
+    p: np.ndarray, costs: torch.Tensor, budget: int, num_minibatches: int, gen: torch.Generator | None
+) -> tuple[torch.Tensor, list[int]]:
+    """Per mini-batch, i.i.d. draws from p until its *distinct* rows hold ``budget / num_minibatches`` tokens.
+
+    With duplicates merged, a mini-batch feeds each distinct row once, so this matches the tokens
+    actually fed (not the drawn ones) to the baseline's. A mini-batch whose support holds fewer
+    tokens than its share stops once it has every row of the support. Returns the draws and the
+    number of draws of each mini-batch.
+    """
+    c = costs.numpy()
+    support = np.flatnonzero(p > 0)
+    share = budget / num_minibatches
+    reachable = min(share, float(c[support].sum()))
+    per_draw = float(p @ c)
+    out: list[torch.Tensor] = []
+    sizes: list[int] = []
+    for _ in range(num_minibatches):
+        seen = np.zeros(p.size, dtype=bool)
+        spent, taken = 0.0, 0
+        while spent < reachable:
+            k = max(16, int(1.5 * (reachable - spent) / per_draw) + 16)
+            d = _alias_draws(p, k, gen).numpy()
+            _, first = np.unique(d, return_index=True)
+            first = first[~seen[d[first]]]  # first draws of rows this mini-batch has not fed yet
+            gain = np.zeros(k)
+            gain[first] = c[d[first]]
+            cum = np.cumsum(gain) + spent
+            hit = np.flatnonzero(cum >= reachable)
+            if hit.size:
+                d = d[: hit[0] + 1]
+            seen[d] = True
+            spent = float(cum[d.size - 1])
+            out.append(torch.from_numpy(d))
+            taken += d.size
+        sizes.append(taken)
+    return torch.cat(out), sizes
+
+
 def _alias_draws(p: np.ndarray, size: int, gen: torch.Generator | None) -> torch.Tensor:
     """``size`` i.i.d. draws from p: Walker's alias table fed by the torch generator.
 
@@ -215,9 +257,13 @@ def _alias_draws(p: np.ndarray, size: int, gen: torch.Generator | None) -> torch
 
 
 def _split_weighted(
-    draws: torch.Tensor, w: torch.Tensor, costs: torch.Tensor, num_minibatches: int, merge: bool, n: int
+    draws: torch.Tensor, w: torch.Tensor, costs: torch.Tensor, num_minibatches: int, merge: bool, n: int,
+    sizes_given: list[int] | None = None,
 ) -> tuple[MiniBatch, ...]:
-    sizes = torch.tensor([c.numel() for c in draws.tensor_split(num_minibatches)])
+    if sizes_given is not None:
+        sizes = torch.tensor(sizes_given)
+    else:
+        sizes = torch.tensor([c.numel() for c in draws.tensor_split(num_minibatches)])
     sizes = sizes[sizes > 0]
     if merge:  # one int32 sort for all mini-batches, keyed by (mini-batch, row)
         # numpy's integer sort is several times faster than torch's here
@@ -363,9 +409,12 @@ def plan_minibatches(
         p = dist.uniform(n)
     w = torch.from_numpy(dist.importance_weights(p, None, config.weights))
     p_t = torch.from_numpy(np.asarray(p))
+    sizes = None
     if config.budget == "rows":
         draws = _alias_draws(p, num_minibatches * minibatch_size, generator)
+    elif config.merge_duplicates:  # match the tokens fed, which merging makes fewer than those drawn
+        draws, sizes = _draw_until_fed_tokens(p, cost_i, common["tokens_plain"], num_minibatches, generator)
     else:
         draws = _draw_until_tokens(p, cost_i, common["tokens_plain"], generator)
-    mbs = _split_weighted(draws, w, cost_i, num_minibatches, config.merge_duplicates, n)
+    mbs = _split_weighted(draws, w, cost_i, num_minibatches, config.merge_duplicates, n, sizes)
     return Plan(mbs, probs=p_t.to(torch.float32), advantages=adv, skipped=None, **common)
