@@ -1,0 +1,113 @@
+"""Is |A|/√c a good sampling distribution for this loss? Exact per-row gradients on real pools.
+
+Generates a few GRPO pools from a policy checkpoint (the SFT checkpoint of ``costaware reproduce``),
+computes every row's exact gradient of the loss as TRL aggregates it for ``--loss-type``, and prints:
+
+- Pearson(|A|, G) and the cost-biased χ² of p ∝ |A|/√c against the true p* ∝ G/√c;
+- the slope of log(G/|A|) against log c (0: |A| alone is the right proxy; >0: G grows with length);
+- J(p_|A|)/J(uniform): below 1, cost-aware sampling is predicted to pay off;
+- the relative squared error of one mini-batch's estimate of the pool gradient, for the baseline
+  (rows without replacement) and for p* draws (centred weights), with the tokens each feeds.
+
+    python examples/proxy_fidelity_probe.py --sft runs/reproduce/sft-<hash> --loss-type grpo dapo
+"""
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import torch
+from datasets import Dataset
+
+import costaware.grpo.diagnostics as diagnostics
+from costaware import distributions as dist
+from costaware import theory
+from costaware.experiments import arith, policy
+from costaware.experiments.reproduce import _load
+from costaware.integrations.trl import CostAwareGRPOConfig, CostAwareGRPOTrainer
+
+
+def capture_pools(sft: Path, loss_type: str, *, prompts: int, rounds: int, max_terms: int, seed: int):
+    """Run the trainer at lr≈0 and keep (per-row gradients, advantages, costs) of every pool."""
+    pools = []
+
+    def grads(model, loss_fn, rows, method="loop"):  # replaces the trainer's norm computation
+        params = [p for p in model.parameters() if p.requires_grad]
+        n = next(iter(rows.values())).shape[0]
+        flat = []
+        for i in range(n):
+            g = torch.autograd.grad(loss_fn(model, {k: v[i : i + 1] for k, v in rows.items()}), params, allow_unused=True)
+            flat.append(torch.cat([(x if x is not None else torch.zeros_like(p)).reshape(-1) for x, p in zip(g, params, strict=True)]))
+        G = torch.stack(flat).double()
+        cost = (rows["prompt_mask"].sum(1) + rows["completion_mask"].sum(1)).double()
+        pools.append((G.numpy(), rows["advantages"].double().numpy(), cost.numpy()))
+        return G.norm(dim=1)
+
+    diagnostics.per_sequence_grad_norms = grads
+    tok, model = _load(sft)
+    tasks = arith.make_tasks(prompts * rounds, min_terms=2, max_terms=max_terms, rng=np.random.default_rng(seed))
+    rows = prompts * 8
+    args = CostAwareGRPOConfig(
+        output_dir="/tmp/proxy-probe", cost_aware_method="none", loss_type=loss_type, beta=0.0, learning_rate=1e-12,
+        num_generations=8, per_device_train_batch_size=rows // 2, steps_per_generation=2, max_steps=2 * rounds,
+        max_completion_length=policy.max_response_tokens(max_terms) + 1, temperature=1.0, seed=seed, report_to="none",
+        use_cpu=True, save_strategy="no", disable_tqdm=True, cost_aware_diagnostics_interval=1,
+        cost_aware_diagnostics_rows=rows,
+    )
+    data = Dataset.from_dict({"prompt": tasks.prompts, "answer": tasks.answers.tolist()})
+    CostAwareGRPOTrainer(model=model, args=args, reward_funcs=arith.arith_reward, train_dataset=data,
+                         processing_class=tok).train()
+    return pools
+
+
+def minibatch_error(G, a, c, m, rng, trials=400):
+    """Mean ‖ĝ − ḡ‖²/‖ḡ‖² of one m-row mini-batch, and its fed tokens: baseline vs p* (merged)."""
+    n = len(a)
+    gbar = G.mean(0)
+    ref = gbar @ gbar
+    p = dist.optimal(np.abs(a), c)
+    out = {}
+    for name in ("baseline", "p*"):
+        errs, toks = [], []
+        for _ in range(trials):
+            if name == "baseline":
+                idx, w = rng.permutation(n)[:m], np.ones(m)
+            else:
+                idx = rng.choice(n, m, p=p)
+                w = 1.0 / (n * p[idx])  # raw weights: E = ḡ exactly
+            est = (w[:, None] * G[idx]).sum(0) / m
+            errs.append(float((est - gbar) @ (est - gbar) / ref))
+            toks.append(float(c[np.unique(idx)].sum()))
+        out[name] = (float(np.mean(errs)), float(np.mean(toks)))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sft", required=True, type=Path)
+    ap.add_argument("--loss-type", nargs="+", default=["grpo", "dapo"])
+    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--max-terms", type=int, default=8)
+    ap.add_argument("--seed", type=int, default=5)
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    for lt in args.loss_type:
+        pools = capture_pools(args.sft, lt, prompts=args.prompts, rounds=args.rounds, max_terms=args.max_terms,
+                              seed=args.seed)
+        print(f"== loss_type={lt}")
+        for G, a, c in pools:
+            g = np.linalg.norm(G, axis=1)
+            nz = np.abs(a) > 0
+            fid = diagnostics.proxy_fidelity(np.abs(a), g, c)
+            slope = np.polyfit(np.log(c[nz]), np.log(g[nz] / np.abs(a[nz])), 1)[0]
+            err = minibatch_error(G, a, c, len(a) // 2, np.random.default_rng(0))
+            print(f"  rows {len(a)} nonzero {int(nz.sum())}  pearson {fid['pearson']:.2f}  chi2 {fid['chi2']:.2f}  "
+                  f"slope {slope:.2f}  J/J_unif {fid['j_vs_uniform']:.2f}  J*/J_unif "
+                  f"{theory.J_optimal(g, c) / theory.J(dist.uniform(len(g)), g, c):.2f}  "
+                  f"mini-batch rel.err² baseline {err['baseline'][0]:.2f} ({err['baseline'][1]:.0f} tok), "
+                  f"p* {err['p*'][0]:.2f} ({err['p*'][1]:.0f} tok)")
+
+
+if __name__ == "__main__":
+    main()
