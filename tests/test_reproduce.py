@@ -67,8 +67,11 @@ def test_reproduce_quick_end_to_end_and_resume(tmp_path, capsys):
     assert "## Runs" in md and "own / plain" in md
     html = (out / "report.html").read_text()
     assert "data:image/png;base64," in html and "<table>" in html
-    if any(json.loads(f.read_text()).get("diagnostics") for f in (out / "runs").glob("*.json")):
-        assert "## Proxy fidelity" in md and (out / "proxy_fidelity.png").stat().st_size > 10_000
+    finished = [json.loads(f.read_text()) for f in (out / "runs").glob("*.json")]
+    if any(r.get("diagnostics") for r in finished):  # the tiny quick policy may leave every pool all-zero
+        assert "## Proxy fidelity" in md
+    if any(r.get("diagnostics") for r in finished if r["spec"]["group"] == "headline"):
+        assert (out / "proxy_fidelity.png").stat().st_size > 10_000
     summary = json.loads((out / "summary.json").read_text())["summary"]
     assert set(summary) == {"GRPO", "GRPO+ZVF", "CISPO"}
     runs = sorted((out / "runs").glob("*.json"))

@@ -158,6 +158,16 @@ def _held_out(profile: Profile):
     )
 
 
+def _score_sft(tok: Any, model: Any, profile: Profile) -> dict[str, Any]:
+    """Greedy and sampled (T=1, mean@k) accuracy of the SFT policy on the profile's held-out set."""
+    from costaware.experiments import policy
+
+    held = _held_out(profile)
+    return {"greedy_accuracy": policy.evaluate(model, tok, held, k=1, temperature=0).accuracy,
+            "sampled_accuracy": policy.evaluate(model, tok, held, k=profile.eval_k).accuracy,
+            "held_out": {"eval_prompts": profile.eval_prompts, "eval_k": profile.eval_k}}
+
+
 def warm_up(profile: Profile, out: Path) -> Path:
     """SFT checkpoint shared by every run, cached under a key of its configuration."""
     import torch
@@ -171,23 +181,14 @@ def warm_up(profile: Profile, out: Path) -> Path:
     if (path / "sft.json").exists():
         info = json.loads((path / "sft.json").read_text())
         if info.get("held_out") != held_cfg:  # cached by a profile with another held-out set: re-score it
-            tok, model = _load(path)
-            held = _held_out(profile)
-            info["greedy_accuracy"] = policy.evaluate(model, tok, held, k=1, temperature=0).accuracy
-            info["sampled_accuracy"] = policy.evaluate(model, tok, held, k=profile.eval_k).accuracy
-            info["held_out"] = held_cfg
+            info.update(_score_sft(*_load(path), profile))
             (path / "sft.json").write_text(json.dumps(info, indent=2))
         return path
     torch.manual_seed(0)
     tok, model = policy.build_policy(hidden_size=profile.hidden_size, num_layers=profile.num_layers, seed=0)
     info = policy.sft(model, tok, steps=profile.sft_steps, batch_size=profile.sft_batch, lr=profile.sft_lr,
                       min_terms=profile.min_terms, max_terms=profile.max_terms, mistake_prob=profile.mistake_prob, seed=0)
-    held = _held_out(profile)
-    info["greedy_accuracy"] = policy.evaluate(model, tok, held, k=1, temperature=0).accuracy
-    info["sampled_accuracy"] = policy.evaluate(model, tok, held, k=profile.eval_k).accuracy
-    info["parameters"] = policy.count_parameters(model)
-    info["held_out"] = held_cfg
-    info["config"] = cfg
+    info.update(_score_sft(tok, model, profile), parameters=policy.count_parameters(model), config=cfg)
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)
     tok.save_pretrained(path)
