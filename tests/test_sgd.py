@@ -14,6 +14,7 @@ from costaware.sgd import (
     FiniteSum,
     LeastSquares,
     LogisticRegression,
+    Loss,
     cost_aware_sgd,
     log_checkpoints,
     run_trials,
@@ -277,6 +278,13 @@ def test_log_checkpoints():
     ck = log_checkpoints(100_000, 60)
     assert ck[0] == 1 and ck[-1] == 100_000 and np.all(np.diff(ck) > 0)
     assert log_checkpoints(1, 5).tolist() == [1]
+
+
+def test_loss_is_named_and_maps_to_one_kernel_code():
+    from costaware.sgd.kernels import KERNEL_CODE
+
+    assert _problem().loss is Loss.LEAST_SQUARES and _logistic().loss is Loss("logistic")
+    assert set(KERNEL_CODE) == set(Loss) and len(set(KERNEL_CODE.values())) == len(Loss)
 
 
 def test_bad_inputs_raise():
