@@ -1,11 +1,77 @@
 #!/usr/bin/env bash
-# Creates .venv and installs costaware with every extra. The torch CPU wheel goes in first:
-# a bare `torch` requirement with no torch present would pull a multi-GB CUDA build.
+# Creates .venv and installs costaware with every extra, torch first.
+#
+#   bash scripts/setup.sh            # picks the route: GPU if `nvidia-smi` runs, else CPU
+#   bash scripts/setup.sh --cpu      # force the CPU-only route   (or COSTAWARE_TORCH=cpu)
+#   bash scripts/setup.sh --gpu      # force the CUDA route        (or COSTAWARE_TORCH=cuda)
+#
+# Why torch goes in first, on its own: pyproject.toml asks for `torch>=2.3`, and with no torch
+# present pip would resolve that from PyPI, whose Linux wheel is the multi-GB CUDA build. Installing
+# torch beforehand leaves the requirement satisfied, so the `pip install -e .[all,dev]` below keeps it.
+#
+# CPU route, in order:
+#   1. `pip install --no-index --no-deps torch==V`: only pip's configured find-links (pip.conf or
+#      PIP_FIND_LINKS) are searched, never a network index. Machines that ship a local CPU wheel (like
+#      the one this project is developed on) install it this way; its dependencies then come from the
+#      configured indexes (`pip install torch==V`, torch itself already satisfied).
+#   2. otherwise `pip install torch==V --index-url https://download.pytorch.org/whl/cpu`: PyTorch's
+#      CPU-only wheel index (about 200 MB instead of several GB). --index-url applies to this one
+#      command, so every other package still comes from PyPI.
+# GPU route: `pip install torch==V` from the default index (PyPI's Linux wheel is the CUDA build).
+# Either way the script ends by printing the torch it installed and whether it sees a GPU.
+#
+# PYTHON picks the interpreter (default python3); COSTAWARE_TORCH_VERSION the torch version.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+route=${COSTAWARE_TORCH:-auto}
+for arg in "$@"; do
+  case "$arg" in
+    --cpu) route=cpu ;;
+    --gpu | --cuda) route=cuda ;;
+    -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown argument '$arg' (use --cpu or --gpu)" >&2; exit 2 ;;
+  esac
+done
+if [ "$route" = auto ]; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then route=cuda; else route=cpu; fi
+fi
+case "$route" in
+  cpu | cuda) ;;
+  gpu) route=cuda ;;
+  *) echo "setup.sh: COSTAWARE_TORCH must be cpu or cuda, got '$route'" >&2; exit 2 ;;
+esac
+
+TORCH_VERSION=${COSTAWARE_TORCH_VERSION:-2.13.0}
+CPU_INDEX=https://download.pytorch.org/whl/cpu
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q "torch==2.13.0"
-.venv/bin/python -m pip install -q -e ".[all,dev]"
-echo "costaware installed in .venv"
+PIP=(.venv/bin/python -m pip)
+"${PIP[@]}" install -q --upgrade pip
+
+echo "setup.sh: torch $TORCH_VERSION, $route route"
+if [ "$route" = cpu ]; then
+  # --no-deps: a local wheel directory usually holds torch but not its dependencies (--no-index
+  # also hides file:// indexes); they come from the configured indexes in the next command.
+  if "${PIP[@]}" install -q --no-index --no-deps "torch==$TORCH_VERSION" 2>/dev/null; then
+    echo "setup.sh: installed a local torch wheel"
+    "${PIP[@]}" install -q "torch==$TORCH_VERSION"
+  else
+    echo "setup.sh: no local torch wheel; using PyTorch's CPU index $CPU_INDEX"
+    "${PIP[@]}" install -q "torch==$TORCH_VERSION" --index-url "$CPU_INDEX"
+  fi
+else
+  "${PIP[@]}" install -q "torch==$TORCH_VERSION"
+fi
+"${PIP[@]}" install -q -e ".[all,dev]"
+.venv/bin/python - "$route" <<'EOF'
+import sys
+
+import torch
+
+route, cuda = sys.argv[1], torch.version.cuda
+print(f"costaware installed in .venv: torch {torch.__version__} ({'CUDA ' + cuda if cuda else 'CPU-only build'}),"
+      f" GPU visible: {torch.cuda.is_available()}")
+if route == "cuda" and not cuda:
+    print("setup.sh: warning: the GPU route installed a CPU-only torch (a local CPU wheel took precedence?)")
+EOF

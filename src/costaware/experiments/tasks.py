@@ -1,0 +1,137 @@
+"""Built-in procedural task families, by name: what an experiment needs to know about a task.
+
+Every family makes prompts of a chosen *size* (the number of terms or digits), writes demonstrations
+with a trace whose length grows with the size (optionally with injected mistakes, so that RL has
+something to fix after SFT), and verifies responses with a 0/1 reward.
+
+- ``arith``: ``3+5+2+9=`` → ``8,10,19``; about 5 tokens per term, so sizes 2..12 span 8× in cost
+  (:mod:`costaware.experiments.arith`).
+- ``sort``: ``5391=`` → ``35,359,1359``; k(k+5)/2 − 1 tokens for k digits, so sizes 2..12 span 17×
+  (:mod:`costaware.experiments.sorting`).
+
+>>> import numpy as np
+>>> task = get_task("sort")
+>>> tasks = task.make_tasks(2, min_size=3, max_size=3, rng=np.random.default_rng(0))
+>>> task.is_correct(task.demonstrations(tasks), tasks.answers).tolist()
+[True, True]
+>>> sorted(TASKS)
+['arith', 'sort']
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from costaware.experiments import arith, sorting
+
+__all__ = ["TASKS", "ArithFamily", "SortFamily", "TaskFamily", "Tasks", "get_task"]
+
+
+@runtime_checkable
+class Tasks(Protocol):
+    """A batch of prompts with their reference answers (what the reward compares against)."""
+
+    prompts: list[str]
+    answers: np.ndarray
+
+    def __len__(self) -> int: ...
+
+
+@runtime_checkable
+class TaskFamily(Protocol):
+    """One kind of procedural task. ``alphabet`` holds every character of prompts and responses."""
+
+    name: str
+    alphabet: str
+    default_sizes: tuple[int, int]  # (min_size, max_size) the demo uses
+
+    def make_tasks(
+        self, n: int, *, min_size: int, max_size: int, rng: np.random.Generator | None = None
+    ) -> Any: ...
+
+    def sizes(self, tasks: Any) -> np.ndarray: ...
+
+    def demonstrations(
+        self, tasks: Any, *, mistake_prob: float = 0.0, rng: np.random.Generator | None = None
+    ) -> list[str]: ...
+
+    def is_correct(self, responses: list[str], answers: Any) -> np.ndarray: ...
+
+    def reward(self, completions: list[Any], answer: list[Any], **kwargs: Any) -> list[float]: ...
+
+    def max_response_tokens(self, max_size: int) -> int: ...
+
+
+class ArithFamily:
+    """Sums of single-digit terms with running partial sums (:mod:`costaware.experiments.arith`); size = terms."""
+
+    name = "arith"
+    alphabet = arith.ALPHABET
+    default_sizes = (2, 12)
+
+    def make_tasks(
+        self, n: int, *, min_size: int, max_size: int, rng: np.random.Generator | None = None
+    ) -> arith.ArithTasks:
+        return arith.make_tasks(n, min_terms=min_size, max_terms=max_size, rng=rng)
+
+    def sizes(self, tasks: arith.ArithTasks) -> np.ndarray:
+        return tasks.num_terms
+
+    def demonstrations(
+        self, tasks: arith.ArithTasks, *, mistake_prob: float = 0.0, rng: np.random.Generator | None = None
+    ) -> list[str]:
+        return arith.demonstrations(tasks, mistake_prob=mistake_prob, rng=rng)
+
+    def is_correct(self, responses: list[str], answers: Any) -> np.ndarray:
+        return arith.is_correct(responses, answers)
+
+    def reward(self, completions: list[Any], answer: list[Any], **kwargs: Any) -> list[float]:
+        return arith.arith_reward(completions, answer, **kwargs)
+
+    def max_response_tokens(self, max_size: int) -> int:
+        from costaware.experiments.policy import max_response_tokens  # imports torch: only when asked
+
+        return max_response_tokens(max_size)
+
+
+class SortFamily:
+    """Sorting k digits, writing each insertion step (:mod:`costaware.experiments.sorting`); size = k."""
+
+    name = "sort"
+    alphabet = sorting.ALPHABET
+    default_sizes = (2, 12)
+
+    def make_tasks(
+        self, n: int, *, min_size: int, max_size: int, rng: np.random.Generator | None = None
+    ) -> sorting.SortTasks:
+        return sorting.make_tasks(n, min_size=min_size, max_size=max_size, rng=rng)
+
+    def sizes(self, tasks: sorting.SortTasks) -> np.ndarray:
+        return tasks.sizes
+
+    def demonstrations(
+        self, tasks: sorting.SortTasks, *, mistake_prob: float = 0.0, rng: np.random.Generator | None = None
+    ) -> list[str]:
+        return sorting.demonstrations(tasks, mistake_prob=mistake_prob, rng=rng)
+
+    def is_correct(self, responses: list[str], answers: Any) -> np.ndarray:
+        return sorting.is_correct(responses, answers)
+
+    def reward(self, completions: list[Any], answer: list[Any], **kwargs: Any) -> list[float]:
+        return sorting.sort_reward(completions, answer, **kwargs)
+
+    def max_response_tokens(self, max_size: int) -> int:
+        return sorting.max_response_tokens(max_size)
+
+
+TASKS: dict[str, TaskFamily] = {"arith": ArithFamily(), "sort": SortFamily()}
+
+
+def get_task(name: str) -> TaskFamily:
+    """The task family registered under ``name`` (see :data:`TASKS`)."""
+    try:
+        return TASKS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"name must be one of {sorted(TASKS)}, got {name!r}") from None
