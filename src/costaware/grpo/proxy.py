@@ -124,7 +124,11 @@ def loss_family(loss_type: str) -> LossFamily:
 
 
 def _finite(x: float, name: str) -> float:
-    if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)) or not math.isfinite(x):
+    if (
+        isinstance(x, bool)
+        or not isinstance(x, (int, float, np.integer, np.floating))
+        or not math.isfinite(x)
+    ):
         raise ValueError(f"{name} must be a finite number, got {x!r}")
     return float(x)
 
