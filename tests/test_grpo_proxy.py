@@ -189,6 +189,18 @@ def test_interval_coverage_is_nominal(aligned, beta):
     assert 0.84 <= np.mean(hits) <= 0.96, np.mean(hits)
 
 
+def test_small_fit_interval_uses_student_t():
+    """Five rows (3 dof): a normal-quantile 90% interval would cover only ~80%."""
+    rng = np.random.default_rng(10)
+    hits = []
+    for _ in range(600):  # seeds, each fit vectorised
+        c = rng.integers(4, 300, size=5).astype(float)
+        G = c**0.7 * np.exp(0.3 * rng.normal(size=5))
+        lo, hi = fit_beta(np.ones(5), G, c, level=0.9).interval
+        hits.append(lo <= 0.7 <= hi)
+    assert 0.86 <= np.mean(hits) <= 0.94, np.mean(hits)
+
+
 def test_fit_drops_nan_and_zero_gradients():
     rng = np.random.default_rng(4)
     g, a, c = synthetic_pool(40, aligned=True, rng=rng, zero_frac=0.0)
@@ -399,6 +411,21 @@ def test_calibrator_starts_at_prior_ignores_uninformative_and_forgets():
     assert m["beta_low"] <= m["beta_hat"] <= m["beta_high"]
 
 
+def test_calibrator_forgets_old_rounds_at_its_decay():
+    c = np.geomspace(10, 300, 20)
+    wiggle = np.exp(0.05 * np.sin(7 * c))
+    betas = {}
+    for decay in (1.0, 0.3):
+        cal = BetaCalibrator(prior_beta=1.0, prior_sd=math.inf, decay=decay)
+        for b in (1.0, 1.0, 1.0, 0.3):  # β drifts in the last round
+            cal.update(fit_beta(np.ones(20), c**b * wiggle, c))
+        betas[decay] = cal.beta
+    # equal-weight pooling gives the mean slope; decay 0.3 weights the last round 1/(1 + .3 + .09 + .027)
+    assert betas[1.0] == pytest.approx((3 * 1.0 + 0.3) / 4, abs=0.02)
+    w = np.array([0.027, 0.09, 0.3, 1.0])
+    assert betas[0.3] == pytest.approx(w @ [1.0, 1.0, 1.0, 0.3] / w.sum(), abs=0.02)
+
+
 def test_calibrator_state_round_trips_through_json():
     cal = BetaCalibrator.for_loss("token-mean")
     c = np.geomspace(10, 300, 20)
@@ -451,6 +478,15 @@ def test_adaptive_alpha_is_the_smallest_alpha_that_bounds_the_weight(v, W, x, y)
         )
     else:
         assert alpha == hi
+
+
+def test_adaptive_alpha_ignores_rows_outside_the_support():
+    """Rows with p = 0 (A = 0) have zero gradient: their weight must not force smoothing."""
+    assert adaptive_alpha([0.5, 0.5, 0.0, 0.0], max_weight=4.0) == 0.0
+    p = proxy_probs([1.0, 0.0, 0.01, 2.0], [10.0, 10.0, 10.0, 10.0], beta=0.0)
+    alpha = adaptive_alpha(p, max_weight=5.0)
+    w = 1.0 / (4 * dist.smoothed(p, alpha))
+    assert w[[0, 2, 3]].max() == pytest.approx(5.0) and alpha > 0
 
 
 def test_adaptive_alpha_rejects_bad_input():
