@@ -8,6 +8,12 @@ The model is the tiny Qwen2 of the main job's default profile (hidden 96, 3 laye
 128-row mini-batches, so its policy-optimisation time is ~2 forward/backward passes; calibration runs
 every ``--every`` rounds. Prints medians (the machine is shared and noisy) and ratios measured in
 this same process.
+
+With ``--sft DIR`` it instead reports the β̂ that calibration finds on real GRPO pools of a policy
+checkpoint (``costaware reproduce``'s SFT), per TRL loss type, using the exact per-row gradients that
+``examples/proxy_fidelity_probe.py`` captures:
+
+    .venv/bin/python benchmarks/bench_proxy_calibration.py --sft runs/reproduce/sft-<hash> --loss-type grpo dapo
 """
 
 from __future__ import annotations
@@ -47,6 +53,38 @@ def token_sum_loss(model, b, num_tokens: float = 1000.0):
     return -(b["adv"][:, None] * logp * m).sum() / num_tokens
 
 
+def beta_report(sft, loss_types, *, prompts: int, rounds: int, max_terms: int, seed: int) -> None:
+    """β̂ per pool (all rows, and 16 random rows with A ≠ 0 fed to the calibrator) and the calibrator's β."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    from proxy_fidelity_probe import capture_pools
+
+    from costaware.grpo.proxy import predicted_j_ratios
+
+    for lt in loss_types:
+        pools = capture_pools(sft, lt, prompts=prompts, rounds=rounds, max_terms=max_terms, seed=seed)
+        cal = BetaCalibrator.for_loss(lt, every=1)
+        print(f"== loss_type={lt}  prior beta {cal.prior_beta} (sd {cal.prior_sd})")
+        rng = np.random.default_rng(seed)
+        for k, (grads, adv, cost) in enumerate(pools):
+            g = np.linalg.norm(grads, axis=1)
+            full = fit_beta(np.abs(adv), g, cost)
+            nz = np.flatnonzero(adv != 0)  # rows with A = 0 carry no information about β
+            sub = rng.choice(nz, min(16, nz.size), replace=False)
+            beta = cal.update(fit_beta(np.abs(adv[sub]), g[sub], cost[sub]))
+            line = (
+                f"  pool {k}: rows {len(adv)} nonzero {int((adv != 0).sum())}  all-rows beta_hat "
+                f"{full.beta_hat:.2f} [{full.interval[0]:.2f}, {full.interval[1]:.2f}]  calibrator beta {beta:.2f}"
+            )
+            if (adv != 0).any() and (g > 0).any():
+                for name, b in (("paper", 0.0), ("calibrated", beta)):
+                    r = predicted_j_ratios(proxy_probs(np.abs(adv), cost, beta=b), g, cost)
+                    line += f"  J/J*({name}) {r['j_vs_optimal']:.2f} J/J_unif {r['j_vs_uniform']:.2f}"
+            print(line, flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=16, help="calibration rows per update")
@@ -56,7 +94,26 @@ def main() -> None:
     ap.add_argument("--pool", type=int, default=256)
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument(
+        "--sft", default=None, help="policy checkpoint: report beta_hat on its GRPO pools instead"
+    )
+    ap.add_argument("--loss-type", nargs="+", default=["grpo", "dapo"])
+    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--max-terms", type=int, default=8)
+    ap.add_argument("--seed", type=int, default=5)
     args = ap.parse_args()
+    if args.sft is not None:
+        torch.set_num_threads(1)
+        beta_report(
+            args.sft,
+            args.loss_type,
+            prompts=args.prompts,
+            rounds=args.rounds,
+            max_terms=args.max_terms,
+            seed=args.seed,
+        )
+        return
     torch.set_num_threads(1)
     torch.manual_seed(0)
     tok = char_tokenizer()

@@ -104,7 +104,7 @@ def test_every_trl_loss_type_has_a_family():
     assert {n for n, f in families.items() if f == "sequence_mean"} == {"grpo", "sapo"}
     assert set(proxy.LOSS_FAMILY_PRIOR_BETA) == {"sequence_mean", "token_sum"}
     assert proxy.LOSS_FAMILY_PRIOR_BETA["sequence_mean"] == 0.0
-    assert 1.17 <= proxy.LOSS_FAMILY_PRIOR_BETA["token_sum"] <= 1.60
+    assert 0.5 <= proxy.LOSS_FAMILY_PRIOR_BETA["token_sum"] <= 1.60  # theory 1/2..1, measured 0.56..1.60
 
 
 def test_unknown_loss_type_names_the_value():
