@@ -184,11 +184,15 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
         current = tq.kv_batch_get(keys=new_keys, partition_id=pid, select_fields=fields)
         mask = current["response_mask"]
         factors = nested_scaled_weights(None, mask, result.weights)
-        weights = nested_scaled_weights(current["rollout_is_weights"] if has_weights else None, mask, result.weights)
+        weights = nested_scaled_weights(
+            current["rollout_is_weights"] if has_weights else None, mask, result.weights
+        )
         tq.kv_batch_put(
             keys=new_keys,
             partition_id=pid,
-            fields=TensorDict({"rollout_is_weights": weights, WEIGHTS_KEY: factors}, batch_size=len(new_keys)),
+            fields=TensorDict(
+                {"rollout_is_weights": weights, WEIGHTS_KEY: factors}, batch_size=len(new_keys)
+            ),
         )
         extra = {"rollout_is_weights", WEIGHTS_KEY}
         resampled = KVBatchMeta(
@@ -254,7 +258,9 @@ def patch_losses(module: Any) -> None:
             user.ppo_loss = module.ppo_loss
 
 
-def weighted_ppo_loss(config: Any, model_output: Any, data: Any, dp_group: Any = None, *, original: Any) -> Any:
+def weighted_ppo_loss(
+    config: Any, model_output: Any, data: Any, dp_group: Any = None, *, original: Any
+) -> Any:
     """verl's ``ppo_loss`` with the entropy and KL terms multiplied per row by the row's factor.
 
     verl multiplies ``rollout_is_weights`` (which carries the factor w_i) into the policy-gradient term
