@@ -107,14 +107,14 @@ def reference_row_terms(model: Bigram, data: dict, row: int) -> tuple[torch.Tens
     return logp[resp], ent[resp]
 
 
-def actor_config(agg: str):
+def actor_config(agg: str, *extra: str):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
     from verl.utils.config import omega_conf_to_dataclass
 
     config_dir = f"{verl.__path__[0]}/trainer/config"
     with initialize_config_dir(config_dir=config_dir, version_base=None):
-        full = compose(config_name="ppo_trainer", overrides=trainer_overrides(agg))
+        full = compose(config_name="ppo_trainer", overrides=trainer_overrides(agg, *extra))
     actor = OmegaConf.to_container(full.actor_rollout_ref.actor, resolve=False)
     return full, omega_conf_to_dataclass(OmegaConf.create(actor))
 
@@ -241,8 +241,8 @@ class MemoryKV:
 # ------------------------------------------------------------------------------------------- drivers
 
 
-def run_v0(agg: str, data: dict, loss_fn):
-    full, config = actor_config(agg)
+def run_v0(agg: str, data: dict, loss_fn, *extra: str):
+    full, config = actor_config(agg, *extra)
     model = Bigram()
     wg = StubWorkerGroup(model, config, loss_fn)
     trainer = object.__new__(ray_trainer.RayPPOTrainer)
@@ -261,7 +261,8 @@ def to_rows(data: dict) -> dict[str, list[torch.Tensor]]:
         k: [] for k in ("input_ids", "prompts", "responses", "position_ids")
     }
     for name in ("response_mask", "advantages", "old_log_probs", "ref_log_prob", "rollout_is_weights"):
-        rows[name] = [data[name][i][resp[i]] for i in range(n)]
+        if name in data:
+            rows[name] = [data[name][i][resp[i]] for i in range(n)]
     for i in range(n):  # fixture construction only
         rows["input_ids"].append(data["input_ids"][i][att[i]])
         rows["prompts"].append(data["prompts"][i][prompt_att[i]])
@@ -272,6 +273,7 @@ def to_rows(data: dict) -> dict[str, list[torch.Tensor]]:
 
 
 def run_v1(agg: str, data: dict, loss_fn, monkeypatch):
+    """Trainer v1 on an in-memory TransferQueue; without ``rollout_is_weights`` when the data has none."""
     tq = pytest.importorskip("transfer_queue", reason="TransferQueue (verl-core extra) not installed")
     trainer_base = pytest.importorskip("verl.trainer.ppo.v1.trainer_base")
     from tensordict import TensorDict
@@ -333,7 +335,9 @@ def expected_grads(wg, config, model: Bigram, data: dict) -> list[torch.Tensor]:
                 response_mask=m,
                 loss_agg_mode=config.loss_agg_mode,
                 config=config,
-                rollout_is_weights=data["rollout_is_weights"][row : row + 1],
+                rollout_is_weights=data["rollout_is_weights"][row : row + 1]
+                if "rollout_is_weights" in data
+                else None,
             )
             kl = kl_penalty(
                 logprob=logp[None], ref_logprob=data["ref_log_prob"][row : row + 1], kl_penalty="low_var_kl"
@@ -377,40 +381,55 @@ def test_v0_minibatch_gradient_is_weighted_sum_with_kl_and_entropy(agg):
     assert metrics["cost_aware/total/tokens"] == metrics["cost_aware/step/tokens"] == tokens
 
 
-@pytest.mark.parametrize("agg", AGG_MODES)
-def test_v1_minibatch_gradient_is_weighted_sum_with_kl_and_entropy(agg, monkeypatch):
+@pytest.mark.parametrize(
+    ("agg", "with_is_weights"), [(agg, True) for agg in AGG_MODES] + [("seq-mean-token-mean", False)]
+)
+def test_v1_minibatch_gradient_is_weighted_sum_with_kl_and_entropy(agg, with_is_weights, monkeypatch):
     data = padded_batch()
+    if not with_is_weights:
+        del data["rollout_is_weights"]
     wg, config, model, metrics, (store, returned, meta, rows) = run_v1(
         agg, data, verl_losses.ppo_loss, monkeypatch
     )
     assert_grads_match(wg.grads, expected_grads(wg, config, model, data))
     assert wg.lr_steps == 1
     assert returned is meta
-    # the extra copies are cleared; the original keys' rollout_is_weights are restored
+    drawn_rows = torch.cat(wg.row_ids)
+    assert len(torch.unique(drawn_rows)) < len(drawn_rows), "the fixture must draw some row twice"
+    # the extra copies are cleared; the original keys' rollout_is_weights are restored (ones if none)
     assert sorted(k for _, k in store.rows) == sorted(meta.keys)
     drawn = 0
     for i, key in enumerate(meta.keys):
         stored = store.rows[("train", key)]
-        torch.testing.assert_close(
-            stored["rollout_is_weights"], rows["rollout_is_weights"][i], rtol=0, atol=0
-        )
         if "cost_aware_weights" in stored:  # written only on drawn keys, reset to 1 after the update
             drawn += 1
             assert torch.all(stored["cost_aware_weights"] == 1)
-    assert drawn == len(torch.unique(torch.cat(wg.row_ids)))
-    tokens = float(data["attention_mask"].sum(-1)[torch.cat(wg.row_ids)].sum())
+        original = rows["rollout_is_weights"][i] if with_is_weights else torch.ones_like(stored["advantages"])
+        if with_is_weights or "cost_aware_weights" in stored:
+            torch.testing.assert_close(stored["rollout_is_weights"], original, rtol=0, atol=0)
+    assert drawn == len(torch.unique(drawn_rows))
+    tokens = float(data["attention_mask"].sum(-1)[drawn_rows].sum())
     assert metrics["cost_aware/total/tokens"] == tokens
 
 
-def test_unweighted_kl_and_entropy_are_caught():
+@pytest.mark.parametrize(
+    ("extra", "label"),
+    [
+        ((), "KL (low_var_kl, coef 1) and entropy (0.01)"),
+        (("actor_rollout_ref.actor.entropy_coeff=0.0",), "KL only"),
+    ],
+)
+def test_unweighted_kl_and_entropy_are_caught(extra, label):
     """verl's own ppo_loss (KL and entropy outside rollout_is_weights) fails the same check."""
     data = padded_batch()
     original = verl_losses.ppo_loss.__wrapped__
-    wg, config, model, _, _ = run_v0("token-mean", data, original)
+    wg, config, model, _, _ = run_v0("token-mean", data, original, *extra)
     want = expected_grads(wg, config, model, data)
     rel = max(float((g - e).norm() / e.norm()) for g, e in zip(wg.grads, want, strict=True))
-    print(f"unweighted KL/entropy: largest relative gradient error {rel:.3f}")
+    print(f"\nunweighted {label}: largest relative mini-batch gradient error {rel:.3f}")
     assert rel > 0.05
+    wg, config, model, _, _ = run_v0("token-mean", data, verl_losses.ppo_loss, *extra)
+    assert_grads_match(wg.grads, expected_grads(wg, config, model, data))  # the wrapper fixes it
 
 
 def test_refuses_kl_or_entropy_without_full_support():
