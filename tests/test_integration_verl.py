@@ -392,18 +392,22 @@ def test_patched_update_actor_v0_logic(base_config, tmp_path):
     sent = received[-1]
     assert len(sent) == len(batch) and "rollout_is_weights" in sent.batch.keys()
     metrics = out.meta_info["metrics"]
-    assert metrics["cost_aware/tokens"] == float(sent.batch["attention_mask"].sum())
-    assert metrics["cost_aware/tokens_plain"] == float(batch.batch["attention_mask"].sum())
+    assert metrics["cost_aware/total/tokens"] == float(sent.batch["attention_mask"].sum())
+    assert metrics["cost_aware/step/tokens"] == float(sent.batch["attention_mask"].sum())
+    assert metrics["cost_aware/total/tokens_plain"] == float(batch.batch["attention_mask"].sum())
     assert metrics["actor/pg_loss"] == [0.1]
     # same step and seed -> same draws; counters accumulate
     out2 = Trainer._update_actor(trainer, batch)
     assert received[-1].non_tensor_batch["row_id"].tolist() == sent.non_tensor_batch["row_id"].tolist()
-    assert out2.meta_info["metrics"]["cost_aware/tokens"] == 2 * metrics["cost_aware/tokens"]
+    assert out2.meta_info["metrics"]["cost_aware/total/tokens"] == 2 * metrics["cost_aware/total/tokens"]
     # counters survive save / resume
     trainer._save_checkpoint()
     resumed = Trainer()
     resumed._load_checkpoint()
-    assert resumed._cost_aware_state.tokens == 2 * metrics["cost_aware/tokens"]
+    assert resumed._cost_aware_counters.tokens == 2 * metrics["cost_aware/total/tokens"]
+    from costaware.grpo.accounting import STATE_FILE
+
+    assert os.path.isfile(os.path.join(str(tmp_path), "global_step_3", STATE_FILE))
     # key absent -> the original runs untouched
     plain = Trainer()
     plain.config = verl_config("algorithm.adv_estimator=grpo")
@@ -454,10 +458,11 @@ def test_entry_point_loads_plugin_in_fresh_process(tmp_path):
         assert any(type(f).__name__ == "_Finder" for f in sys.meta_path)
         assert "verl.trainer.ppo.ray_trainer" not in sys.modules  # nothing heavy imported
         # the hook on a real module: a stand-in trainer module registered under a target name
-        _hook.TARGETS["ca_probe_trainer"] = ("RayPPOTrainer", "patch_v0")
+        _hook.TARGETS["ca_probe_trainer"] = _hook.TARGETS["verl.trainer.ppo.ray_trainer"]
         sys.path.insert(0, sys.argv[1])
         mod = importlib.import_module("ca_probe_trainer")
         assert _hook.is_patched("ca_probe_trainer"), "hook did not patch on import"
+        assert getattr(mod.RayPPOTrainer._update_actor, _hook.PATCH_MARK, False)
         print("OK")
         """
     )

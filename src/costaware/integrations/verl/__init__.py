@@ -5,11 +5,14 @@ verl imports this module from ``import verl`` through the ``verl.plugins`` entry
 ``VERL_USE_EXTERNAL_MODULES=costaware.integrations.verl``. Because every Ray worker runs ``import verl``,
 every process gets it, the trainer's included.
 
-Importing is cheap and changes nothing in verl: it only installs an import hook (stdlib only). When
-``verl.trainer.ppo.ray_trainer`` (trainer v0) or ``verl.trainer.ppo.v1.trainer_base`` (trainer v1, the
-default) is imported, the hook wraps the trainer's ``_update_actor``. The wrapper calls the original
-untouched unless the Hydra config holds ``algorithm.cost_aware`` with ``enable=true`` (the default once the
-key exists)::
+Importing is cheap and changes nothing in verl: it only installs an import hook (``_hook.TARGETS``
+maps each verl module to the function that patches it). When verl imports ``ray_trainer`` (trainer v0)
+or ``v1.trainer_base`` (trainer v1, the default), the hook wraps the trainer's ``_update_actor``; when it
+imports ``workers.utils.losses``, it wraps ``ppo_loss`` so that the entropy and KL terms get the row's
+factor too; when it imports ``v1.utils``, it makes the metrics window keep the cumulative counters. Every
+wrapper calls verl's original untouched unless the Hydra config holds ``algorithm.cost_aware`` with
+``enable=true`` (the default once the key exists), or, for ``ppo_loss``, unless the batch carries
+``cost_aware_weights``::
 
     python -m verl.trainer.main_ppo ... algorithm.adv_estimator=grpo \\
         actor_rollout_ref.actor.ppo_epochs=1 actor_rollout_ref.actor.shuffle=false \\
@@ -33,10 +36,10 @@ __all__ = [
     "CONFIG_KEY",
     "VERL_METHODS",
     "CostAwareConfig",
-    "CostAwareState",
     "ResampleResult",
     "install_import_hook",
     "is_patched",
+    "loss_factors",
     "plan_resampling",
     "resample_dataproto",
     "sequence_advantages",
@@ -47,8 +50,8 @@ _LAZY = {
     "CONFIG_KEY": "costaware.integrations.verl.config",
     "VERL_METHODS": "costaware.integrations.verl.config",
     "CostAwareConfig": "costaware.integrations.verl.config",
-    "CostAwareState": "costaware.integrations.verl.resample",
     "ResampleResult": "costaware.integrations.verl.resample",
+    "loss_factors": "costaware.integrations.verl.resample",
     "plan_resampling": "costaware.integrations.verl.resample",
     "resample_dataproto": "costaware.integrations.verl.resample",
     "sequence_advantages": "costaware.integrations.verl.resample",

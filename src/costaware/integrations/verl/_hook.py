@@ -1,7 +1,11 @@
-"""Import hook that wraps verl's trainer ``_update_actor`` once the trainer module is imported.
+"""Import hook that patches verl modules as soon as they are imported.
 
-Stdlib only, so that the plugin import done by ``import verl`` stays cheap: the trainer modules pull in
-Ray, vLLM clients and TransferQueue, which must not be imported just because verl was.
+Stdlib only (``patch`` imports nothing heavy at module level), so that the plugin import done by
+``import verl`` stays cheap: the trainer modules pull in Ray, vLLM clients and TransferQueue, which must
+not be imported just because verl was.
+
+``TARGETS`` maps each module name to the callable that patches it. ``patch`` does not import this module,
+so the two form no cycle.
 """
 
 from __future__ import annotations
@@ -10,31 +14,49 @@ import importlib.abc
 import importlib.machinery
 import sys
 import threading
+from collections.abc import Callable
 from types import ModuleType
 
-# module name -> (class name, name of the patch function in costaware.integrations.verl.patch)
-TARGETS: dict[str, tuple[str, str]] = {
-    "verl.trainer.ppo.ray_trainer": ("RayPPOTrainer", "patch_v0"),
-    "verl.trainer.ppo.v1.trainer_base": ("PPOTrainer", "patch_v1"),
+from costaware.integrations.verl.patch import (
+    PATCH_MARK,
+    patch_losses,
+    patch_metrics_aggregator,
+    patch_v0,
+    patch_v1,
+)
+
+
+def _v0(module: ModuleType) -> None:
+    patch_v0(module.RayPPOTrainer)
+
+
+def _v1(module: ModuleType) -> None:
+    patch_v1(module.PPOTrainer)
+
+
+def _v1_metrics(module: ModuleType) -> None:
+    patch_metrics_aggregator(module.MetricsAggregator)
+
+
+# module name -> the callable that patches it (trainer update, actor loss, v1 metrics window)
+TARGETS: dict[str, Callable[[ModuleType], None]] = {
+    "verl.trainer.ppo.ray_trainer": _v0,
+    "verl.trainer.ppo.v1.trainer_base": _v1,
+    "verl.trainer.ppo.v1.utils": _v1_metrics,
+    "verl.workers.utils.losses": patch_losses,
 }
-PATCH_MARK = "__costaware_cost_aware__"
 _lock = threading.Lock()
 
 
 def _apply(module: ModuleType) -> None:
-    from costaware.integrations.verl import patch
-
-    class_name, patch_name = TARGETS[module.__name__]
-    getattr(patch, patch_name)(getattr(module, class_name))
+    TARGETS[module.__name__](module)
+    setattr(module, PATCH_MARK, True)
 
 
 def is_patched(module_name: str) -> bool:
-    """True when the trainer class of ``module_name`` (a key of ``TARGETS``) carries the wrapper."""
+    """True when the module ``module_name`` (a key of ``TARGETS``) has been imported and patched."""
     module = sys.modules.get(module_name)
-    if module is None:
-        return False
-    cls = getattr(module, TARGETS[module_name][0], None)
-    return bool(getattr(getattr(cls, "_update_actor", None), PATCH_MARK, False))
+    return module is not None and bool(getattr(module, PATCH_MARK, False))
 
 
 class _Loader(importlib.abc.Loader):
@@ -69,7 +91,7 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 
 def install_import_hook() -> None:
-    """Install the hook (idempotent); trainer modules already imported are patched at once."""
+    """Install the hook (idempotent); target modules already imported are patched at once."""
     with _lock:
         if not any(isinstance(f, _Finder) for f in sys.meta_path):
             sys.meta_path.insert(0, _Finder())

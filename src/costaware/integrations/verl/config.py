@@ -83,6 +83,17 @@ class CostAwareConfig:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"{CONFIG_KEY}.seed must be a non-negative integer, got {self.seed!r}")
 
+    @property
+    def full_support(self) -> bool:
+        """True when every row with a positive cost can be drawn (p_i > 0 for all i).
+
+        Needed whenever the loss has terms with a gradient on zero-advantage rows (KL to the reference,
+        entropy): those rows must be drawable for the weighted terms to be unbiased.
+        """
+        return self.method in ("none", "uniform", "inv_sqrt_cost") or (
+            self.method == "p_smooth" and self.alpha > 0
+        )
+
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any] | None) -> CostAwareConfig:
         """Build from a dict or an OmegaConf node; unknown keys are errors (they are usually typos)."""
@@ -156,6 +167,16 @@ def read_trainer_config(config: Any) -> CostAwareConfig | None:
         raise ValueError(
             f"{CONFIG_KEY} needs a policy loss that multiplies rollout_is_weights into the per-token loss, "
             f"got {actor}.policy_loss.loss_mode={loss_mode!r}"
+        )
+    use_kl = bool(_get(config, f"{actor}.use_kl_loss", False))
+    entropy_coeff = float(_get(config, f"{actor}.entropy_coeff", 0.0))
+    if (use_kl or entropy_coeff != 0.0) and not cfg.full_support:
+        raise ValueError(
+            f"{CONFIG_KEY}.method={cfg.method!r} (alpha={cfg.alpha!r}) gives zero probability to rows with "
+            f"zero advantage, but {actor}.use_kl_loss={use_kl} / {actor}.entropy_coeff={entropy_coeff} "
+            "add a KL / entropy gradient on every row, which those rows would never contribute; "
+            "use method=p_smooth with alpha > 0 (or uniform, inv_sqrt_cost, none), which keeps every row "
+            "drawable so the weighted KL and entropy terms stay unbiased"
         )
     if _get(config, "algorithm.rollout_correction.bypass_mode", False):
         raise ValueError(

@@ -1,23 +1,38 @@
-"""Wrappers around verl's ``_update_actor`` (trainer v0 and v1) and its checkpoint save/load.
+"""Wrappers around verl's ``_update_actor`` (trainer v0 and v1), its checkpoints, its actor loss and the
+v1 metrics aggregator.
 
-Applied by the import hook; cheap (functools only at import). Each wrapper reads ``algorithm.cost_aware``
-once per trainer and calls the original unchanged when the key is absent or ``enable=false``.
+Applied by the import hook (``_hook.TARGETS``); cheap to import (stdlib only, the rest is imported inside
+the functions). Each trainer wrapper reads ``algorithm.cost_aware`` once per trainer and calls the
+original unchanged when the key is absent or ``enable=false``.
+
+Learning-rate schedule: verl's actor worker steps its LR scheduler once per ``update_actor`` call (on the
+last mini-batch). A skipped pool (every advantage zero) makes no optimizer step and so no scheduler
+step: the schedule counts optimizer updates, as an optimizer-side schedule must (stepping it without an
+update would shorten warm-up for nothing, and a zero-gradient Adam step still moves the weights through
+its moments and weight decay, so a "no-op" update to keep the count is not available).
+``tests/test_verl_update_actor.py`` checks that a skip makes no worker call.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import time
 from typing import Any
 
-from costaware.integrations.verl._hook import PATCH_MARK
-
 logger = logging.getLogger(__name__)
-STATE_FILE = "cost_aware_state.json"
+PATCH_MARK = "__costaware_cost_aware__"
+WEIGHTS_KEY = "cost_aware_weights"  # per-token copy of the row factor, read by ``weighted_ppo_loss``
 _UNSET = object()
+
+
+def _mark(wrapper: Any) -> Any:
+    setattr(wrapper, PATCH_MARK, True)
+    return wrapper
+
+
+# ------------------------------------------------------------------------------------ trainer state
 
 
 def _config(trainer: Any) -> Any:
@@ -33,13 +48,39 @@ def _config(trainer: Any) -> Any:
     return cached
 
 
-def _state(trainer: Any) -> Any:
-    from costaware.integrations.verl.resample import CostAwareState
+def _counters(trainer: Any) -> Any:
+    from costaware.grpo.accounting import Counters
 
-    state = trainer.__dict__.get("_cost_aware_state")
-    if state is None:
-        state = trainer.__dict__["_cost_aware_state"] = CostAwareState()
-    return state
+    counters = trainer.__dict__.get("_cost_aware_counters")
+    if counters is None:
+        counters = trainer.__dict__["_cost_aware_counters"] = Counters()
+    return counters
+
+
+def _record(trainer: Any, stats: dict[str, float], seconds: float) -> dict[str, float]:
+    """Add one pool to the trainer's counters; the metrics to log (totals, this pool, weight summary).
+
+    The trainer process sees the whole actor batch, so these counts are already global (every rank's).
+    """
+    from costaware.grpo.accounting import StepCounts
+
+    step = StepCounts(
+        tokens=stats["tokens"],
+        tokens_plain=stats["tokens_plain"],
+        tokens_nonzero=stats["tokens_nonzero"],
+        rows_drawn=stats["rows_drawn"],
+        rows_fed=stats["rows_drawn"],  # verl never merges duplicates: every draw is fed
+        rows_unique=stats["rows_unique"],
+        skipped=stats["skipped"],
+        po_seconds=seconds,
+    )
+    counters = _counters(trainer)
+    counters.add(step)
+    metrics = counters.metrics(step)
+    if "weight_mean" in stats:
+        metrics["cost_aware/weights/mean"] = stats["weight_mean"]
+        metrics["cost_aware/weights/max"] = stats["weight_largest"]
+    return metrics
 
 
 def _minibatch_size(trainer: Any) -> int:
@@ -54,9 +95,7 @@ def _dp_size_v1(trainer: Any) -> int:
     return max(worker_group._dispatch_info["actor"]) + 1
 
 
-def _mark(wrapper: Any) -> Any:
-    setattr(wrapper, PATCH_MARK, True)
-    return wrapper
+# ---------------------------------------------------------------------------------------- trainer v0
 
 
 def update_actor_v0(trainer: Any, batch: Any, original: Any) -> Any:
@@ -76,11 +115,14 @@ def update_actor_v0(trainer: Any, batch: Any, original: Any) -> Any:
     )
     if result.skipped is not None:
         logger.warning("costaware: step %s skips the actor update: %s", trainer.global_steps, result.skipped)
-        metrics = _state(trainer).record(result.stats, time.perf_counter() - start)
+        metrics = _record(trainer, result.stats, time.perf_counter() - start)
         return DataProto.from_single_dict(data={}, meta_info={"metrics": metrics})
     output = original(trainer, result.batch)
-    output.meta_info["metrics"].update(_state(trainer).record(result.stats, time.perf_counter() - start))
+    output.meta_info["metrics"].update(_record(trainer, result.stats, time.perf_counter() - start))
     return output
+
+
+# ---------------------------------------------------------------------------------------- trainer v1
 
 
 def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> Any:
@@ -88,15 +130,16 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
 
     TransferQueue keys are unique per batch, so the k-th extra draw of a row is stored under a new key
     (all fields copied) for the duration of the update and cleared afterwards. ``rollout_is_weights`` of
-    every drawn key is set to (existing weights) x (importance weight). The batch returned is the
-    original one, so verl's reward/length metrics stay those of the generated rollouts.
+    every drawn key is set to (existing weights) x (row factor) and ``cost_aware_weights`` to the factor.
+    The original keys' ``rollout_is_weights`` are written back after the update (ones where the batch had
+    none). The batch returned is the original one, so verl's reward/length metrics stay those of the
+    generated rollouts.
     """
-    import torch
     import transfer_queue as tq
     from tensordict import TensorDict
     from transfer_queue import KVBatchMeta
 
-    from costaware.integrations.verl.resample import plan_resampling, step_generator
+    from costaware.integrations.verl.resample import plan_resampling, step_generator, tag_costs
     from costaware.integrations.verl.transfer import (
         duplicate_key_plan,
         nested_row_means,
@@ -108,10 +151,9 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
     pid = batch.partition_id
     data = tq.kv_batch_get(keys=batch.keys, partition_id=pid, select_fields=["advantages", "response_mask"])
     advantages = nested_row_means(data["advantages"], data["response_mask"])
-    costs = torch.tensor([int(tag["seq_len"]) for tag in batch.tags], dtype=torch.int64)
     result = plan_resampling(
         advantages,
-        costs,
+        tag_costs(batch.tags),
         cfg,
         minibatch_size=_minibatch_size(trainer),
         dp_size=_dp_size_v1(trainer),
@@ -121,10 +163,15 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
     )
     if result.skipped is not None:
         logger.warning("costaware: step %s skips the actor update: %s", trainer.global_steps, result.skipped)
-        metrics.update(_state(trainer).record(result.stats, time.perf_counter() - start))
+        metrics.update(_record(trainer, result.stats, time.perf_counter() - start))
         return batch
 
+    has_weights = batch.fields is not None and "rollout_is_weights" in batch.fields
     new_keys, rounds = duplicate_key_plan(batch.keys, result.indices, tag=f"ca{trainer.global_steps}")
+    first_draw = sorted({k for k in new_keys if k in set(batch.keys)})
+    saved = None
+    if has_weights:  # the original keys' weights, restored after the update
+        saved = tq.kv_batch_get(keys=first_draw, partition_id=pid, select_fields=["rollout_is_weights"])
     copied: list[str] = []
     try:
         for source_keys, target_keys, source_rows in rounds:
@@ -133,64 +180,171 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
                 keys=target_keys, partition_id=pid, fields=rows, tags=[batch.tags[i] for i in source_rows]
             )
             copied.extend(target_keys)
-        fields = ["response_mask"]
-        has_weights = batch.fields is not None and "rollout_is_weights" in batch.fields
-        if has_weights:
-            fields.append("rollout_is_weights")
+        fields = ["response_mask"] + (["rollout_is_weights"] if has_weights else [])
         current = tq.kv_batch_get(keys=new_keys, partition_id=pid, select_fields=fields)
+        mask = current["response_mask"]
+        factors = nested_scaled_weights(None, mask, result.weights)
         weights = nested_scaled_weights(
-            current["rollout_is_weights"] if has_weights else None, current["response_mask"], result.weights
+            current["rollout_is_weights"] if has_weights else None, mask, result.weights
         )
         tq.kv_batch_put(
             keys=new_keys,
             partition_id=pid,
-            fields=TensorDict({"rollout_is_weights": weights}, batch_size=len(new_keys)),
+            fields=TensorDict(
+                {"rollout_is_weights": weights, WEIGHTS_KEY: factors}, batch_size=len(new_keys)
+            ),
         )
+        extra = {"rollout_is_weights", WEIGHTS_KEY}
         resampled = KVBatchMeta(
             keys=new_keys,
             tags=[batch.tags[i] for i in result.indices.tolist()],
             partition_id=pid,
-            fields=sorted(set(batch.fields or []) | {"rollout_is_weights"}) if batch.fields else None,
+            fields=sorted(set(batch.fields or []) | extra) if batch.fields else None,
             extra_info=dict(batch.extra_info or {}),
         )
         original(trainer, resampled, metrics)
     finally:
         if copied:
             tq.kv_clear(keys=copied, partition_id=pid)
-    metrics.update(_state(trainer).record(result.stats, time.perf_counter() - start))
+        _restore_weights_v1(tq, first_draw, pid, saved)
+    metrics.update(_record(trainer, result.stats, time.perf_counter() - start))
     return batch
 
 
-def _state_path(trainer: Any) -> str:
-    return os.path.join(
-        str(trainer.config.trainer.default_local_dir), f"global_step_{trainer.global_steps}", STATE_FILE
+def _restore_weights_v1(tq: Any, keys: list[str], pid: str, saved: Any) -> None:
+    """Write back the original keys' ``rollout_is_weights`` and reset their factor to 1."""
+    import torch
+    from tensordict import TensorDict
+
+    from costaware.integrations.verl.transfer import nested_scaled_weights
+
+    if not keys:
+        return
+    mask = tq.kv_batch_get(keys=keys, partition_id=pid, select_fields=["response_mask"])["response_mask"]
+    ones = nested_scaled_weights(None, mask, torch.ones(len(keys)))
+    restored = saved["rollout_is_weights"] if saved is not None else ones
+    tq.kv_batch_put(
+        keys=keys,
+        partition_id=pid,
+        fields=TensorDict({"rollout_is_weights": restored, WEIGHTS_KEY: ones}, batch_size=len(keys)),
     )
 
 
-def _save_state(trainer: Any) -> None:
-    if _config(trainer) is None or "_cost_aware_state" not in trainer.__dict__:
+# ------------------------------------------------------------------------------- actor loss (workers)
+
+
+def patch_losses(module: Any) -> None:
+    """Replace ``verl.workers.utils.losses.ppo_loss`` by :func:`weighted_ppo_loss` around it (idempotent).
+
+    Runs when the module is first imported, before ``engine_workers`` binds the name, so every worker's
+    ``partial(ppo_loss, ...)`` gets the wrapper.
+    """
+    original = module.ppo_loss
+    if getattr(original, PATCH_MARK, False):
         return
-    path = _state_path(trainer)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as handle:
-        json.dump(_state(trainer).to_dict(), handle)
-    os.replace(tmp, path)  # atomic: a crash never leaves half a file
+
+    @functools.wraps(original)
+    def ppo_loss(config, model_output, data, dp_group=None):
+        if WEIGHTS_KEY not in data.keys():
+            return original(config, model_output, data, dp_group)
+        return weighted_ppo_loss(config, model_output, data, dp_group, original=original)
+
+    module.ppo_loss = _mark(ppo_loss)
+    import sys
+
+    for name in ("verl.workers.engine_workers", "verl.trainer.distillation.losses"):  # bound by name
+        user = sys.modules.get(name)
+        if user is not None and getattr(user, "ppo_loss", None) is original:
+            user.ppo_loss = module.ppo_loss
+
+
+def weighted_ppo_loss(
+    config: Any, model_output: Any, data: Any, dp_group: Any = None, *, original: Any
+) -> Any:
+    """verl's ``ppo_loss`` with the entropy and KL terms multiplied per row by the row's factor.
+
+    verl multiplies ``rollout_is_weights`` (which carries the factor w_i) into the policy-gradient term
+    only, and adds ``-entropy_coeff * agg(entropy) + kl_coef * agg(kl)`` unweighted. Every verl
+    ``loss_agg_mode`` is linear in the token-loss matrix under the global normaliser (tokens, rows or
+    horizon of the whole mini-batch), so adding ``agg((w - 1) * term)`` makes each term ``agg(w * term)``
+    exactly: the micro-batch loss is then sum_i w_i (pg_i - c ent_i + beta kl_i). Rows with w = 1
+    (no resampling) add exactly zero.
+    """
+    from verl.trainer.ppo.core_algos import agg_loss, kl_penalty
+    from verl.workers.utils.padding import no_padding_2_padding
+
+    loss, metrics = original(config, model_output, data, dp_group)
+    entropy = model_output.get("entropy", None)
+    if entropy is None and not config.use_kl_loss:
+        return loss, metrics
+    fields = ["response_mask", WEIGHTS_KEY] + (["ref_log_prob"] if config.use_kl_loss else [])
+    padded = data.select(*fields).to_padded_tensor()
+    mask = padded["response_mask"].to(bool)
+    extra = padded[WEIGHTS_KEY].to(loss.dtype) - 1.0
+    info = config.global_batch_info  # set by ppo_loss for this micro-batch
+    agg = functools.partial(agg_loss, loss_mask=mask, loss_agg_mode=config.loss_agg_mode, **info)
+    if entropy is not None:
+        loss = loss - config.entropy_coeff * agg(loss_mat=no_padding_2_padding(entropy, data) * extra)
+    if config.use_kl_loss:
+        log_prob = no_padding_2_padding(model_output["log_probs"], data)
+        kld = kl_penalty(logprob=log_prob, ref_logprob=padded["ref_log_prob"], kl_penalty=config.kl_loss_type)
+        loss = loss + config.kl_loss_coef * agg(loss_mat=kld * extra)
+    return loss, metrics
+
+
+# ---------------------------------------------------------------------------------- v1 metrics window
+
+
+def patch_metrics_aggregator(cls: type) -> None:
+    """Make verl v1's ``MetricsAggregator`` keep ``cost_aware/total/*`` (last) and sum ``cost_aware/step/*``.
+
+    In ``separate_async`` mode several updates share one logging window; the aggregator would otherwise
+    *sum* the cumulative totals (their names contain "total") and average the per-pool counts. Taking
+    the last total and summing the per-pool counts logs the true cumulative value and the window's delta.
+    """
+    original = cls._get_aggregation_type
+    if getattr(original, PATCH_MARK, False):
+        return
+
+    @functools.wraps(original)
+    def _get_aggregation_type(self, metric_name: str) -> str:
+        if metric_name.startswith("cost_aware/total/"):
+            return "last"
+        if metric_name.startswith("cost_aware/step/"):
+            return "sum"
+        return original(self, metric_name)
+
+    cls._get_aggregation_type = _mark(_get_aggregation_type)
+
+
+# ------------------------------------------------------------------------------------- checkpoints
+
+
+def _step_dir(trainer: Any) -> str:
+    return os.path.join(str(trainer.config.trainer.default_local_dir), f"global_step_{trainer.global_steps}")
+
+
+def _save_state(trainer: Any) -> None:
+    from costaware.grpo.accounting import save_counters
+
+    if _config(trainer) is None or "_cost_aware_counters" not in trainer.__dict__:
+        return
+    save_counters(_counters(trainer), _step_dir(trainer))
 
 
 def _load_state(trainer: Any) -> None:
+    from costaware.grpo.accounting import STATE_FILE, load_counters
+
     if _config(trainer) is None or not getattr(trainer, "global_steps", 0):
         return
-    from costaware.integrations.verl.resample import CostAwareState
-
-    candidates = [_state_path(trainer)]
+    candidates = [_step_dir(trainer)]
     resume_path = trainer.config.trainer.get("resume_from_path", None)
     if resume_path:
-        candidates.insert(0, os.path.join(str(resume_path), STATE_FILE))
-    for path in candidates:
-        if os.path.isfile(path):
-            with open(path) as handle:
-                trainer.__dict__["_cost_aware_state"] = CostAwareState.from_dict(json.load(handle))
+        candidates.insert(0, str(resume_path))
+    for folder in candidates:
+        counters = load_counters(folder)
+        if counters is not None:
+            trainer.__dict__["_cost_aware_counters"] = counters
             return
     logger.warning(
         "costaware: resumed at step %s without %s; counters restart at 0", trainer.global_steps, STATE_FILE

@@ -28,7 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from costaware.grpo.advantages import sequence_costs  # c_i = attention_mask.sum(-1), checked > 0
 from costaware.integrations.verl.config import CONFIG_KEY, CostAwareConfig
+from costaware.integrations.verl.patch import WEIGHTS_KEY
 
 if TYPE_CHECKING:
     from verl import DataProto
@@ -55,11 +57,24 @@ def sequence_advantages(advantages: torch.Tensor, response_mask: torch.Tensor) -
     return torch.where(count > 0, total / count.clamp(min=1.0), torch.zeros_like(total))
 
 
-def sequence_costs(attention_mask: torch.Tensor) -> torch.Tensor:
-    """c_i = prompt + response tokens = ``attention_mask.sum(-1)`` (int64, (bs,))."""
-    if attention_mask.dim() != 2:
-        raise ValueError(f"attention_mask must be (bs, seq_len), got shape {tuple(attention_mask.shape)}")
-    return attention_mask.to(torch.int64).sum(-1)
+def tag_costs(tags: list[dict]) -> torch.Tensor:
+    """c_i from trainer v1's per-row tags (``seq_len`` = prompt + response tokens); every c_i must be > 0."""
+    costs = torch.tensor([int(tag["seq_len"]) for tag in tags], dtype=torch.int64)
+    bad = torch.nonzero(costs <= 0).flatten()
+    if bad.numel():
+        i = int(bad[0])
+        raise ValueError(f"tags[{i}]['seq_len'] must be > 0 (a row's token cost), got {int(costs[i])}")
+    return costs
+
+
+def loss_factors(weights: torch.Tensor) -> torch.Tensor:
+    """Per-row loss factor for verl from the plan's importance weights (the one place to change it).
+
+    verl normalises every ``loss_agg_mode`` by the fed mini-batch (its tokens, rows or horizon), the
+    same normaliser for every row of the mini-batch, so the row factor is the importance weight itself:
+    the mini-batch loss is sum_i w_i l_i with l_i the row's loss under that normaliser.
+    """
+    return weights.to(torch.float32)
 
 
 def step_generator(seed: int, step: int) -> torch.Generator:
@@ -88,7 +103,7 @@ class ResampleResult:
     """What one actor update runs.
 
     indices: (N,) rows of the original batch, in the order verl must receive them (None when skipped).
-    weights: (N,) float32 per-row loss multiplier (importance weight; mini-batches are never merged).
+    weights: (N,) float32 per-row loss factor (``loss_factors`` of the importance weights).
     batch: the resampled DataProto with ``rollout_is_weights`` set (None when skipped or not built).
     stats: per-step numbers for the metrics (tokens, tokens_plain, tokens_nonzero, rows_drawn, ...).
     skipped: why no update runs (every advantage is zero), else None.
@@ -157,7 +172,7 @@ def plan_resampling(
             f"{num_minibatches} x {minibatch_size}"
         )
     index = torch.stack([mb.indices.to(torch.int64) for mb in plan.minibatches])  # (k, m)
-    weight = torch.stack([mb.weights.to(torch.float32) for mb in plan.minibatches])
+    weight = torch.stack([loss_factors(mb.weights) for mb in plan.minibatches])
     if config.balance_dp and dp_size > 1:
         perm = _balanced_rank_order(costs[index].to(torch.float64), dp_size)
         index, weight = torch.gather(index, 1, perm), torch.gather(weight, 1, perm)
@@ -199,7 +214,8 @@ def resample_dataproto(
     """Resample a padded verl ``DataProto`` (trainer v0): every tensor and non-tensor field follows the rows.
 
     Needs ``advantages``, ``response_mask`` and ``attention_mask``; ``rollout_is_weights`` from rollout
-    correction, if present, is multiplied by the importance weights, else created. ``global_token_num``
+    correction, if present, is multiplied by the row factors, else created; ``cost_aware_weights`` holds
+    the factors alone (for the entropy and KL terms). ``global_token_num``
     in ``meta_info`` is rebuilt for the drawn rows.
     """
     for key in ("advantages", "response_mask", "attention_mask"):
@@ -218,72 +234,11 @@ def resample_dataproto(
     assert result.indices is not None and result.weights is not None
     new = batch.select_idxs(result.indices)
     existing = new.batch["rollout_is_weights"] if "rollout_is_weights" in new.batch.keys() else None
-    new.batch["rollout_is_weights"] = weighted_rollout_is_weights(
-        existing, result.weights, tuple(new.batch["response_mask"].shape)
-    )
+    shape = tuple(new.batch["response_mask"].shape)
+    new.batch["rollout_is_weights"] = weighted_rollout_is_weights(existing, result.weights, shape)
+    # the factor alone, for the entropy and KL terms (the wrapped ppo_loss reads it)
+    new.batch[WEIGHTS_KEY] = weighted_rollout_is_weights(None, result.weights, shape)
     new.meta_info = dict(batch.meta_info)  # select_idxs shares the dict with the source batch
     if "global_token_num" in new.meta_info:
         new.meta_info["global_token_num"] = costs[result.indices].tolist()
     return ResampleResult(result.indices, result.weights, new, result.stats, None)
-
-
-@dataclass
-class CostAwareState:
-    """Cumulative counters, kept on the trainer and saved next to its checkpoints.
-
-    >>> state = CostAwareState()
-    >>> state.record({"tokens": 10.0, "tokens_plain": 12.0, "tokens_nonzero": 11.0,
-    ...               "rows_drawn": 4.0, "rows_unique": 3.0, "skipped": 0.0}, seconds=0.5)["cost_aware/tokens"]
-    10.0
-    """
-
-    tokens: float = 0.0
-    tokens_plain: float = 0.0
-    tokens_nonzero: float = 0.0
-    rows_drawn: float = 0.0
-    rows_unique: float = 0.0
-    skipped_steps: float = 0.0
-    po_seconds: float = 0.0
-
-    def record(self, stats: dict[str, float], seconds: float) -> dict[str, float]:
-        """Add one step and return the metrics to log (cumulative counters + this step's values)."""
-        self.tokens += stats["tokens"]
-        self.tokens_plain += stats["tokens_plain"]
-        self.tokens_nonzero += stats["tokens_nonzero"]
-        self.rows_drawn += stats["rows_drawn"]
-        self.rows_unique += stats["rows_unique"]
-        self.skipped_steps += stats["skipped"]
-        self.po_seconds += seconds
-        metrics = {
-            "cost_aware/tokens": self.tokens,
-            "cost_aware/tokens_plain": self.tokens_plain,
-            "cost_aware/tokens_nonzero": self.tokens_nonzero,
-            "cost_aware/rows_drawn": self.rows_drawn,
-            "cost_aware/rows_unique": self.rows_unique,
-            "cost_aware/skipped_steps": self.skipped_steps,
-            "cost_aware/po_seconds": self.po_seconds,
-            "cost_aware/step/tokens": stats["tokens"],
-            "cost_aware/step/rows_drawn": stats["rows_drawn"],
-            "cost_aware/step/rows_unique": stats["rows_unique"],
-            "cost_aware/step/skipped": stats["skipped"],
-        }
-        if "weight_mean" in stats:
-            metrics["cost_aware/step/weight_mean"] = stats["weight_mean"]
-            metrics["cost_aware/step/weight_largest"] = stats["weight_largest"]
-        return metrics
-
-    def to_dict(self) -> dict[str, float]:
-        return {
-            "tokens": self.tokens,
-            "tokens_plain": self.tokens_plain,
-            "tokens_nonzero": self.tokens_nonzero,
-            "rows_drawn": self.rows_drawn,
-            "rows_unique": self.rows_unique,
-            "skipped_steps": self.skipped_steps,
-            "po_seconds": self.po_seconds,
-        }
-
-    @classmethod
-    def from_dict(cls, values: dict[str, float]) -> CostAwareState:
-        known = set(cls().to_dict())
-        return cls(**{k: float(v) for k, v in values.items() if k in known})
