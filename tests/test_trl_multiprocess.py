@@ -1,0 +1,203 @@
+"""CostAwareGRPOTrainer on 2 CPU processes (gloo, torchrun) against one process on the same global batch.
+
+Every configuration trains 4 optimiser steps of a tiny Qwen2 in ``tests/_mp/trl_worker.py``; one
+launch runs many configurations in turn (torch start-up dominates on small machines). Generation is
+a fixed ``rollout_func`` of the row's global index, with completions of unequal lengths, so that 1
+and 2 processes see the same global batch; the claim under test is the policy-optimisation step.
+
+With a global plan (drawn identically on every rank from a shared seed, sharded across ranks) the
+2-process run must reach the parameters of one process fed the whole global batch per step. The
+optimiser is plain SGD so that a parameter difference is a gradient difference (Adam's
+normalisation would amplify float noise in near-zero gradients).
+
+A hang must fail, not block CI: each launch runs in its own process group under a hard timeout and
+``ddp_timeout`` turns a collective without a partner into an error; a case that crashes or hangs is
+recorded as failed and the launch resumes with the next case.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("trl", reason="the 'trl' extra is not installed")
+
+WORKER = Path(__file__).parent / "_mp" / "trl_worker.py"
+SRC = Path(__file__).resolve().parents[1] / "src"
+GLOBAL_ROWS = 8  # rows per optimiser micro-step over all processes: 2 groups of 4
+LOSS_TYPES = ("grpo", "dapo", "bnpo", "cispo")
+BASE = {"optim": "sgd", "learning_rate": 0.5, "cost_aware_method": "p_star"}
+
+
+def _case(name, zero="none", stock=False, **config):
+    return {"name": name, "zero": zero, "stock": stock, "config": {**BASE, **config}}
+
+
+# issue 10 item 5: loss type x merge duplicates x {one rank's pool all zero, none}
+MATRIX = [
+    _case(f"{lt}-merge{int(merge)}-{zero}", zero=zero, loss_type=lt, cost_aware_merge_duplicates=merge)
+    for lt in LOSS_TYPES
+    for merge in (True, False)
+    for zero in ("none", "rank1")
+]
+EXTRAS = [
+    _case("dapo-iters2", loss_type="dapo", num_iterations=2),
+    _case("grpo-iters2-rank1", zero="rank1", loss_type="grpo", num_iterations=2),
+    _case("grpo-spg4-ga2", loss_type="grpo", steps_per_generation=4, gradient_accumulation_steps=2),
+    _case("bnpo-spg4-ga2", loss_type="bnpo", steps_per_generation=4, gradient_accumulation_steps=2),
+    _case("grpo-beta", loss_type="grpo", beta=0.1),
+    _case("dapo-beta-rank1", zero="rank1", loss_type="dapo", beta=0.1),
+    _case("dapo-all-zero", zero="all", loss_type="dapo"),
+    _case("grpo-all-zero", zero="all", loss_type="grpo"),
+    _case("bnpo-tokens", loss_type="bnpo", cost_aware_budget="tokens"),
+]
+# method none against stock GRPOTrainer, both on 2 processes: exactly stock's split and loss
+NONE_VS_STOCK = [
+    _case(f"{kind}-{lt}{'-rank1' if zero == 'rank1' else ''}", zero=zero, stock=kind == "stock",
+          loss_type=lt, cost_aware_method="none")
+    for lt, zero in [("grpo", "none"), ("dapo", "none"), ("bnpo", "none"), ("cispo", "none"), ("dapo", "rank1")]
+    for kind in ("none", "stock")
+]
+COMPARED = MATRIX + EXTRAS  # 2 processes against 1
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env.update(OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", WANDB_MODE="disabled")
+    env.update(TRL_EXPERIMENTAL_SILENCE="1")
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    return env
+
+
+def _launch_once(cases, nproc, out: Path, timeout: float) -> tuple[int | None, str]:
+    """One launch of the worker on ``cases``; returns (exit code or None on timeout, output tail)."""
+    spec = out / f"spec-{len(list(out.glob('spec-*')))}.json"
+    spec.write_text(json.dumps({"global_rows": GLOBAL_ROWS, "cases": cases}))
+    cmd = [sys.executable]
+    if nproc > 1:
+        cmd += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+    cmd += [str(WORKER), str(spec), str(out)]
+    log = out / f"{spec.stem}.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=_env(), start_new_session=True)
+        try:
+            rc: int | None = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the launcher and every worker it started
+            proc.wait()
+            rc = None
+    return rc, log.read_text()[-3000:]
+
+
+def run_cases(cases, nproc: int, out: Path, per_case_s: float = 90.0) -> dict[str, dict]:
+    """Run every case; a case that crashes or hangs gets {"error": ...} and the rest still run."""
+    out.mkdir(parents=True, exist_ok=True)
+    results: dict[str, dict] = {}
+    todo = list(cases)
+    start = time.perf_counter()
+    while todo:
+        rc, tail = _launch_once(todo, nproc, out, timeout=60 + per_case_s * len(todo))
+        for case in list(todo):
+            name = case["name"]
+            files = [out / f"{name}.rank{r}.pt" for r in range(nproc)]
+            if all(f.exists() for f in files):
+                results[name] = {"ranks": [torch.load(f, weights_only=False) for f in files]}
+                todo.remove(case)
+            elif (out / f"{name}.started").exists():  # the case this launch died in
+                errors = sorted(out.glob(f"{name}.rank*.error"))
+                detail = "\n".join(e.read_text()[-1500:] for e in errors) or tail
+                why = "timed out (hang)" if rc is None else f"exit code {rc}"
+                results[name] = {"error": f"{name} on {nproc} process(es): {why}\n{detail}"}
+                todo.remove(case)
+                break
+            else:
+                if rc == 0:
+                    raise RuntimeError(f"worker exited 0 without running {name}:\n{tail}")
+                break
+        else:
+            continue
+        if rc == 0 and todo:
+            raise RuntimeError(f"worker exited 0 with cases left:\n{tail}")
+    results["_seconds"] = {"value": time.perf_counter() - start}
+    return results
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("trl_mp")
+    two = run_cases(COMPARED + NONE_VS_STOCK, 2, root / "two")
+    one = run_cases(COMPARED, 1, root / "one")
+    print(f"\nlaunch wall time: 2 processes {two['_seconds']['value']:.0f} s, 1 process {one['_seconds']['value']:.0f} s")
+    return two, one
+
+
+def _get(results, name):
+    r = results[name]
+    if "error" in r:
+        pytest.fail(r["error"], pytrace=False)
+    return r["ranks"]
+
+
+def _assert_same_step(two, one, init):
+    """Displacements from the initial parameters agree to float noise, and are not zero."""
+    d2, d1 = two - init, one - init
+    assert float(d1.norm()) > 1e-3, "the one-process run did not move: this comparison would be vacuous"
+    rel = float((d2 - d1).norm() / d1.norm())
+    assert rel < 1e-4, f"2-process parameters differ from 1-process by {rel:.3g} (relative displacement)"
+
+
+@pytest.mark.parametrize("case", COMPARED, ids=[c["name"] for c in COMPARED])
+def test_two_processes_match_one_process_on_the_global_batch(runs, case):
+    two, one = runs
+    ranks = _get(two, case["name"])
+    (ref,) = _get(one, case["name"])
+    assert all(r["global_step"] == 4 for r in ranks) and ref["global_step"] == 4
+    torch.testing.assert_close(ranks[0]["params"], ranks[1]["params"], rtol=0, atol=0)  # DDP kept in step
+    if case["zero"] == "all":  # nothing to learn: no parameter moves on either run
+        torch.testing.assert_close(ranks[0]["params"], ref["params"], rtol=0, atol=0)
+        torch.testing.assert_close(ref["params"], ref["init"], rtol=0, atol=0)
+    else:
+        _assert_same_step(ranks[0]["params"], ref["params"], ref["init"])
+
+
+@pytest.mark.parametrize("case", COMPARED, ids=[c["name"] for c in COMPARED])
+def test_counters_are_summed_over_ranks_and_epochs(runs, case):
+    two, one = runs
+    ranks = _get(two, case["name"])
+    (ref,) = _get(one, case["name"])
+    fed = sum(sum(r["fed"]) for r in ranks)  # every forward/backward of every rank, each PPO epoch
+    state = ranks[0]["state"]
+    assert state["tokens"] == fed, f"rank 0 counts {state['tokens']} tokens, the ranks fed {fed}"
+    assert ranks[1]["state"]["tokens"] == state["tokens"]  # every rank holds the global count
+    last = [h for h in ranks[0]["logged"] if "cost_aware/tokens" in h][-1]
+    assert last["cost_aware/tokens"] == fed
+    iters = case["config"].get("num_iterations", 1)
+    assert state["tokens_plain"] == ref["state"]["tokens_plain"]  # the same global pools
+    if case["zero"] != "all":
+        assert ref["state"]["tokens"] == sum(ref["fed"]) > 0
+    del iters
+
+
+@pytest.mark.parametrize("lt", ["grpo", "dapo", "bnpo", "cispo", "dapo-rank1"])
+def test_method_none_reproduces_stock_trl_on_two_processes(runs, lt):
+    two, _ = runs
+    ours, stock = _get(two, f"none-{lt}"), _get(two, f"stock-{lt}")
+    for a, b in zip(ours, stock, strict=True):
+        torch.testing.assert_close(a["params"], b["params"], rtol=0, atol=0)
+    assert float((stock[0]["params"] - stock[0]["init"]).norm()) > 1e-3
+    assert ours[0]["state"]["tokens"] == sum(sum(r["fed"]) for r in stock)
+
+
+def test_wall_time_is_reported(runs):
+    two, one = runs
+    assert two["_seconds"]["value"] > 0 and one["_seconds"]["value"] > 0
