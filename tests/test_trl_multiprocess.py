@@ -176,16 +176,11 @@ def test_counters_are_summed_over_ranks_and_epochs(runs, case):
     ranks = _get(two, case["name"])
     (ref,) = _get(one, case["name"])
     fed = sum(sum(r["fed"]) for r in ranks)  # every forward/backward of every rank, each PPO epoch
-    state = ranks[0]["state"]
-    assert state["tokens"] == fed, f"rank 0 counts {state['tokens']} tokens, the ranks fed {fed}"
-    assert ranks[1]["state"]["tokens"] == state["tokens"]  # every rank holds the global count
     last = [h for h in ranks[0]["logged"] if "cost_aware/tokens" in h][-1]
-    assert last["cost_aware/tokens"] == fed
-    iters = case["config"].get("num_iterations", 1)
-    assert state["tokens_plain"] == ref["state"]["tokens_plain"]  # the same global pools
-    if case["zero"] != "all":
-        assert ref["state"]["tokens"] == sum(ref["fed"]) > 0
-    del iters
+    assert last["cost_aware/tokens"] == fed, f"logged {last['cost_aware/tokens']} tokens, the ranks fed {fed}"
+    ref_last = [h for h in ref["logged"] if "cost_aware/tokens" in h][-1]
+    assert ref_last["cost_aware/tokens"] == sum(ref["fed"])
+    assert last["cost_aware/tokens_plain"] == ref_last["cost_aware/tokens_plain"]  # the same global pools
 
 
 @pytest.mark.parametrize("lt", ["grpo", "dapo", "bnpo", "cispo", "dapo-rank1"])

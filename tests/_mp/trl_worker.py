@@ -138,12 +138,14 @@ def run_case(case: dict, out: Path, global_rows: int) -> None:
         rollout_func=fixed_rollout(case.get("zero", "none")),
     )
     fed = _count_fed(trainer)
+    init = torch.cat([p.detach().double().flatten().cpu() for p in trainer.model.parameters()])
     start = time.perf_counter()
     trainer.train()
     params = torch.cat([p.detach().double().flatten().cpu() for p in trainer.model.parameters()])
     logged = [h for h in trainer.state.log_history if any(k.startswith("cost_aware/") for k in h)]
     result = {
         "params": params,
+        "init": init,
         "fed": fed,
         "state": dict(getattr(trainer, "cost_aware_state", {})),
         "logged": logged,
