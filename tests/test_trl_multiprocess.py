@@ -61,9 +61,20 @@ EXTRAS = [
 ]
 # method none against stock GRPOTrainer, both on 2 processes: exactly stock's split and loss
 NONE_VS_STOCK = [
-    _case(f"{kind}-{lt}{'-rank1' if zero == 'rank1' else ''}", zero=zero, stock=kind == "stock",
-          loss_type=lt, cost_aware_method="none")
-    for lt, zero in [("grpo", "none"), ("dapo", "none"), ("bnpo", "none"), ("cispo", "none"), ("dapo", "rank1")]
+    _case(
+        f"{kind}-{lt}{'-rank1' if zero == 'rank1' else ''}",
+        zero=zero,
+        stock=kind == "stock",
+        loss_type=lt,
+        cost_aware_method="none",
+    )
+    for lt, zero in [
+        ("grpo", "none"),
+        ("dapo", "none"),
+        ("bnpo", "none"),
+        ("cispo", "none"),
+        ("dapo", "rank1"),
+    ]
     for kind in ("none", "stock")
 ]
 COMPARED = MATRIX + EXTRAS  # 2 processes against 1
@@ -79,9 +90,26 @@ def _env() -> dict[str, str]:
     return env
 
 
+def _kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL the launcher and every process under it (torchrun starts its workers in new sessions)."""
+    import psutil  # a dependency of accelerate
+
+    try:
+        children = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        children = []
+    os.killpg(proc.pid, signal.SIGKILL)
+    for child in children:
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
+    proc.wait()
+
+
 def _launch_once(cases, nproc, out: Path, timeout: float) -> tuple[int | None, str]:
     """One launch of the worker on ``cases``; returns (exit code or None on timeout, output tail)."""
-    spec = out / f"spec-{len(list(out.glob('spec-*')))}.json"
+    spec = out / f"spec-{len(list(out.glob('spec-*.json')))}.json"
     spec.write_text(json.dumps({"global_rows": GLOBAL_ROWS, "cases": cases}))
     cmd = [sys.executable]
     if nproc > 1:
@@ -93,8 +121,7 @@ def _launch_once(cases, nproc, out: Path, timeout: float) -> tuple[int | None, s
         try:
             rc: int | None = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the launcher and every worker it started
-            proc.wait()
+            _kill_tree(proc)
             rc = None
     return rc, log.read_text()[-3000:]
 
@@ -115,7 +142,8 @@ def run_cases(cases, nproc: int, out: Path, per_case_s: float = 90.0) -> dict[st
                 todo.remove(case)
             elif (out / f"{name}.started").exists():  # the case this launch died in
                 errors = sorted(out.glob(f"{name}.rank*.error"))
-                detail = "\n".join(e.read_text()[-1500:] for e in errors) or tail
+                # the rank that failed first often dies in C++ (gloo enforce): its reason is in the log
+                detail = "\n".join(e.read_text()[-1200:] for e in errors) + "\n--- launch log ---\n" + tail
                 why = "timed out (hang)" if rc is None else f"exit code {rc}"
                 results[name] = {"error": f"{name} on {nproc} process(es): {why}\n{detail}"}
                 todo.remove(case)
@@ -137,7 +165,9 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("trl_mp")
     two = run_cases(COMPARED + NONE_VS_STOCK, 2, root / "two")
     one = run_cases(COMPARED, 1, root / "one")
-    print(f"\nlaunch wall time: 2 processes {two['_seconds']['value']:.0f} s, 1 process {one['_seconds']['value']:.0f} s")
+    print(
+        f"\nlaunch wall time: 2 processes {two['_seconds']['value']:.0f} s, 1 process {one['_seconds']['value']:.0f} s"
+    )
     return two, one
 
 
