@@ -53,8 +53,16 @@ EXTRAS = [
     _case("grpo-iters2-rank1", zero="rank1", loss_type="grpo", num_iterations=2),
     _case("grpo-spg4-ga2", loss_type="grpo", steps_per_generation=4, gradient_accumulation_steps=2),
     _case("bnpo-spg4-ga2", loss_type="bnpo", steps_per_generation=4, gradient_accumulation_steps=2),
-    _case("grpo-beta", loss_type="grpo", beta=0.1),
-    _case("dapo-beta-rank1", zero="rank1", loss_type="dapo", beta=0.1),
+    # beta > 0 needs a full-support method (the KL term must reach every row)
+    _case("grpo-beta", loss_type="grpo", beta=0.1, cost_aware_method="p_smooth", cost_aware_alpha=0.1),
+    _case(
+        "dapo-beta-rank1",
+        zero="rank1",
+        loss_type="dapo",
+        beta=0.1,
+        cost_aware_method="p_smooth",
+        cost_aware_alpha=0.1,
+    ),
     _case("dapo-all-zero", zero="all", loss_type="dapo"),
     _case("grpo-all-zero", zero="all", loss_type="grpo"),
     _case("bnpo-tokens", loss_type="bnpo", cost_aware_budget="tokens"),
@@ -200,17 +208,31 @@ def test_two_processes_match_one_process_on_the_global_batch(runs, case):
         _assert_same_step(ranks[0]["params"], ref["params"], ref["init"])
 
 
+def _total(rank_result, name):
+    """Last logged cumulative counter (``cost_aware/total/<name>``), summed over ranks by the adapter."""
+    rows = [h for h in rank_result["logged"] if f"cost_aware/total/{name}" in h]
+    assert rows, f"cost_aware/total/{name} was never logged"
+    return rows[-1][f"cost_aware/total/{name}"]
+
+
 @pytest.mark.parametrize("case", COMPARED, ids=[c["name"] for c in COMPARED])
 def test_counters_are_summed_over_ranks_and_epochs(runs, case):
     two, one = runs
     ranks = _get(two, case["name"])
     (ref,) = _get(one, case["name"])
     fed = sum(sum(r["fed"]) for r in ranks)  # every forward/backward of every rank, each PPO epoch
-    last = [h for h in ranks[0]["logged"] if "cost_aware/tokens" in h][-1]
-    assert last["cost_aware/tokens"] == fed, f"logged {last['cost_aware/tokens']} tokens, the ranks fed {fed}"
-    ref_last = [h for h in ref["logged"] if "cost_aware/tokens" in h][-1]
-    assert ref_last["cost_aware/tokens"] == sum(ref["fed"])
-    assert last["cost_aware/tokens_plain"] == ref_last["cost_aware/tokens_plain"]  # the same global pools
+    logged = _total(ranks[0], "tokens") + _total(ranks[0], "tokens_padding")  # padding rows kept apart
+    assert logged == fed, f"rank 0 logged {logged} tokens (with padding rows), the ranks fed {fed}"
+    assert _total(ref, "tokens") == sum(ref["fed"]) and _total(ref, "tokens_padding") == 0
+    # the same global pools and plans: the same counts as one process, padding aside
+    for name in ("tokens", "tokens_plain", "tokens_nonzero", "rows_drawn", "skipped", "generations"):
+        assert _total(ranks[0], name) == _total(ref, name), name
+    cfg = case["config"]
+    micro_steps = 4 * cfg.get("gradient_accumulation_steps", 1)  # 4 optimiser steps
+    pools = micro_steps // (cfg.get("steps_per_generation", 2) * cfg.get("num_iterations", 1))
+    assert _total(ref, "generations") == pools
+    if case["zero"] == "all":
+        assert _total(ref, "skipped") == pools and _total(ref, "tokens") == 0
 
 
 @pytest.mark.parametrize("lt", ["grpo", "dapo", "bnpo", "cispo", "dapo-rank1"])
@@ -220,7 +242,7 @@ def test_method_none_reproduces_stock_trl_on_two_processes(runs, lt):
     for a, b in zip(ours, stock, strict=True):
         torch.testing.assert_close(a["params"], b["params"], rtol=0, atol=0)
     assert float((stock[0]["params"] - stock[0]["init"]).norm()) > 1e-3
-    assert ours[0]["state"]["tokens"] == sum(sum(r["fed"]) for r in stock)
+    assert _total(ours[0], "tokens") == sum(sum(r["fed"]) for r in stock)
 
 
 def test_wall_time_is_reported(runs):
