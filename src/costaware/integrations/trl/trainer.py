@@ -67,6 +67,7 @@ from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 from costaware.grpo.accounting import METRIC_PREFIX, Counters, StepCounts, load_counters, save_counters
 from costaware.grpo.advantages import sequence_costs_from_masks
 from costaware.grpo.config import SUBSET, plan_seed
+from costaware.grpo.diagnostics import per_sequence_grad_norms, proxy_fidelity
 from costaware.grpo.factors import TRL_LOSS_FAMILY, global_tokens, row_factors, step_normalisers
 from costaware.grpo.plan import Plan, plan_minibatches
 from costaware.grpo.shard import ShardStep, rank_offsets, shard_minibatches
@@ -125,6 +126,9 @@ class CostAwareGRPOTrainer(GenerationMixin, GRPOTrainer):
         self._ca_capture: list[torch.Tensor] | None = None
         self._ca_prepare_seconds = 0.0
         self._zvf_iter: Any = None
+        # (model, loss_fn, rows) -> (k,) exact per-row gradient norms, for the diagnostics; a probe that
+        # wants the gradients themselves replaces this attribute (examples/proxy_fidelity_probe.py)
+        self.per_row_grad_norms = per_sequence_grad_norms
         self.add_callback(_OptimizerTimer(self))
 
     @property
@@ -264,8 +268,6 @@ class CostAwareGRPOTrainer(GenerationMixin, GRPOTrainer):
     # -- diagnostics --------------------------------------------------------------------------------
     def _diagnostics(self, batch: dict[str, Any], advantages: torch.Tensor) -> None:
         """Pearson(|A|, ‖∇ℓ_i‖) and the cost-biased χ² on a random subset of rows (paper Fig. 3, G.8)."""
-        from costaware.grpo.diagnostics import per_sequence_grad_norms, proxy_fidelity
-
         n = batch["advantages"].shape[0]
         k = min(self.args.cost_aware_diagnostics_rows, n)
         gen = torch.Generator().manual_seed(
@@ -284,7 +286,7 @@ class CostAwareGRPOTrainer(GenerationMixin, GRPOTrainer):
         def row_loss(model, one):
             return GRPOTrainer._compute_loss(self, model, trim_padding({**one, **scalars}))
 
-        norms = per_sequence_grad_norms(self.model, row_loss, per_row)
+        norms = self.per_row_grad_norms(self.model, row_loss, per_row)
         self._metrics["train"].clear()
         self._metrics["train"].update(saved)  # the k single-row losses must not enter TRL's metrics
         if not (norms > 0).any():
