@@ -20,8 +20,9 @@ SCRIPT = ROOT / "scripts" / "gpu_check.py"
 def _load():
     spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
     module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("gpu_check", module)  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)
-    return module
+    return sys.modules["gpu_check"]
 
 
 def _run(*args, timeout=300):
