@@ -115,7 +115,7 @@ def _kill_tree(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _launch_once(cases, nproc, out: Path, stall_s: float) -> tuple[int | None, str]:
+def _launch_once(cases, nproc, out: Path, stall_s: float, worker: Path) -> tuple[int | None, str]:
     """One launch of the worker on ``cases``; returns (exit code, or None when it stalled, output tail).
 
     A launch stalls when no case starts or finishes for ``stall_s`` seconds: a hang costs that long,
@@ -126,7 +126,7 @@ def _launch_once(cases, nproc, out: Path, stall_s: float) -> tuple[int | None, s
     cmd = [sys.executable]
     if nproc > 1:
         cmd += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
-    cmd += [str(WORKER), str(spec), str(out)]
+    cmd += [str(worker), str(spec), str(out)]
     log = out / f"{spec.stem}.log"
 
     def progress() -> float:
@@ -149,14 +149,14 @@ def _launch_once(cases, nproc, out: Path, stall_s: float) -> tuple[int | None, s
     return rc, log.read_text()[-3000:]
 
 
-def run_cases(cases, nproc: int, out: Path, stall_s: float = 150.0) -> dict[str, dict]:
+def run_cases(cases, nproc: int, out: Path, stall_s: float = 150.0, worker: Path = WORKER) -> dict[str, dict]:
     """Run every case; a case that crashes or hangs gets {"error": ...} and the rest still run."""
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict] = {}
     todo = list(cases)
     start = time.perf_counter()
     while todo:
-        rc, tail = _launch_once(todo, nproc, out, stall_s)
+        rc, tail = _launch_once(todo, nproc, out, stall_s, worker)
         for case in list(todo):
             name = case["name"]
             files = [out / f"{name}.rank{r}.pt" for r in range(nproc)]
@@ -263,3 +263,32 @@ def test_method_none_reproduces_stock_trl_on_two_processes(runs, lt):
 def test_wall_time_is_reported(runs):
     two, one = runs
     assert two["_seconds"]["value"] > 0 and one["_seconds"]["value"] > 0
+
+
+HANGING_WORKER = """
+import json, subprocess, sys, time
+from pathlib import Path
+import torch
+spec, out = json.loads(Path(sys.argv[1]).read_text()), Path(sys.argv[2])
+for case in spec["cases"]:
+    (out / f"{case['name']}.started").write_text("")
+    if case["name"].startswith("hang"):
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+        (out / "child.pid").write_text(str(child.pid))
+        time.sleep(600)
+    torch.save({"ok": True}, out / f"{case['name']}.rank0.pt")
+"""
+
+
+def test_a_hanging_case_fails_in_bounded_time_and_the_rest_still_run(tmp_path):
+    """The harness itself: a case that hangs is killed with its process tree, and the next case runs."""
+    psutil = pytest.importorskip("psutil")
+    worker = tmp_path / "hanging_worker.py"
+    worker.write_text(HANGING_WORKER)
+    start = time.perf_counter()
+    results = run_cases([{"name": "hang-a"}, {"name": "ok-b"}], 1, tmp_path / "out", stall_s=3, worker=worker)
+    assert time.perf_counter() - start < 120  # a bound, not a timing claim: the worker alone sleeps 600 s
+    assert "timed out (hang)" in results["hang-a"]["error"]
+    assert results["ok-b"]["ranks"] == [{"ok": True}]
+    child = int((tmp_path / "out" / "child.pid").read_text())
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
