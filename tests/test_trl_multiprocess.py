@@ -66,6 +66,22 @@ EXTRAS = [
     _case("dapo-all-zero", zero="all", loss_type="dapo"),
     _case("grpo-all-zero", zero="all", loss_type="grpo"),
     _case("bnpo-tokens", loss_type="bnpo", cost_aware_budget="tokens"),
+    _case(
+        "grpo-raw-pool-rank1",
+        zero="rank1",
+        loss_type="grpo",
+        cost_aware_weights="raw",
+        cost_aware_normaliser="pool",
+    ),
+    _case(
+        "dapo-raw-pool-rank1",
+        zero="rank1",
+        loss_type="dapo",
+        cost_aware_weights="raw",
+        cost_aware_normaliser="pool",
+    ),
+    _case("bnpo-nonzero-rank1", zero="rank1", loss_type="bnpo", cost_aware_method="nonzero"),
+    _case("dapo-pods", loss_type="dapo", cost_aware_method="pods"),
 ]
 # method none against stock GRPOTrainer, both on 2 processes: exactly stock's split and loss
 NONE_VS_STOCK = [
