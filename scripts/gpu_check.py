@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         r = run_method(method.strip(), a)
         results.append(r)
         print(
-            f"{r.method:>8}: {r.params_m:.1f}M params, {r.steps} steps, finite={r.finite}, "
+            f"{r.method:>8}: {r.params_m:.3g}M params, {r.steps} steps, finite={r.finite}, "
             f"tokens logged {r.tokens_logged:.0f} (fed {r.tokens_fed}, plain {r.tokens_plain_logged:.0f}), "
             f"PO {r.po_seconds_per_round:.3f} s/round, train {r.train_seconds:.1f} s, "
             f"peak memory {r.peak_memory_mb:.0f} MiB",
