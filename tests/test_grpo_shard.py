@@ -27,7 +27,8 @@ def test_every_drawn_row_is_fed_once_by_its_owner_with_equal_shapes(sizes, steps
     costs = torch.randint(1, 50, (n,), generator=gen)
     plan = plan_minibatches(adv, costs, num_minibatches=steps, minibatch_size=max(1, n // steps),
                             config=SamplingConfig(merge_duplicates=merge), generator=gen)
-    out = shard_minibatches(plan.minibatches, sizes, steps)
+    pads = [seed % k for k in sizes]
+    out = shard_minibatches(plan.minibatches, sizes, steps, pads)
     offsets = torch.tensor([0, *sizes]).cumsum(0)
     assert len(out) == len(sizes) and all(len(r) == steps for r in out)
     for j in range(steps):
@@ -43,6 +44,7 @@ def test_every_drawn_row_is_fed_once_by_its_owner_with_equal_shapes(sizes, steps
             assert bool((s.weights[s.padding] == 0).all()) and bool((s.counts[s.padding] == 0).all())
             own = s.global_rows[~s.padding]
             assert bool(((own >= offsets[r]) & (own < offsets[r + 1])).all())  # fed by the owner
+            assert bool((s.rows[s.padding] == pads[r]).all())
             assert bool((s.rows[~s.padding] == own - offsets[r]).all())
 
 
@@ -73,6 +75,7 @@ def test_step_normalisers_draws_and_pool():
     [
         (lambda: shard_minibatches([], [2, 0], 1), "rank_sizes"),
         (lambda: shard_minibatches([], [2], 0), "num_steps"),
+        (lambda: shard_minibatches([], [2, 3], 1, pad_rows=[0, 3]), "pad_rows"),
         (lambda: row_factors("rows", torch.ones(2), torch.ones(2), num_ranks=1, draws=2, tokens=2), "family"),
         (lambda: row_factors("row_mean", torch.ones(2), torch.ones(2), num_ranks=0, draws=2, tokens=2), "num_ranks"),
         (lambda: step_normalisers([], torch.ones(3), normaliser="x", pool_rows=3, num_steps=1), "normaliser"),

@@ -47,7 +47,8 @@ class ShardStep:
     """One rank's rows for one optimiser step.
 
     Attributes:
-        rows: (s,) row indices into this rank's *local* pool; padding rows point at local row 0.
+        rows: (s,) row indices into this rank's *local* pool; padding rows point at the rank's
+            padding row (``pad_rows[r]``, local row 0 by default).
         global_rows: (s,) the same rows as global pool indices (−1 for padding).
         weights: (s,) importance weight × draw count per row; 0 for padding.
         counts: (s,) draws each row stands for; 0 for padding.
@@ -74,15 +75,21 @@ def rank_offsets(rank_sizes: Sequence[int]) -> np.ndarray:
 
 
 def shard_minibatches(
-    minibatches: Sequence[MiniBatch], rank_sizes: Sequence[int], num_steps: int
+    minibatches: Sequence[MiniBatch], rank_sizes: Sequence[int], num_steps: int,
+    pad_rows: Sequence[int] | None = None,
 ) -> list[tuple[ShardStep, ...]]:
     """Split the global plan's mini-batches over ranks: ``out[r][j]`` is rank r's part of step j.
 
     Every rank gets exactly ``num_steps`` steps and, in step j, the same number of rows s_j =
     max(1, max_r rows of mini-batch j held by rank r). Rows keep the plan's order within a rank.
+    ``pad_rows[r]`` is the local row rank r feeds as padding (any row is exact; the engines pass
+    the rank's cheapest row, so that padding costs the least compute).
     """
     offsets = rank_offsets(rank_sizes)
     num_ranks = offsets.size - 1
+    pads = [0] * num_ranks if pad_rows is None else [int(x) for x in pad_rows]
+    if len(pads) != num_ranks or any(not 0 <= x < int(offsets[r + 1] - offsets[r]) for r, x in enumerate(pads)):
+        raise ValueError(f"pad_rows must hold one local row per rank (sizes {list(rank_sizes)}), got {pad_rows!r}")
     if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)) or num_steps < 1:
         raise ValueError(f"num_steps must be a positive integer, got {num_steps!r}")
     if len(minibatches) > num_steps:
@@ -113,7 +120,7 @@ def shard_minibatches(
             pad = s - g_rows.numel()
             out[r].append(
                 ShardStep(
-                    rows=torch.cat([g_rows - int(offsets[r]), torch.zeros(pad, dtype=torch.int64)]),
+                    rows=torch.cat([g_rows - int(offsets[r]), torch.full((pad,), pads[r], dtype=torch.int64)]),
                     global_rows=torch.cat([g_rows, torch.full((pad,), -1, dtype=torch.int64)]),
                     weights=torch.cat([g_w, torch.zeros(pad, dtype=torch.float64)]),
                     counts=torch.cat([g_c, torch.zeros(pad, dtype=torch.int64)]),

@@ -199,19 +199,21 @@ class CostAwareGRPOTrainer(GenerationMixin, GRPOTrainer):
                 rows_unique=total,
             ))
             return split_tensor_dict(shuffle_sequence_dict(batch), spg)
-        steps = shard_minibatches(plan.minibatches, pool.rank_sizes, spg)
-        micro = self._weighted_minibatches(batch, plan, pool, steps[rank])
         offsets = rank_offsets(pool.rank_sizes)
-        pad_rows = pad_tokens = 0
+        # each process pads with its cheapest row: exact whatever the row, and the least compute
+        pad_rows = [int(torch.argmin(pool.costs[offsets[r] : offsets[r + 1]])) for r in range(procs)]
+        steps = shard_minibatches(plan.minibatches, pool.rank_sizes, spg, pad_rows)
+        micro = self._weighted_minibatches(batch, plan, pool, steps[rank])
+        num_pad = pad_tokens = 0
         if procs > 1 or plan.minibatches:  # one process feeds nothing for an empty step
             for r, per_rank in enumerate(steps):
                 k = sum(int(s.padding.sum()) for s in per_rank if procs > 1 or not bool(s.padding.all()))
-                pad_rows += k
-                pad_tokens += k * int(pool.costs[int(offsets[r])])  # a padding row is the process's row 0
+                num_pad += k
+                pad_tokens += k * int(pool.costs[int(offsets[r]) + pad_rows[r]])
         self._account(StepCounts(
             tokens=plan.tokens * iters, tokens_plain=plan.tokens_plain * iters,
             tokens_nonzero=plan.tokens_nonzero * iters, rows_drawn=plan.rows_drawn * iters,
-            rows_fed=plan.rows_fed * iters, rows_unique=plan.rows_unique, rows_padding=pad_rows * iters,
+            rows_fed=plan.rows_fed * iters, rows_unique=plan.rows_unique, rows_padding=num_pad * iters,
             tokens_padding=pad_tokens * iters, skipped=float(plan.skipped is not None),
         ))
         return micro
