@@ -31,7 +31,7 @@ def capture_pools(sft: Path, loss_type: str, *, prompts: int, rounds: int, max_t
     """Run the trainer at lr≈0 and keep (per-row gradients, advantages, costs) of every pool."""
     pools = []
 
-    def grads(model, loss_fn, rows, method="loop"):  # replaces the trainer's norm computation
+    def grads(model, loss_fn, rows):  # the trainer's per_row_grad_norms hook: keep the gradients too
         params = [p for p in model.parameters() if p.requires_grad]
         n = next(iter(rows.values())).shape[0]
         flat = []
@@ -43,7 +43,6 @@ def capture_pools(sft: Path, loss_type: str, *, prompts: int, rounds: int, max_t
         pools.append((G.numpy(), rows["advantages"].double().numpy(), cost.numpy()))
         return G.norm(dim=1)
 
-    diagnostics.per_sequence_grad_norms = grads
     tok, model = _load(sft)
     tasks = arith.make_tasks(prompts * rounds, min_terms=2, max_terms=max_terms, rng=np.random.default_rng(seed))
     rows = prompts * 8
@@ -55,8 +54,10 @@ def capture_pools(sft: Path, loss_type: str, *, prompts: int, rounds: int, max_t
         cost_aware_diagnostics_rows=rows,
     )
     data = Dataset.from_dict({"prompt": tasks.prompts, "answer": tasks.answers.tolist()})
-    CostAwareGRPOTrainer(model=model, args=args, reward_funcs=arith.arith_reward, train_dataset=data,
-                         processing_class=tok).train()
+    trainer = CostAwareGRPOTrainer(model=model, args=args, reward_funcs=arith.arith_reward, train_dataset=data,
+                                   processing_class=tok)
+    trainer.per_row_grad_norms = grads  # the trainer's hook for the diagnostics' per-row gradients
+    trainer.train()
     return pools
 
 

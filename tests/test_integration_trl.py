@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 
 import pytest
 
@@ -14,6 +15,9 @@ datasets = pytest.importorskip("datasets")
 
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
+from costaware.grpo.advantages import sequence_costs_from_masks  # noqa: E402
+from costaware.grpo.config import plan_seed  # noqa: E402
+from costaware.grpo.plan import plan_minibatches  # noqa: E402
 from costaware.grpo.zvf import nonzero_variance_groups  # noqa: E402
 from costaware.integrations.trl import (  # noqa: E402
     STATE_FILE,
@@ -24,6 +28,7 @@ from costaware.integrations.trl import (  # noqa: E402
 from costaware.tiny import char_tokenizer, tiny_qwen2  # noqa: E402
 
 TOK = char_tokenizer()
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is TRL's experimental hook
 
 
 def digit_reward(completions, **kwargs):
@@ -31,11 +36,32 @@ def digit_reward(completions, **kwargs):
 
 
 def has_digit_reward(completions, **kwargs):  # 0/1: some groups are constant, as with verifiable rewards
-    return [float(any(ch.isdigit() for ch in c)) for c in completions]
+    return [float(c[-1:].isdigit()) for c in completions]
 
 
 def constant_reward(completions, **kwargs):
     return [1.0 for _ in completions]
+
+
+def unequal_rollout(prompts, trainer):
+    """TRL's rollout_func hook: completions of unequal lengths (1..max) and varied digits.
+
+    A random tiny model almost never emits EOS, so its completions all have the maximum length, which
+    hides normaliser bugs (grpo, bnpo and dapo coincide) and leaves nothing for padding trimming.
+    """
+    tok = trainer.processing_class
+    calls = getattr(trainer, "_test_rollouts", 0)
+    trainer._test_rollouts = calls + 1
+    gen = torch.Generator().manual_seed(1000 + calls)
+    max_len = trainer.args.max_completion_length
+    lengths = torch.randint(1, max_len + 1, (len(prompts),), generator=gen).tolist()
+    chars = "0123456789abcdef"
+    texts = ["".join(chars[int(i)] for i in torch.randint(0, 16, (k,), generator=gen)) for k in lengths]
+    return {
+        "prompt_ids": [tok(p, add_special_tokens=False)["input_ids"] for p in prompts],
+        "completion_ids": [tok(t, add_special_tokens=False)["input_ids"] for t in texts],
+        "logprobs": None,
+    }
 
 
 def _dataset():
@@ -78,7 +104,8 @@ def _trainer(tmp_path, cls=CostAwareGRPOTrainer, cfg=CostAwareGRPOConfig, reward
             for p in model.parameters():
                 p.add_(0.3 * torch.randn(p.shape, generator=gen))
     args = cfg(**_kwargs(tmp_path, **over))
-    return cls(model=model, args=args, reward_funcs=reward, train_dataset=_dataset(), processing_class=TOK)
+    return cls(model=model, args=args, reward_funcs=reward, train_dataset=_dataset(), processing_class=TOK,
+               rollout_func=unequal_rollout)
 
 
 def _count_fed(trainer):
@@ -104,7 +131,9 @@ def _count_fed(trainer):
         ("nonzero", {}),
         ("pods", {}),
         ("p_smooth", {"cost_aware_zvf": True}),
-        ("p_star", {"beta": 0.05, "loss_type": "grpo"}),
+        ("p_smooth", {"beta": 0.05, "loss_type": "grpo"}),
+        ("p_star", {"num_iterations": 2, "loss_type": "bnpo"}),
+        ("p_star", {"steps_per_generation": 4, "gradient_accumulation_steps": 2, "loss_type": "grpo"}),
         ("inv_sqrt_cost", {"cost_aware_budget": "tokens", "loss_type": "bnpo"}),
     ],
 )
@@ -116,12 +145,15 @@ def test_trainer_runs_and_counts_the_tokens_it_feeds(tmp_path, method, extra):
     trainer.train()
     state = trainer.cost_aware_state
     assert trainer.state.global_step == 4
-    assert state["generations"] == 2
+    a = trainer.args
+    micro_steps = 4 * a.gradient_accumulation_steps
+    assert state["generations"] == micro_steps // (a.steps_per_generation * trainer.num_iterations)
     assert state["tokens"] == sum(fed) > 0
     logged = [h for h in trainer.state.log_history if "cost_aware/tokens" in h]
     assert len(logged) == 4 and logged[-1]["cost_aware/tokens"] == sum(fed)
-    assert logged[-1]["cost_aware/tokens_plain"] == state["tokens_plain"]
-    assert 0 < logged[-1]["cost_aware/po_seconds"] == pytest.approx(state["po_seconds"])
+    assert logged[-1]["cost_aware/total/tokens_plain"] == state["tokens_plain"]
+    assert 0 < logged[-1]["cost_aware/total/po_seconds"] == pytest.approx(state["po_seconds"])
+    # every forward/backward is counted (each plan runs num_iterations times): tokens == sum(fed) above
     if method == "none":
         assert state["tokens"] == state["tokens_plain"]
     else:  # padding columns are trimmed: no all-pad prompt column on the left, completion column on the right
@@ -151,6 +183,17 @@ def test_same_seed_same_run(tmp_path):
     assert a.cost_aware_state["tokens"] == b.cost_aware_state["tokens"]
     for p, q in zip(a.model.parameters(), b.model.parameters(), strict=True):
         torch.testing.assert_close(p, q, rtol=0, atol=0)
+
+
+def _plan_of(trainer, batch, rewards):
+    """The plan the trainer draws for its first pool on one process, rebuilt from the public core."""
+    costs = sequence_costs_from_masks(batch["prompt_mask"], batch["completion_mask"])
+    return plan_minibatches(
+        batch["advantages"], costs, num_minibatches=trainer.args.steps_per_generation,
+        minibatch_size=trainer.args.per_device_train_batch_size, config=trainer.sampling, rewards=rewards,
+        group_size=trainer.num_generations,
+        generator=torch.Generator().manual_seed(plan_seed(trainer.args.seed, 0)),
+    )
 
 
 def _generation(trainer):
@@ -183,7 +226,7 @@ def _loss_type_kwargs(loss_type):
 def test_merging_duplicates_leaves_the_gradient_unchanged(tmp_path, loss_type, beta, normaliser):
     trainer = _trainer(
         tmp_path,
-        cost_aware_method="p_star",
+        cost_aware_method="p_smooth" if beta else "p_star",
         loss_type=loss_type,
         beta=beta,
         cost_aware_normaliser=normaliser,
@@ -193,7 +236,7 @@ def test_merging_duplicates_leaves_the_gradient_unchanged(tmp_path, loss_type, b
     grads, rows = {}, {}
     for merge in (True, False):
         trainer.sampling = dataclasses.replace(trainer.sampling, merge_duplicates=merge)
-        trainer.cost_aware_state["generations"] = 0  # same generator, hence the same draws
+        trainer.cost_aware_counters.generations = 0  # same generator, hence the same draws
         micro = trainer._split(batch, rewards)
         rows[merge] = sum(mb["advantages"].numel() for mb in micro)
         grads[merge] = _total_grad(trainer, micro)
@@ -226,8 +269,10 @@ def _row_loss(trainer, mb, i, advantage):
 )
 def test_weights_reach_the_loss_row_by_row(tmp_path, loss_type, beta, bias_kl):
     """The micro-batch loss is Σ_i f_i ℓ_i with ℓ_i TRL's own single-row loss (KL included when β > 0)."""
+    method = "p_smooth" if beta else "p_star"  # beta > 0 needs full support
     trainer = _trainer(
-        tmp_path, cost_aware_method="p_star", loss_type=loss_type, beta=beta, use_bias_correction_kl=bias_kl
+        tmp_path, cost_aware_method=method, loss_type=loss_type, beta=beta, use_bias_correction_kl=bias_kl,
+        cost_aware_alpha=0.3,
     )
     batch, rewards = _generation(trainer)
     if bias_kl:  # off-policy rows, so that the KL's importance ratio is not 1
@@ -235,8 +280,8 @@ def test_weights_reach_the_loss_row_by_row(tmp_path, loss_type, beta, bias_kl):
         batch["old_per_token_logps"] = old + 0.2 * torch.randn(
             old.shape, generator=torch.Generator().manual_seed(2)
         )
-    trainer.cost_aware_state["generations"] = 0
-    plan = trainer._plan(batch, rewards)
+    trainer.cost_aware_counters.generations = 0
+    plan = _plan_of(trainer, batch, rewards)
     micro = trainer._split(batch, rewards)
     lengths = batch["completion_mask"].sum(1).double()
     for mb, pm in zip(micro, plan.minibatches, strict=True):
@@ -266,20 +311,33 @@ def test_weights_reach_the_loss_row_by_row(tmp_path, loss_type, beta, bias_kl):
         assert float(micro[0]["num_items_in_batch"]) == draws
 
 
-@pytest.mark.parametrize("loss_type", ["dapo", "grpo"])
-def test_raw_weighted_plans_are_unbiased_for_the_baseline_gradient(tmp_path, loss_type):
-    """Monte-Carlo: with raw weights and the pool normaliser, plans average to stock TRL's gradient."""
+@pytest.mark.parametrize(
+    "loss_type,beta,method",
+    [("dapo", 0.0, "p_star"), ("grpo", 0.0, "p_star"), ("grpo", 0.1, "p_smooth"), ("dapo", 0.1, "p_smooth")],
+)
+def test_raw_weighted_plans_are_unbiased_for_the_baseline_gradient(tmp_path, loss_type, beta, method):
+    """Monte-Carlo: with raw weights and the pool normaliser, plans average to stock TRL's gradient.
+
+    The pool has a zero-advantage group and completions of unequal lengths; with beta > 0 the KL term
+    has a gradient on the zero-advantage rows, which full support (p_smooth) must keep reaching.
+    """
     trainer = _trainer(
         tmp_path,
-        cost_aware_method="p_star",
+        cost_aware_method=method,
+        cost_aware_alpha=0.3,
         cost_aware_weights="raw",
         loss_type=loss_type,
         cost_aware_normaliser="pool",
+        beta=beta,
     )
     batch, rewards = _generation(trainer)
+    batch["advantages"] = batch["advantages"].clone()
+    batch["advantages"][:4] = 0.0  # one group without signal, as a constant-reward group
+    lengths = batch["completion_mask"].sum(1)
+    assert lengths.unique().numel() > 2  # unequal lengths: the normalisers differ
     trainer.sampling = dataclasses.replace(trainer.sampling, method="none")
     full = _total_grad(trainer, trainer._split(batch, rewards))
-    trainer.sampling = dataclasses.replace(trainer.sampling, method="p_star")
+    trainer.sampling = dataclasses.replace(trainer.sampling, method=method)
     draws = torch.stack([_total_grad(trainer, trainer._split(batch, rewards)) for _ in range(300)])
     mean = draws.mean(0)
     spread = draws.std(0).norm() / 300**0.5  # standard error of the mean, as a norm
@@ -301,6 +359,22 @@ def test_a_pool_without_signal_is_skipped_without_moving_the_parameters(tmp_path
         1.0,
         1.0,
     ]
+
+
+def test_skipped_pools_keep_stock_lr_schedule_and_warn(tmp_path):
+    """A skipped pool still counts its optimiser steps, so the LR schedule is stock TRL's step for step."""
+    ours = _trainer(tmp_path / "a", cost_aware_method="p_star", reward=constant_reward,
+                    lr_scheduler_type="linear", cost_aware_warn_after_skips=2)
+    with pytest.warns(RuntimeWarning, match="skipped 2 pools in a row"):
+        ours.train()
+    stock = _trainer(tmp_path / "b", cls=GRPOTrainer, cfg=GRPOConfig, reward=constant_reward, lr_scheduler_type="linear")
+    stock.train()
+
+    def lrs(trainer):
+        return [h["learning_rate"] for h in trainer.state.log_history if "learning_rate" in h]
+
+    assert len(lrs(ours)) == 4 and lrs(ours) == lrs(stock)
+    assert ours.cost_aware_state["consecutive_skipped"] == 2
 
 
 def test_zvf_keeps_only_groups_whose_rewards_differ(tmp_path):
@@ -365,6 +439,10 @@ def test_checkpoint_keeps_the_counters(tmp_path):
         ("cost_aware_diagnostics_rows", 1),
         ("entropy_coef", 0.01),
         ("top_entropy_quantile", 0.2),
+        ("beta", 0.1),  # with p_star: zero-advantage rows are never drawn, their KL gradient would be lost
+        ("cost_aware_zero_tol", 1.5),
+        ("cost_aware_max_draws_factor", 0.5),
+        ("cost_aware_warn_after_skips", -1),
     ],
 )
 def test_bad_config_is_refused_naming_the_value(tmp_path, field, value):
@@ -373,7 +451,7 @@ def test_bad_config_is_refused_naming_the_value(tmp_path, field, value):
 
 
 def test_unsupported_loss_type_is_refused(tmp_path, monkeypatch):
-    monkeypatch.setattr("costaware.integrations.trl.SUPPORTED_LOSS_TYPES", ("grpo",))
+    monkeypatch.setattr("costaware.integrations.trl.config.SUPPORTED_LOSS_TYPES", ("grpo",))
     with pytest.raises(ValueError, match="dapo"):
         CostAwareGRPOConfig(**_kwargs(tmp_path))
 

@@ -44,6 +44,8 @@ class StepCounts:
         rows_fed: rows run through forward/backward (padding rows excluded).
         rows_unique: distinct pool rows used by the plan.
         rows_padding: zero-factor rows fed only so that every rank runs the same shapes.
+        tokens_padding: prompt + completion tokens of those padding rows (compute spent on shapes,
+            not counted in ``tokens``).
         skipped: 1 when the pool's update was skipped (every advantage zero), else 0.
         po_seconds: wall time of forward, backward and optimiser steps for this pool.
     """
@@ -57,6 +59,7 @@ class StepCounts:
     rows_padding: float = 0.0
     skipped: float = 0.0
     po_seconds: float = 0.0
+    tokens_padding: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -78,8 +81,10 @@ class Counters:
     rows_padding: float = 0.0
     skipped: float = 0.0
     po_seconds: float = 0.0
+    tokens_padding: float = 0.0
     generations: float = 0.0  # pools seen (skipped ones included)
     consecutive_skipped: float = 0.0  # pools skipped in a row, for the trainer's warning
+    zvf_refills: float = 0.0  # refill batches ZVF drew (to fast-forward its prompt stream on resume)
 
     def add(self, step: StepCounts) -> None:
         """Add one pool's counts."""

@@ -30,57 +30,13 @@ import numpy as np
 import torch
 
 from costaware import distributions as dist
-from costaware.alias import build_alias
+from costaware.alias import build_alias, draw
+from costaware.grpo.advantages import group_advantages
+from costaware.grpo.config import DISTRIBUTIONS, METHODS, SamplingConfig
 
 __all__ = ["METHODS", "SamplingConfig", "MiniBatch", "Plan", "plan_minibatches", "pods_select"]
 
-METHODS = ("none", "p_star", "p_smooth", "inv_sqrt_cost", "variance", "uniform", "nonzero", "pods")
-# Methods that draw i.i.d. from a distribution p with replacement and apply importance weights.
-_DRAWING = ("p_star", "p_smooth", "inv_sqrt_cost", "variance", "uniform")
-
-
-@dataclass(frozen=True)
-class SamplingConfig:
-    """How a pool of rollouts is turned into policy-optimisation mini-batches.
-
-    Attributes:
-        method: one of :data:`METHODS`. ``none`` is plain GRPO; ``p_star`` the paper's method.
-        alpha: ``p_smooth`` mixing weight, (1−α)p* + α·uniform.
-        proxy_noise: σ² of zero-mean Gaussian noise added to |A| before p is formed (ablation).
-        weights: ``"centred"`` (1/(n_supp p_i), E_p[w] = 1) or ``"raw"`` (1/(n p_i)).
-        merge_duplicates: a row drawn k times into one mini-batch runs once with weight k·w.
-        budget: ``"rows"`` draws as many rows per step as the baseline runs; ``"tokens"`` draws
-            until the baseline's tokens (Σ c_i over the pool) are matched: the tokens drawn, or
-            with ``merge_duplicates`` the tokens fed, mini-batch by mini-batch. The stopping rule
-            depends only on past draws, so Σ w·g stays unbiased up to the constant E[draws]
-            (Wald's identity).
-        pods_keep: PODS, rows kept per group (default: half the group).
-    """
-
-    method: str = "p_star"
-    alpha: float = 0.01
-    proxy_noise: float = 0.0
-    weights: str = "centred"
-    merge_duplicates: bool = True
-    budget: str = "rows"
-    pods_keep: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
-        if not (isinstance(self.alpha, (int, float)) and 0.0 <= self.alpha <= 1.0):
-            raise ValueError(f"alpha must lie in [0, 1], got {self.alpha!r}")
-        if not (isinstance(self.proxy_noise, (int, float)) and math.isfinite(self.proxy_noise)) or (
-            self.proxy_noise < 0
-        ):
-            raise ValueError(f"proxy_noise must be a finite variance >= 0, got {self.proxy_noise!r}")
-        if self.weights not in ("centred", "raw"):
-            raise ValueError(f"weights must be 'centred' or 'raw', got {self.weights!r}")
-        if self.budget not in ("rows", "tokens"):
-            raise ValueError(f"budget must be 'rows' or 'tokens', got {self.budget!r}")
-        if self.pods_keep is not None and (int(self.pods_keep) != self.pods_keep or self.pods_keep < 1):
-            raise ValueError(f"pods_keep must be a positive integer or None, got {self.pods_keep!r}")
-
+_MAX_COST = 2**53  # costs are summed as int64 token counts; above this float64 loses integers
 
 @dataclass(frozen=True)
 class MiniBatch:
@@ -153,9 +109,12 @@ def pods_select(rewards: torch.Tensor, group_size: int, keep: int) -> torch.Tens
 
     For sorted rewards the max-variance subset of size m takes the k largest and the m−k smallest
     for some k (Xu et al. 2025, arXiv 2504.13818, Lemma 1); k is searched for all groups at once.
-    Returns a boolean mask over rows.
+    Each group is first divided by its largest |reward| (the argmax of a variance is scale-free), so
+    rewards near the float range (1e300) cannot overflow the squares. Returns a boolean mask over rows.
     """
     g = rewards.reshape(-1, group_size).to(torch.float64)
+    scale = g.abs().amax(1, keepdim=True)
+    g = g / torch.where(scale > 0, scale, torch.ones_like(scale))
     order = torch.argsort(g, dim=1, descending=True, stable=True)
     s = torch.gather(g, 1, order)  # descending
     m = keep
@@ -177,57 +136,73 @@ def pods_select(rewards: torch.Tensor, group_size: int, keep: int) -> torch.Tens
     return mask.reshape(-1)
 
 
-def _group_advantages_masked(rewards: torch.Tensor, group_size: int, mask: torch.Tensor) -> torch.Tensor:
-    """GRPO advantages recomputed over the kept rows of each group (TRL's std convention)."""
-    r = rewards.reshape(-1, group_size).to(torch.float64)
-    k = mask.reshape(-1, group_size).to(torch.float64)
-    n = k.sum(1, keepdim=True)
-    mean = (r * k).sum(1, keepdim=True) / n
-    var = (((r - mean) ** 2) * k).sum(1, keepdim=True) / (n - 1).clamp(min=1)
-    adv = (r - mean) / (var.sqrt() + 1e-4)
-    return (adv * k).reshape(-1).to(torch.float32)
+def _pods_advantages(rewards: torch.Tensor, group_size: int, mask: torch.Tensor) -> torch.Tensor:
+    """GRPO advantages recomputed over the kept rows of each group, TRL's convention (unbiased std,
+    eps = 1e-4), by :func:`costaware.grpo.advantages.group_advantages`; dropped rows get 0."""
+    keep = int(mask[:group_size].sum())  # PODS keeps the same number of rows in every group
+    kept = rewards.reshape(-1, group_size)[mask.reshape(-1, group_size)]
+    adv = group_advantages(kept, keep, eps=1e-4).to(torch.float64)
+    if not torch.isfinite(adv).all():
+        i = int(torch.nonzero(~torch.isfinite(adv))[0])
+        raise ValueError(
+            f"rewards give a non-finite PODS advantage at kept row {i} (rewards too large to centre "
+            f"and scale, e.g. {float(kept[i])!r}); rescale the rewards"
+        )
+    out = torch.zeros(rewards.numel(), dtype=torch.float64)
+    out[mask] = adv
+    return out.to(torch.float32)
 
 
-def _draw_until_tokens(p: np.ndarray, costs: torch.Tensor, budget: int, gen: torch.Generator | None):
-    """i.i.d. draws from p until their summed cost first reaches ``budget``."""
-    per_draw = float(p @ costs.double().numpy())
-    out: list[torch.Tensor] = []
-    spent = 0
-    while spent < budget:
-        n = max(16, int(1.2 * (budget - spent) / per_draw) + 16)
-        d = _alias_draws(p, n, gen)
-        cum = costs[d].cumsum(0) + spent
-        hit = torch.nonzero(cum >= budget)
-        if hit.numel():
-            d = d[: int(hit[0]) + 1]
+def _numpy_rng(gen: torch.Generator | None) -> np.random.Generator:
+    """A numpy generator seeded from the torch one, so that a seeded torch generator fixes the plan."""
+    return np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=gen)))
+
+
+def _draw_until_tokens(
+    table: tuple[np.ndarray, np.ndarray], p: np.ndarray, costs: np.ndarray, budget: int, cap: int,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, bool]:
+    """i.i.d. draws from p until their summed cost first reaches ``budget``, or ``cap`` draws."""
+    per_draw = float(p @ costs)
+    out: list[np.ndarray] = []
+    spent = taken = 0
+    while spent < budget and taken < cap:
+        k = min(cap - taken, max(16, int(1.2 * (budget - spent) / per_draw) + 16))
+        d = draw(*table, k, rng)
+        cum = np.cumsum(costs[d]) + spent
+        hit = np.flatnonzero(cum >= budget)
+        if hit.size:
+            d = d[: hit[0] + 1]
         out.append(d)
-        spent = int(cum[d.numel() - 1])
-    return torch.cat(out)
+        spent, taken = int(cum[d.size - 1]), taken + d.size
+    return np.concatenate(out), spent < budget
 
 
 def _draw_until_fed_tokens(
-    p: np.ndarray, costs: torch.Tensor, budget: int, num_minibatches: int, gen: torch.Generator | None
-) -> tuple[torch.Tensor, list[int]]:
-    """Per mini-batch, i.i.d. draws from p until its *distinct* rows hold ``budget / num_minibatches`` tokens.
+    table: tuple[np.ndarray, np.ndarray], p: np.ndarray, costs: np.ndarray, budget: int,
+    num_minibatches: int, cap: int, rng: np.random.Generator,
+) -> tuple[np.ndarray, list[int], bool]:
+    """Per mini-batch, i.i.d. draws from p until its *distinct* rows hold ``budget / num_minibatches``
+    tokens, or ``cap`` draws.
 
     With duplicates merged, a mini-batch feeds each distinct row once, so this matches the tokens
     actually fed (not the drawn ones) to the baseline's. A mini-batch whose support holds fewer
-    tokens than its share stops once it has every row of the support. Returns the draws and the
-    number of draws of each mini-batch.
+    tokens than its share stops once it has every row of the support. Returns the draws, the
+    number of draws of each mini-batch, and whether a mini-batch stopped at the cap.
     """
-    c = costs.numpy()
-    support = np.flatnonzero(p > 0)
+    c = costs.astype(np.float64)
     share = budget / num_minibatches
-    reachable = min(share, float(c[support].sum()))
+    reachable = min(share, float(c[p > 0].sum()))
     per_draw = float(p @ c)
-    out: list[torch.Tensor] = []
+    out: list[np.ndarray] = []
     sizes: list[int] = []
+    capped = False
     for _ in range(num_minibatches):
         seen = np.zeros(p.size, dtype=bool)
         spent, taken = 0.0, 0
-        while spent < reachable:
-            k = max(16, int(1.5 * (reachable - spent) / per_draw) + 16)
-            d = _alias_draws(p, k, gen).numpy()
+        while spent < reachable and taken < cap:
+            k = min(cap - taken, max(16, int(1.5 * (reachable - spent) / per_draw) + 16))
+            d = draw(*table, k, rng)
             _, first = np.unique(d, return_index=True)
             first = first[~seen[d[first]]]  # first draws of rows this mini-batch has not fed yet
             gain = np.zeros(k)
@@ -238,22 +213,11 @@ def _draw_until_fed_tokens(
                 d = d[: hit[0] + 1]
             seen[d] = True
             spent = float(cum[d.size - 1])
-            out.append(torch.from_numpy(d))
+            out.append(d)
             taken += d.size
+        capped |= spent < reachable
         sizes.append(taken)
-    return torch.cat(out), sizes
-
-
-def _alias_draws(p: np.ndarray, size: int, gen: torch.Generator | None) -> torch.Tensor:
-    """``size`` i.i.d. draws from p: Walker's alias table fed by the torch generator.
-
-    About 6x faster than ``torch.multinomial`` with replacement at N = 65,536, and deterministic
-    for a given generator state.
-    """
-    prob, alias_ = (torch.from_numpy(a) for a in build_alias(p))
-    x = torch.rand(size, generator=gen, dtype=torch.float64) * p.size
-    j = x.long().clamp_(max=p.size - 1)
-    return torch.where(x - j < prob[j], j, alias_[j])
+    return np.concatenate(out), sizes, capped
 
 
 def _split_weighted(
@@ -324,28 +288,37 @@ def plan_minibatches(
         config: the sampling method and its options.
         rewards, group_size: needed by ``pods`` (rows of one group contiguous).
         generator: drives every random choice, so a seeded generator gives the same plan.
+
+    On several ranks, build the plan on the *global* pool (every rank's rows, in rank order) with
+    the same seed on every rank, then give each rank its part with
+    :func:`costaware.grpo.shard.shard_plan`.
     """
     config = config or SamplingConfig()
+    if not isinstance(config, SamplingConfig):
+        raise ValueError(f"config must be a SamplingConfig, got {type(config).__name__}")
     adv = _as_vector(advantages, "advantages", torch.float32)
     cost = _as_vector(costs, "costs", torch.float64)
     if cost.shape != adv.shape:
         raise ValueError(f"costs has {cost.numel()} rows but advantages has {adv.numel()}")
-    if (cost <= 0).any():
-        i = int(torch.nonzero(cost <= 0)[0])
-        raise ValueError(f"costs must be > 0, got {cost[i].item()} at row {i}")
+    if (cost <= 0).any() or (cost > _MAX_COST).any():
+        i = int(torch.nonzero((cost <= 0) | (cost > _MAX_COST))[0])
+        raise ValueError(f"costs must lie in (0, 2**53], got {cost[i].item()} at row {i}")
     n = adv.numel()
-    if int(num_minibatches) != num_minibatches or num_minibatches < 1:
+    if isinstance(num_minibatches, bool) or not isinstance(num_minibatches, (int, np.integer)) or num_minibatches < 1:
         raise ValueError(f"num_minibatches must be a positive integer, got {num_minibatches!r}")
+    num_minibatches = int(num_minibatches)
     if minibatch_size is None:
         minibatch_size = n // num_minibatches
-    if int(minibatch_size) != minibatch_size or minibatch_size < 1:
+    if isinstance(minibatch_size, bool) or not isinstance(minibatch_size, (int, np.integer)) or minibatch_size < 1:
         raise ValueError(
             f"minibatch_size must be a positive integer, got {minibatch_size!r} "
             f"(N={n}, num_minibatches={num_minibatches})"
         )
-    cost_i = cost.round().to(torch.int64)
-    abs_a = adv.abs()
-    nonzero = abs_a > 0
+    minibatch_size = int(minibatch_size)
+    cost_i = cost.round().clamp(min=1).to(torch.int64)  # a fractional cost still feeds one token
+    abs_a = adv.abs().double()
+    # float rounding of a row equal to its group's mean is not signal (see SamplingConfig.zero_tol)
+    nonzero = abs_a > config.zero_tol * abs_a.max()
     common = dict(
         method=config.method,
         tokens_plain=int(cost_i.sum()),
@@ -373,14 +346,19 @@ def plan_minibatches(
         r = _as_vector(rewards, "rewards", torch.float64)
         if r.shape != adv.shape:
             raise ValueError(f"rewards has {r.numel()} rows but advantages has {n}")
-        if int(group_size) != group_size or group_size < 2 or n % group_size:
+        if (
+            isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer))
+            or group_size < 2 or n % group_size
+        ):
             raise ValueError(f"group_size must be an integer >= 2 dividing N={n}, got {group_size!r}")
-        keep = config.pods_keep or group_size // 2
+        group_size = int(group_size)
+        keep = int(config.pods_keep or group_size // 2)
         if keep > group_size:
             raise ValueError(f"pods_keep must be <= group_size={group_size}, got {keep}")
         mask = pods_select(r, group_size, keep)
-        new_adv = _group_advantages_masked(r, group_size, mask)
-        rows = torch.nonzero(mask & (new_adv != 0)).reshape(-1)
+        new_adv = _pods_advantages(r, group_size, mask)
+        a_new = new_adv.abs().double()
+        rows = torch.nonzero(mask & (a_new > config.zero_tol * a_new.max())).reshape(-1)
         if rows.numel() == 0:
             return Plan((), probs=None, advantages=new_adv, skipped="every kept PODS row has zero advantage",
                         **common)
@@ -388,33 +366,30 @@ def plan_minibatches(
         return Plan(_split_unweighted(rows, cost_i, num_minibatches), probs=None, advantages=new_adv,
                     skipped=None, **common)
 
-    # Drawing methods: p from the proxy |A| (optionally noised) and the costs.
-    proxy = abs_a.double()
+    # Drawing methods: p from the proxy |A| (zero below the tolerance, optionally noised) and the costs.
+    proxy = torch.where(nonzero, abs_a, torch.zeros_like(abs_a))
     if config.proxy_noise > 0:
         noise = torch.randn(n, generator=generator, dtype=torch.float64) * math.sqrt(config.proxy_noise)
         proxy = (proxy + noise).clamp(min=0.0)
         if not (proxy > 0).any():
             return Plan((), probs=None, advantages=adv, skipped="the noised proxy is zero on every row",
                         **common)
-    g, c = proxy.numpy(), cost.numpy()
-    if config.method == "p_star":
-        p = dist.optimal(g, c)
-    elif config.method == "p_smooth":
-        p = dist.smoothed(dist.optimal(g, c), config.alpha)
-    elif config.method == "inv_sqrt_cost":
-        p = dist.inverse_sqrt_cost(c)
-    elif config.method == "variance":
-        p = dist.variance(g)
-    else:  # uniform
-        p = dist.uniform(n)
+    p = DISTRIBUTIONS[config.method](proxy.numpy(), cost.numpy(), config.alpha)
     w = torch.from_numpy(dist.importance_weights(p, None, config.weights))
-    p_t = torch.from_numpy(np.asarray(p))
-    sizes = None
+    table = build_alias(p)  # built once per plan; every draw below reuses it
+    rng = _numpy_rng(generator)
+    sizes, capped = None, False
+    cap = max(1, int(config.max_draws_factor * minibatch_size))
     if config.budget == "rows":
-        draws = _alias_draws(p, num_minibatches * minibatch_size, generator)
+        draws = draw(*table, num_minibatches * minibatch_size, rng)
     elif config.merge_duplicates:  # match the tokens fed, which merging makes fewer than those drawn
-        draws, sizes = _draw_until_fed_tokens(p, cost_i, common["tokens_plain"], num_minibatches, generator)
+        draws, sizes, capped = _draw_until_fed_tokens(
+            table, p, cost_i.numpy(), common["tokens_plain"], num_minibatches, cap, rng
+        )
     else:
-        draws = _draw_until_tokens(p, cost_i, common["tokens_plain"], generator)
-    mbs = _split_weighted(draws, w, cost_i, num_minibatches, config.merge_duplicates, n, sizes)
-    return Plan(mbs, probs=p_t.to(torch.float32), advantages=adv, skipped=None, **common)
+        draws, capped = _draw_until_tokens(
+            table, p, cost_i.numpy(), common["tokens_plain"], cap * num_minibatches, rng
+        )
+    mbs = _split_weighted(torch.from_numpy(draws), w, cost_i, num_minibatches, config.merge_duplicates, n, sizes)
+    return Plan(mbs, probs=torch.from_numpy(np.asarray(p)).to(torch.float32), advantages=adv, skipped=None,
+                meta={"draw_cap_hit": capped}, **common)

@@ -1,0 +1,137 @@
+"""``CostAwareGRPOConfig``: TRL's ``GRPOConfig`` plus the Cost-Aware GRPO options, with grouped help.
+
+Every option's help starts with its group: ``[sampling]`` (how the plan draws rows), ``[loss]`` (how
+the drawn rows' losses are normalised), ``[zvf]`` (DAPO zero-variance filtering), ``[diagnostics]``
+and ``[monitoring]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+from costaware.grpo.config import METHODS, SamplingConfig
+from costaware.grpo.factors import NORMALISERS, TRL_LOSS_FAMILY
+
+__all__ = ["CostAwareGRPOConfig", "SUPPORTED_LOSS_TYPES"]
+
+SUPPORTED_LOSS_TYPES = tuple(TRL_LOSS_FAMILY)
+
+
+def _int_at_least(name: str, v: object, low: int) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
+
+
+@dataclass
+class CostAwareGRPOConfig(GRPOConfig):
+    """``GRPOConfig`` plus the Cost-Aware GRPO options (see :class:`costaware.grpo.config.SamplingConfig`).
+
+    >>> CostAwareGRPOConfig(output_dir="o", cost_aware_method="p_smooth", cost_aware_alpha=0.05)  # doctest: +SKIP
+    """
+
+    # -- [sampling] ---------------------------------------------------------------------------------
+    cost_aware_method: str = field(
+        default="p_star", metadata={"help": f"[sampling] Mini-batch sampling method, one of {METHODS}."}
+    )
+    cost_aware_alpha: float = field(default=0.01, metadata={"help": "[sampling] p_smooth: (1-α)p* + α·uniform."})
+    cost_aware_proxy_noise: float = field(
+        default=0.0, metadata={"help": "[sampling] σ² of zero-mean noise added to |A| before p is formed (ablation)."}
+    )
+    cost_aware_weights: str = field(
+        default="centred", metadata={"help": "[sampling] 'centred' 1/(n_supp p_i) or 'raw' 1/(n p_i)."}
+    )
+    cost_aware_merge_duplicates: bool = field(
+        default=True, metadata={"help": "[sampling] Run a row drawn k times into one mini-batch once, weight k·w."}
+    )
+    cost_aware_budget: str = field(
+        default="rows", metadata={"help": "[sampling] 'rows': the baseline's draws per step; 'tokens': its tokens."}
+    )
+    cost_aware_pods_keep: int | None = field(
+        default=None, metadata={"help": "[sampling] PODS: rows kept per group (default num_generations // 2)."}
+    )
+    cost_aware_zero_tol: float = field(
+        default=1e-6, metadata={"help": "[sampling] |A| <= zero_tol · max|A| counts as zero (float rounding)."}
+    )
+    cost_aware_max_draws_factor: float = field(
+        default=64.0,
+        metadata={"help": "[sampling] budget='tokens': at most this × (baseline rows per step) draws per step."},
+    )
+    # -- [loss] -------------------------------------------------------------------------------------
+    cost_aware_normaliser: str = field(
+        default="draws",
+        metadata={
+            "help": "[loss] 'draws': stock TRL's loss on the drawn rows (verl's convention); 'pool': the "
+            "baseline's normaliser (unbiased with raw weights)."
+        },
+    )
+    # -- [zvf] --------------------------------------------------------------------------------------
+    cost_aware_zvf: bool = field(
+        default=False,
+        metadata={"help": "[zvf] DAPO zero-variance filtering: drop groups with equal rewards, regenerate to fill."},
+    )
+    cost_aware_zvf_max_rounds: int = field(
+        default=4, metadata={"help": "[zvf] Generation rounds at most per batch (the first included)."}
+    )
+    # -- [diagnostics] ------------------------------------------------------------------------------
+    cost_aware_diagnostics_interval: int = field(
+        default=0,
+        metadata={"help": "[diagnostics] Every k generation batches log Pearson(|A|, ‖∇ℓ‖) and χ² (0 = off)."},
+    )
+    cost_aware_diagnostics_rows: int = field(
+        default=16, metadata={"help": "[diagnostics] Rows whose exact gradient norm the diagnostics compute."}
+    )
+    # -- [monitoring] -------------------------------------------------------------------------------
+    cost_aware_warn_after_skips: int = field(
+        default=8,
+        metadata={"help": "[monitoring] Warn after this many consecutive skipped pools (every advantage 0); 0 = off."},
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        sampling = self.sampling_config()  # validates every field SamplingConfig holds
+        if self.loss_type not in SUPPORTED_LOSS_TYPES:
+            raise ValueError(f"loss_type must be one of {SUPPORTED_LOSS_TYPES} here, got {self.loss_type!r}")
+        if self.cost_aware_normaliser not in NORMALISERS:
+            raise ValueError(f"cost_aware_normaliser must be one of {NORMALISERS}, got {self.cost_aware_normaliser!r}")
+        _int_at_least("cost_aware_zvf_max_rounds", self.cost_aware_zvf_max_rounds, 1)
+        _int_at_least("cost_aware_diagnostics_interval", self.cost_aware_diagnostics_interval, 0)
+        _int_at_least("cost_aware_diagnostics_rows", self.cost_aware_diagnostics_rows, 2)
+        _int_at_least("cost_aware_warn_after_skips", self.cost_aware_warn_after_skips, 0)
+        drawing = self.cost_aware_method != "none"
+        if drawing and (self.entropy_coef != 0.0 or self.use_adaptive_entropy):
+            raise ValueError(
+                f"entropy_coef={self.entropy_coef!r} (use_adaptive_entropy={self.use_adaptive_entropy!r}): the "
+                "entropy bonus is a token mean over the micro-batch, not a per-sequence loss, so importance "
+                "weights cannot reach it; set entropy_coef=0 or cost_aware_method='none'"
+            )
+        if drawing and self.cost_aware_merge_duplicates and self.top_entropy_quantile < 1.0:
+            raise ValueError(
+                f"top_entropy_quantile={self.top_entropy_quantile!r} takes a quantile over the micro-batch's tokens, "
+                "which merging duplicates changes; set cost_aware_merge_duplicates=False"
+            )
+        # The KL term has a gradient on rows with A = 0 too. A method that gives them p = 0 never feeds
+        # them, so its expected KL gradient misses theirs; with full support (every p_i > 0) the KL term
+        # gets the same importance factor as the policy term and the estimate is unbiased.
+        if self.beta != 0.0 and not sampling.full_support:
+            raise ValueError(
+                f"beta={self.beta!r} with cost_aware_method={self.cost_aware_method!r} (alpha={self.cost_aware_alpha!r}): "
+                "the KL term has a gradient on zero-advantage rows, which this method never draws, so their KL "
+                "gradient would be lost; use cost_aware_method='p_smooth' with cost_aware_alpha > 0 (full support), "
+                "or beta=0"
+            )
+
+    def sampling_config(self) -> SamplingConfig:
+        """The engine-neutral :class:`SamplingConfig` these options describe."""
+        return SamplingConfig(
+            method=self.cost_aware_method,
+            alpha=self.cost_aware_alpha,
+            proxy_noise=self.cost_aware_proxy_noise,
+            weights=self.cost_aware_weights,
+            merge_duplicates=self.cost_aware_merge_duplicates,
+            budget=self.cost_aware_budget,
+            pods_keep=self.cost_aware_pods_keep,
+            zero_tol=self.cost_aware_zero_tol,
+            max_draws_factor=self.cost_aware_max_draws_factor,
+        )

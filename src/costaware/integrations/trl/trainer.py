@@ -1,0 +1,384 @@
+"""Cost-Aware GRPO on TRL's ``GRPOTrainer``: only the overrides (one machine, or several via accelerate).
+
+Only the split of each generation batch into optimiser steps changes; generation is untouched.
+Where stock TRL shuffles the batch and cuts it into ``steps_per_generation`` chunks,
+:class:`CostAwareGRPOTrainer`
+
+1. gathers every process's advantages, costs (:func:`~costaware.grpo.advantages.sequence_costs_from_masks`),
+   completion lengths and rewards, so that every process holds the global pool;
+2. draws one global plan (:func:`~costaware.grpo.plan.plan_minibatches`) from a seed every process
+   shares (:func:`~costaware.grpo.config.plan_seed`): n_supp and the budgets are global;
+3. shards it (:func:`~costaware.grpo.shard.shard_minibatches`): each drawn row is fed by the process
+   that holds it, and every process feeds the same number of rows in every micro-step (zero-factor
+   padding rows), so TRL's ``accelerator.gather`` of per-row values meets equal shapes;
+4. folds the per-row loss factor (:func:`~costaware.grpo.factors.row_factors`) into ``advantages``.
+
+Why folding into ``advantages`` is exact (read from TRL 1.16 ``_compute_loss``): for a factor f >= 0,
+every policy term is positively homogeneous in A — ``-min(ρA, clip(ρ)A)`` (grpo, bnpo, dr_grpo,
+dapo, luspo; with the optional ``delta`` clamp on ρ), CISPO's ``-sg(min(ρ, ε_h))·A·log π``, SAPO's
+``-σ(τ(ρ-1))·4/τ·A`` with τ chosen by the sign of A, VESPO's ``-φ(w)·A·log π`` with φ's shape chosen
+by the sign of A — and the off-policy mask, entropy mask and vLLM IS ratio depend on A only through
+its sign. So f·A scales the row's policy loss by f. What A does not reach, and how it is handled:
+
+- the KL term (``beta > 0``): :meth:`CostAwareGRPOTrainer.compute_loss` adds β·(f−1)·KL per row with
+  the loss type's own aggregation, so the row's whole loss is multiplied by f. The config refuses
+  beta > 0 with a method that gives zero-advantage rows p = 0 (their KL gradient would be lost):
+  with full support (p_smooth, α > 0) the KL estimate is unbiased like the policy term;
+- the entropy bonus is a token mean over the micro-batch, not a per-sequence term: refused;
+- ``top_entropy_quantile < 1`` takes a quantile over the micro-batch's tokens, which merging duplicates
+  changes: refused with ``cost_aware_merge_duplicates=True``;
+- the MoE router aux loss is a property of the forward pass, not of a sequence: left unweighted.
+
+Normalisation (``cost_aware_normaliser``), see :mod:`costaware.grpo.factors`: ``"draws"`` (default)
+makes each step's loss stock TRL's loss on the drawn rows, duplicates included; ``"pool"`` keeps the
+baseline's normaliser, so that with ``cost_aware_weights="raw"`` the gradient is an unbiased estimate
+of stock TRL's. With ``cost_aware_budget="tokens"`` the draws per step are random and ``"draws"``
+divides by the realised count: a ratio estimator (its bias is measured in the tests); ``"pool"``
+does not.
+
+Skipped pools (every advantage zero, on every process): on one process no forward, backward or
+parameter update happens (every ``.grad`` stays ``None``, so the optimiser leaves every parameter
+and its moments alone). On several processes every process feeds one zero-factor row per micro-step,
+so every collective (DDP's all-reduce, TRL's gathers) runs in step. A process whose own rows all
+have A = 0 while others' do not simply holds no drawn rows and feeds padding. Either way the
+optimiser step, and with it the learning-rate schedule, advances as in stock TRL: the schedule is a
+function of ``global_step`` (stock TRL also steps on an all-zero pool, with zero policy gradient), so
+a run with skips keeps stock's schedule step for step.
+
+Counters (:class:`~costaware.grpo.accounting.Counters`) come from the global plan, so they are
+totals over processes, and count every forward/backward: ×``num_iterations`` (TRL re-runs each plan
+that many times). They are logged once per log as single values (TRL averages lists per log).
+``po_seconds`` is this process's wall time (processes run in step).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import TrainerCallback
+from trl import GRPOTrainer
+from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
+
+from costaware.grpo.accounting import METRIC_PREFIX, Counters, StepCounts, load_counters, save_counters
+from costaware.grpo.advantages import sequence_costs_from_masks
+from costaware.grpo.config import SUBSET, plan_seed
+from costaware.grpo.diagnostics import per_sequence_grad_norms, proxy_fidelity
+from costaware.grpo.factors import TRL_LOSS_FAMILY, global_tokens, row_factors, step_normalisers
+from costaware.grpo.plan import Plan, plan_minibatches
+from costaware.grpo.shard import ShardStep, rank_offsets, shard_minibatches
+from costaware.integrations.trl.batch import MULTIMODAL, index_rows, loss_mask, trim_padding
+from costaware.integrations.trl.config import CostAwareGRPOConfig
+from costaware.integrations.trl.zvf import GenerationMixin
+
+__all__ = ["CostAwareGRPOTrainer", "GlobalPool"]
+
+_WEIGHT_KEY = "cost_aware_weight"  # (k,) per-row loss factor folded into advantages
+_SKIP_KEY = "cost_aware_skip"
+
+
+@dataclass(frozen=True)
+class GlobalPool:
+    """Every process's rows of one generation batch, concatenated in process order."""
+
+    advantages: torch.Tensor  # (N,) float32
+    costs: torch.Tensor  # (N,) int64, prompt + completion tokens
+    lengths: torch.Tensor  # (N,) float64, completion tokens the loss counts
+    rewards: torch.Tensor  # (N,) float64
+    rank_sizes: tuple[int, ...]
+
+
+class _OptimizerTimer(TrainerCallback):
+    """Adds the wall time of every ``optimizer.step()`` to the trainer's ``po_seconds`` counter."""
+
+    def __init__(self, trainer: CostAwareGRPOTrainer) -> None:
+        self.trainer = trainer
+        self.start: float | None = None
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        self.start = time.perf_counter()
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        if self.start is not None:
+            self.trainer.cost_aware_counters.po_seconds += time.perf_counter() - self.start
+            self.start = None
+
+
+class CostAwareGRPOTrainer(GenerationMixin, GRPOTrainer):
+    """``GRPOTrainer`` whose policy-optimisation mini-batches are drawn by a global cost-aware plan.
+
+    Takes the same arguments as ``GRPOTrainer``; ``args`` must be a :class:`CostAwareGRPOConfig`.
+    Cumulative counters live in ``self.cost_aware_counters`` (``cost_aware_state`` is a dict copy),
+    are logged under ``cost_aware/total/*`` and saved with (and restored from) every checkpoint.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not isinstance(self.args, CostAwareGRPOConfig):
+            raise ValueError(f"args must be a CostAwareGRPOConfig, got {type(self.args).__name__}")
+        self.sampling = self.args.sampling_config()
+        self.cost_aware_counters = Counters()
+        self._ca_rewards: torch.Tensor | None = None
+        self._ca_capture: list[torch.Tensor] | None = None
+        self._ca_prepare_seconds = 0.0
+        self._zvf_iter: Any = None
+        # (model, loss_fn, rows) -> (k,) exact per-row gradient norms, for the diagnostics; a probe that
+        # wants the gradients themselves replaces this attribute (examples/proxy_fidelity_probe.py)
+        self.per_row_grad_norms = per_sequence_grad_norms
+        self.add_callback(_OptimizerTimer(self))
+
+    @property
+    def cost_aware_state(self) -> dict[str, float]:
+        """The counters as a plain dict (a copy)."""
+        return self.cost_aware_counters.to_dict()
+
+    # -- the split ----------------------------------------------------------------------------------
+    def _prepare_inputs(self, generation_batch):  # type: ignore[override]
+        if not self.model.training:
+            return super()._prepare_inputs(generation_batch)
+        spg = self.args.steps_per_generation
+        if self._step % (spg * self.num_iterations) == 0 or self._buffered_inputs is None:
+            start = time.perf_counter()
+            batch, rewards = self._generate_filtered(generation_batch)
+            self._buffered_inputs = self._split(batch, rewards)
+            self._ca_prepare_seconds += time.perf_counter() - start
+        return self._buffered_inputs[self._step % spg]
+
+    def _gather_pool(self, batch: dict[str, Any], rewards: torch.Tensor) -> GlobalPool:
+        """Two gathers, run on every process whatever its rows hold (collective-safe)."""
+        adv = batch["advantages"]
+        n = adv.shape[0]
+        if rewards.numel() != n:
+            raise ValueError(f"rewards has {rewards.numel()} rows but advantages has {n}")
+        device = self.accelerator.device
+        costs = sequence_costs_from_masks(batch["prompt_mask"].cpu(), batch["completion_mask"].cpu())
+        lengths = loss_mask(batch).sum(1).double().cpu()
+        local = torch.stack([adv.detach().double().cpu(), costs.double(), lengths, rewards.double().cpu()], 1)
+        sizes = [int(s) for s in self.accelerator.gather(torch.tensor([n], device=device)).cpu()]
+        width = max(sizes)  # ZVF can leave processes with different row counts: pad, gather, cut
+        padded = torch.cat([local, torch.zeros(width - n, local.shape[1], dtype=local.dtype)]).to(device)
+        table = self.accelerator.gather(padded).cpu().reshape(len(sizes), width, -1)
+        rows = torch.cat([table[r, :s] for r, s in enumerate(sizes)])
+        return GlobalPool(rows[:, 0].float(), rows[:, 1].round().long(), rows[:, 2], rows[:, 3], tuple(sizes))
+
+    def _split(self, batch: dict[str, Any], rewards: torch.Tensor) -> list[dict[str, Any]]:
+        """The ``steps_per_generation`` micro-batches of this process, with the accounting around them."""
+        if any(k in batch for k in MULTIMODAL):
+            raise ValueError(f"CostAwareGRPOTrainer does not support multimodal batches (keys {MULTIMODAL})")
+        adv = batch["advantages"]
+        if adv.ndim != 1:
+            raise ValueError(f"advantages must be (N,) one per row, got shape {tuple(adv.shape)}")
+        spg, procs, rank = self.args.steps_per_generation, self.accelerator.num_processes, self.accelerator.process_index
+        n = adv.shape[0]
+        pool = self._gather_pool(batch, rewards)
+        plan = plan_minibatches(
+            pool.advantages,
+            pool.costs,
+            num_minibatches=spg,
+            minibatch_size=self.args.per_device_train_batch_size * procs,  # the baseline's rows per step
+            config=self.sampling,
+            rewards=pool.rewards if self.sampling.method == "pods" else None,
+            group_size=self.num_generations,
+            generator=torch.Generator().manual_seed(plan_seed(int(self.args.seed), int(self.cost_aware_counters.generations))),
+        )
+        offset = int(rank_offsets(pool.rank_sizes)[rank])
+        interval = self.args.cost_aware_diagnostics_interval
+        if interval and self.cost_aware_counters.generations % interval == 0:
+            self._diagnostics(batch, plan.advantages[offset : offset + n])
+        iters = self.num_iterations
+        if self.sampling.method == "none" and n == self.args.per_device_train_batch_size * spg:
+            # exactly stock TRL's split (same global RNG draw, same chunks)
+            total = pool.advantages.numel()
+            self._account(StepCounts(
+                tokens=plan.tokens_plain * iters, tokens_plain=plan.tokens_plain * iters,
+                tokens_nonzero=plan.tokens_nonzero * iters, rows_drawn=total * iters, rows_fed=total * iters,
+                rows_unique=total,
+            ))
+            return split_tensor_dict(shuffle_sequence_dict(batch), spg)
+        offsets = rank_offsets(pool.rank_sizes)
+        # each process pads with its cheapest row: exact whatever the row, and the least compute
+        pad_rows = [int(torch.argmin(pool.costs[offsets[r] : offsets[r + 1]])) for r in range(procs)]
+        steps = shard_minibatches(plan.minibatches, pool.rank_sizes, spg, pad_rows)
+        micro = self._weighted_minibatches(batch, plan, pool, steps[rank])
+        num_pad = pad_tokens = 0
+        if procs > 1 or plan.minibatches:  # one process feeds nothing for an empty step
+            for r, per_rank in enumerate(steps):
+                k = sum(int(s.padding.sum()) for s in per_rank if procs > 1 or not bool(s.padding.all()))
+                num_pad += k
+                pad_tokens += k * int(pool.costs[int(offsets[r]) + pad_rows[r]])
+        self._account(StepCounts(
+            tokens=plan.tokens * iters, tokens_plain=plan.tokens_plain * iters,
+            tokens_nonzero=plan.tokens_nonzero * iters, rows_drawn=plan.rows_drawn * iters,
+            rows_fed=plan.rows_fed * iters, rows_unique=plan.rows_unique, rows_padding=num_pad * iters,
+            tokens_padding=pad_tokens * iters, skipped=float(plan.skipped is not None),
+        ))
+        return micro
+
+    def _weighted_minibatches(
+        self, batch: dict[str, Any], plan: Plan, pool: GlobalPool, steps: tuple[ShardStep, ...]
+    ) -> list[dict[str, Any]]:
+        """This process's rows of every step, with the loss factor folded into ``advantages``."""
+        n = batch["advantages"].shape[0]
+        procs = self.accelerator.num_processes
+        lengths = loss_mask(batch).sum(1).double().cpu()  # completion tokens the loss counts, per local row
+        norms = step_normalisers(
+            plan.minibatches, pool.lengths, normaliser=self.args.cost_aware_normaliser,
+            pool_rows=pool.advantages.numel(), num_steps=len(steps), subset=plan.method in SUBSET,
+        )
+        family = TRL_LOSS_FAMILY[self.loss_type]
+        num_items = torch.tensor(global_tokens(norms), device=self.accelerator.device)
+        micro: list[dict[str, Any]] = []
+        for step, norm in zip(steps, norms, strict=True):
+            if procs == 1 and bool(step.padding.all()):
+                micro.append({_SKIP_KEY: True})  # no forward: nothing to keep in step with
+                continue
+            sub = index_rows(batch, step.rows, n)
+            factor = row_factors(
+                family, step.weights, lengths[step.rows], num_ranks=procs, draws=norm.draws, tokens=norm.tokens
+            )
+            if family == "global_tokens":
+                sub["num_items_in_batch"] = num_items
+            adv = torch.where(step.padding, 0.0, plan.advantages[step.global_rows.clamp(min=0)].double())
+            device, dtype = sub["advantages"].device, sub["advantages"].dtype
+            sub[_WEIGHT_KEY] = factor.to(device, dtype)
+            sub["advantages"] = adv.to(device, dtype) * sub[_WEIGHT_KEY]
+            if self.pad_to_multiple_of is None:
+                sub = trim_padding(sub)
+            micro.append(sub)
+        return micro
+
+    def _account(self, step: StepCounts) -> None:
+        counters, metrics = self.cost_aware_counters, self._metrics["train"]
+        counters.add(step)
+        metrics[f"{METRIC_PREFIX}/tokens_step"].append(step.tokens)
+        metrics[f"{METRIC_PREFIX}/rows_unique"].append(step.rows_unique)
+        metrics[f"{METRIC_PREFIX}/skipped"].append(step.skipped)
+        k = self.args.cost_aware_warn_after_skips
+        if k and counters.consecutive_skipped and counters.consecutive_skipped % k == 0:
+            warnings.warn(
+                f"Cost-Aware GRPO skipped {int(counters.consecutive_skipped)} pools in a row: every advantage "
+                "was zero (all rewards equal in every group), so no policy update happened. The policy may "
+                "be stuck at 0% or 100% accuracy; check the reward function or the data.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
+    # -- diagnostics --------------------------------------------------------------------------------
+    def _diagnostics(self, batch: dict[str, Any], advantages: torch.Tensor) -> None:
+        """Pearson(|A|, ‖∇ℓ_i‖) and the cost-biased χ² on a random subset of rows (paper Fig. 3, G.8)."""
+        n = batch["advantages"].shape[0]
+        k = min(self.args.cost_aware_diagnostics_rows, n)
+        gen = torch.Generator().manual_seed(
+            int(self.args.seed) * 7919 + int(self.cost_aware_counters.generations)
+        )
+        idx = torch.randperm(n, generator=gen)[:k]
+        rows = index_rows(batch, idx, n)
+        rows["advantages"] = advantages[idx].to(rows["advantages"])
+        abs_a = rows["advantages"].abs().double().cpu()
+        if not (abs_a > 0).any():
+            return
+        per_row = {key: v for key, v in rows.items() if isinstance(v, torch.Tensor) and v.ndim >= 1}
+        scalars = {key: v for key, v in rows.items() if key not in per_row}
+        saved = {key: list(v) for key, v in self._metrics["train"].items()}
+
+        def row_loss(model, one):
+            return GRPOTrainer._compute_loss(self, model, trim_padding({**one, **scalars}))
+
+        norms = self.per_row_grad_norms(self.model, row_loss, per_row)
+        self._metrics["train"].clear()
+        self._metrics["train"].update(saved)  # the k single-row losses must not enter TRL's metrics
+        if not (norms > 0).any():
+            return
+        costs = (rows["prompt_mask"].sum(1) + rows["completion_mask"].sum(1)).clamp(min=1).double().cpu()
+        out = proxy_fidelity(abs_a, norms, costs)
+        for key in ("pearson", "chi2", "j_vs_uniform"):
+            if math.isfinite(out[key]):
+                self._metrics["train"][f"cost_aware/{key}"].append(out[key])
+
+    # -- loss ---------------------------------------------------------------------------------------
+    def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any):  # type: ignore[override]
+        out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if self._ca_capture is not None:
+            self._ca_capture.append(out[0])
+        return out
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # type: ignore[override]
+        if inputs.get(_SKIP_KEY):
+            # no forward: a leaf loss whose backward leaves every parameter's .grad untouched (None)
+            return torch.zeros((), device=self.accelerator.device, requires_grad=True)
+        if self.beta == 0.0 or _WEIGHT_KEY not in inputs:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        self._ca_capture = []
+        try:
+            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            per_token_logps = self._ca_capture[0]
+        finally:
+            self._ca_capture = None
+        return loss + self._kl_correction(inputs, per_token_logps)
+
+    def _kl_correction(self, inputs: dict[str, Any], per_token_logps: torch.Tensor) -> torch.Tensor:
+        """β·(f−1)·KL per row, aggregated like the loss type: the KL term then carries the factor f too."""
+        mask = loss_mask(inputs).to(per_token_logps.dtype)
+        ref = inputs["ref_per_token_logps"]
+        d = ref - per_token_logps
+        kl = torch.exp(d) - d - 1  # TRL's k3 estimator
+        if self.args.use_bias_correction_kl:
+            old = inputs.get("old_per_token_logps")
+            log_ratio = per_token_logps - (per_token_logps.detach() if old is None else old)
+            if self.importance_sampling_level == "sequence":
+                log_ratio = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+            kl = kl * torch.exp(log_ratio)
+        extra = self.beta * (inputs[_WEIGHT_KEY].to(kl.dtype) - 1.0).unsqueeze(1) * kl
+        return self._aggregate(extra, mask, inputs)
+
+    def _aggregate(self, per_token: torch.Tensor, mask: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:
+        """TRL 1.16's reduction of a per-token loss for ``self.loss_type`` (``_compute_loss``, train mode)."""
+        ga = self.current_gradient_accumulation_steps if self.model.training else 1.0
+        lt = self.loss_type
+        if lt in ("grpo", "sapo"):
+            return ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / ga
+        if lt == "bnpo":
+            return (per_token * mask).sum() / mask.sum().clamp(min=1.0) / ga
+        if lt == "dr_grpo":
+            return (per_token * mask).sum() / (per_token.size(0) * self.max_completion_length) / ga
+        if lt == "luspo":
+            return (per_token * mask).sum(-1).mean() / ga
+        normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+        if self.model.training:
+            normalizer = (
+                normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+            )
+        return (per_token * mask).sum() / normalizer
+
+    # -- accounting, logging, checkpoints -----------------------------------------------------------
+    def training_step(self, model, inputs, num_items_in_batch=None):  # type: ignore[override]
+        start, prep = time.perf_counter(), self._ca_prepare_seconds
+        out = super().training_step(model, inputs, num_items_in_batch)
+        generation = self._ca_prepare_seconds - prep  # generation + plan, not policy optimisation
+        self.cost_aware_counters.po_seconds += time.perf_counter() - start - generation
+        return out
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if self.model.training and "loss" in logs:  # one value per log, so TRL's averaging keeps it
+            metrics = self._metrics["train"]
+            for key, value in self.cost_aware_counters.metrics().items():
+                metrics[key] = [value]
+            metrics[f"{METRIC_PREFIX}/tokens"] = [self.cost_aware_counters.tokens]  # experiments' x-axis
+        super().log(logs, start_time)
+
+    def _save_checkpoint(self, model, trial):  # type: ignore[override]
+        super()._save_checkpoint(model, trial)
+        if self.args.should_save:
+            folder = f"{self._get_output_dir(trial=trial)}/checkpoint-{self.state.global_step}"
+            save_counters(self.cost_aware_counters, folder)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):  # type: ignore[override]
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is not None:
+            saved = load_counters(checkpoint)
+            if saved is not None:
+                self.cost_aware_counters = saved
