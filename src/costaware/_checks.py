@@ -88,8 +88,10 @@ def positive_vector(x: Any, name: str) -> np.ndarray:
     return arr
 
 
-def nonnegative_vector(x: Any, name: str, *, not_all_zero: bool = False) -> np.ndarray:
-    arr = as_vector(x, name)
+def nonnegative_vector(
+    x: Any, name: str, *, not_all_zero: bool = False, allow_empty: bool = False
+) -> np.ndarray:
+    arr = as_vector(x, name, allow_empty=allow_empty)
     bad = arr < 0
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
