@@ -97,7 +97,7 @@ def _check_table(prob: Any, alias: Any) -> tuple[np.ndarray, np.ndarray]:
     bad = ~((prob >= 0.0) & (prob <= 1.0))  # also catches nan
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"prob must lie in [0, 1], got {prob[i]!r} at index {i}")
+        raise ValueError(f"prob must lie in [0, 1], got {float(prob[i])!r} at index {i}")
     bad = (alias < 0) | (alias >= prob.size)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
