@@ -87,7 +87,12 @@ def _check_table(prob: Any, alias: Any) -> tuple[np.ndarray, np.ndarray]:
     """A table as ``(float64, int64)`` arrays, ValueError unless it is one :func:`build_alias` could give:
     equal non-empty 1-D shapes, every prob in [0, 1] and every alias in [0, n)."""
     prob = as_array(prob, "prob")
-    alias = np.asarray(alias.detach().cpu().numpy() if hasattr(alias, "detach") else alias)
+    if alias is None or isinstance(alias, (str, bytes, dict, set)):
+        raise TypeError(f"alias must be an array-like of integers, got {type(alias).__name__}")
+    try:
+        alias = np.asarray(alias.detach().cpu().numpy() if hasattr(alias, "detach") else alias)
+    except (TypeError, ValueError) as exc:  # ragged
+        raise ValueError(f"alias must be a 1-D integer array, got {_show(alias)}") from exc
     if prob.ndim != 1 or prob.size == 0 or alias.shape != prob.shape:
         raise ValueError(
             f"prob and alias must be non-empty 1-D of equal length, got {prob.shape}, {alias.shape}"

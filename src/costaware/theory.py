@@ -213,27 +213,27 @@ def _ratio(num: list[np.ndarray], den: list[np.ndarray], powers: tuple[int, ...]
     return float(np.exp(log_value))
 
 
-def _ratio_inputs(G: Any, c: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _ratio_inputs(G: Any, c: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     # The ratios are scale-free in G and in c: scale both to max ≈ 1 (exact, powers of two).
     G, c = _G_c(G, c)
-    G, c = _scaled(G), _scaled(c)
     keep = G > 0
-    return G, c, _log(G[keep]), np.log(c[keep])
+    # logs of the unscaled inputs: scaling can push a subnormal c to 0
+    return _scaled(G), _scaled(c), np.log(G[keep]), np.log(c[keep]), np.log(c)
 
 
 def ratio_optimal_to_uniform(G: Any, c: Any) -> float:
     """J(p*)/J(unif) = (Σ G√c)² / (Σ G² · Σ c) ≤ 1. Scale-free in G and in c."""
-    G, c, lg, lc = _ratio_inputs(G, c)
+    G, c, lg, lc, lc_all = _ratio_inputs(G, c)
     with np.errstate(all="ignore"):
         a, b, d = np.sum(G * np.sqrt(c)), np.sum(G**2), np.sum(c)
     if _ok(a, b, d) and a > 0:
         return float(a**2 / (b * d))
-    return _ratio([lg + 0.5 * lc], [2.0 * lg, np.log(c)], (2,))
+    return _ratio([lg + 0.5 * lc], [2.0 * lg, lc_all], (2,))
 
 
 def ratio_optimal_to_variance(G: Any, c: Any) -> float:
     """J(p*)/J(var) = (Σ G√c)² / (Σ G · Σ G c) ≤ 1. Scale-free in G and in c."""
-    G, c, lg, lc = _ratio_inputs(G, c)
+    G, c, lg, lc, lc_all = _ratio_inputs(G, c)
     with np.errstate(all="ignore"):
         a, b, d = np.sum(G * np.sqrt(c)), np.sum(G), np.sum(G * c)
     if _ok(a, b, d) and a > 0 and d > 0:
@@ -243,12 +243,12 @@ def ratio_optimal_to_variance(G: Any, c: Any) -> float:
 
 def ratio_variance_to_uniform(G: Any, c: Any) -> float:
     """J(var)/J(unif) = (Σ G · Σ G c) / (Σ G² · Σ c); either side of 1 depending on how G and c correlate."""
-    G, c, lg, lc = _ratio_inputs(G, c)
+    G, c, lg, lc, lc_all = _ratio_inputs(G, c)
     with np.errstate(all="ignore"):
         a, b, d, e = np.sum(G), np.sum(G * c), np.sum(G**2), np.sum(c)
     if _ok(a, b, d, e) and b > 0:
         return float(a * b / (d * e))
-    return _ratio([lg, lg + lc], [2.0 * lg, np.log(c)], (1, 1))
+    return _ratio([lg, lg + lc], [2.0 * lg, lc_all], (1, 1))
 
 
 def cost_biased(p: Any, c: Any) -> np.ndarray:
@@ -298,7 +298,7 @@ def pearson(x: Any, y: Any) -> float:
     y = as_vector(y, "y")
     n = same_length(x=x, y=y)
     if n < 2:
-        raise ValueError(f"pearson needs at least 2 points, got {n}")
+        raise ValueError(f"x and y need at least 2 points for a correlation, got {n}")
     x, y = _scaled(x), _scaled(y)  # ρ is scale-free; this keeps x·x from overflowing at 1e200
     dx, dy = x - x.mean(), y - y.mean()
     sx, sy = np.sqrt(dx @ dx), np.sqrt(dy @ dy)
@@ -462,7 +462,8 @@ def lower_bound(
         return LowerBound(0.0, np.empty(0, dtype=np.int64), 0, float(kappa), step2)
     k = int(np.flatnonzero(feasible)[-1]) + 1
     with np.errstate(all="ignore"):
-        value = np.float64(constant) / shift**2 * D**2 * G**2 / np.float64(eps) ** 2 * (cum[k - 1] / n) ** 2
+        f = np.float64  # numpy floats: overflow gives inf (handled below), not OverflowError
+        value = f(constant) / f(shift) ** 2 * f(D) ** 2 * f(G) ** 2 / f(eps) ** 2 * (cum[k - 1] / n) ** 2
     if not (_ok(value) and value > 0):
         log_v = np.log(constant) + 2.0 * (np.log(D * 1.0) + np.log(G) + np.log(cum[k - 1]))
         log_v -= 2.0 * (np.log(shift) + np.log(n) + np.log(eps))

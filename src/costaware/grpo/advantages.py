@@ -158,7 +158,22 @@ def group_advantages(
 
 
 def _mask_matrix(mask: Any, name: str) -> torch.Tensor:
-    t = torch.as_tensor(mask)
+    if isinstance(mask, torch.Tensor):
+        t = mask.detach()
+    else:
+        if mask is None or isinstance(mask, (str, bytes, dict, set)):
+            raise TypeError(f"{name} must be a 2-D array-like of 0/1, got {type(mask).__name__}")
+        try:
+            arr = np.asarray(mask)
+            if arr.dtype == object:
+                arr = arr.astype(np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{name} must be a rectangular 2-D array of 0/1, got {_show(mask)}") from exc
+        if not (arr.dtype == np.bool_ or np.issubdtype(arr.dtype, np.number)):
+            raise ValueError(f"{name} must be numeric 0/1, got dtype {arr.dtype}: {_show(arr)}")
+        t = torch.as_tensor(arr)
+    if t.is_complex():
+        raise ValueError(f"{name} must be real 0/1, got complex dtype {t.dtype}")
     if t.ndim != 2:
         raise ValueError(f"{name} must be 2-D (rows, tokens), got shape {tuple(t.shape)}")
     if t.shape[0] == 0:
