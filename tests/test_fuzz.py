@@ -247,3 +247,38 @@ def _sampler_session(costs, proxies, alpha, num_samples, weights, momentum, idx,
 def test_fuzz_sampler(args):
     names = [*_names(CostAwareSampler.__init__), "indices", "values", "G", "c"]
     check_call(_sampler_session, names, *args)
+
+
+# -- grpo.plan as a black box (owned by another module; defects are reported, not fixed here) --------
+
+from costaware.grpo import plan as grpo_plan  # noqa: E402
+
+
+def _plan(advantages, costs, num_minibatches, method, budget, rewards, group_size):
+    cfg = grpo_plan.SamplingConfig(method, budget=budget)
+    out = grpo_plan.plan_minibatches(
+        advantages, costs, num_minibatches=num_minibatches, config=cfg, rewards=rewards,
+        group_size=group_size, generator=torch.Generator().manual_seed(0),
+    )
+    for mb in out.minibatches:
+        assert torch.isfinite(mb.weights).all() and (mb.indices >= 0).all()
+    return out
+
+
+@pytest.mark.xfail(reason="issue 13: plan.py defects (tiny-|A| token budget, PODS NaN, costs < 0.5) "
+                   "are fixed on another branch", strict=False)
+@settings(max_examples=2 * EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(
+    st.tuples(
+        st.one_of(_vector(st.sampled_from([0.0, 1.0, -1.0, 1e-8, 3e-16, 0.5]), 4, 4), vector),
+        st.one_of(_vector(st.sampled_from([1.0, 0.3, 1e19, 1000.0, 7.0]), 4, 4), vector),
+        int_scalar,
+        st.sampled_from(sorted(grpo_plan.METHODS)),
+        st.sampled_from(["rows", "tokens"]),
+        st.one_of(st.none(), _vector(st.sampled_from([0.0, 1.0, 1e300, 1 / 3]), 4, 4)),
+        st.one_of(st.none(), st.sampled_from([2, 4, np.int64(2)])),
+    )
+)
+def test_fuzz_plan_minibatches(args):
+    names = [*_names(grpo_plan.plan_minibatches), "group_size", "pods_keep"]
+    check_call(_plan, names, *args)
