@@ -47,21 +47,26 @@ _TINY = np.finfo(np.float64).tiny  # smallest normal float64
 
 
 def _normalise(v: np.ndarray, name: str) -> np.ndarray:
-    # Scale by a power of two first: exact, so moderate inputs give the plain v / v.sum() bit for
-    # bit, and a sum of entries near 1e308 cannot overflow.
-    s = np.ldexp(v, -pow2_exponent(v))
-    total = s.sum()
-    if not total > 0:
+    vmax = v.max()
+    if not vmax > 0:
         raise ValueError(f"{name} must have at least one entry > 0, got all zeros (length {v.size})")
-    return s / total
+    if 1e-290 < vmax < 1e290 / v.size:  # the sum cannot overflow: the plain formula (fast path)
+        return v / v.sum()
+    # Scale by a power of two first: exact, so it gives v / v.sum() bit for bit where that
+    # does not overflow, and a sum of entries near 1e308 cannot overflow.
+    s = np.ldexp(v, -pow2_exponent(v))
+    return s / s.sum()
 
 
 def _ratio_normalise(G: np.ndarray, root: np.ndarray, name: str) -> np.ndarray:
     """p ∝ G / root (G ≥ 0, root > 0): the direct quotient when it is exact enough, else log space."""
     with np.errstate(all="ignore"):
         q = G / root
-    lost = (G > 0) & ~(q >= _TINY)  # a positive ratio underflowed to 0 or to a subnormal
-    if np.isfinite(q).all() and not lost.any():
+    if G.min() > 0:  # common case: one pass for overflow (inf/nan) and underflow (< tiny)
+        ok = bool(_TINY <= q.min()) and bool(np.isfinite(q.max()))
+    else:
+        ok = bool(np.isfinite(q).all()) and not ((G > 0) & ~(q >= _TINY)).any()
+    if ok:
         return _normalise(q, name)
     with np.errstate(divide="ignore"):
         logq = np.log(G) - np.log(root)  # G = 0 gives -inf, i.e. p = 0
