@@ -35,7 +35,7 @@ __all__ = ["group_advantages", "sequence_costs", "sequence_costs_from_masks"]
 _F32_MAX = float(torch.finfo(torch.float32).max)
 
 
-def _rewards_vector(rewards: Any) -> tuple[torch.Tensor, torch.dtype]:
+def _rewards_and_dtype(rewards: Any) -> tuple[torch.Tensor, torch.dtype]:
     """``(rewards in the dtype to compute in, dtype of the result)``; ValueError for any bad value."""
     if isinstance(rewards, torch.Tensor):
         r = rewards.detach()
@@ -73,6 +73,11 @@ def _rewards_vector(rewards: Any) -> tuple[torch.Tensor, torch.dtype]:
     # Compute in the result's dtype (bit-identical to verl/TRL), unless a value does not fit float32.
     work = out if out == torch.float64 or float(r64.abs().max()) <= _F32_MAX else torch.float64
     return r.to(work), out
+
+
+def _rewards_vector(rewards: Any) -> torch.Tensor:
+    """The checked rewards (float32, or float64 if given float64 or beyond float32's range)."""
+    return _rewards_and_dtype(rewards)[0]
 
 
 _INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)
@@ -122,7 +127,7 @@ def group_advantages(
     >>> group_advantages(torch.tensor([2.0, 0.0]), 2, scale_by_std=False)
     tensor([ 1., -1.])
     """
-    r, out = _rewards_vector(rewards)
+    r, out = _rewards_and_dtype(rewards)
     m = _check_group_size(r.numel(), group_size)
     eps = real_scalar(eps, "eps")
     if eps < 0:
