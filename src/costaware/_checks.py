@@ -1,33 +1,77 @@
-"""Argument checks shared by every public function.
+"""Argument checks shared by every public function, and the one exception rule they apply.
 
-Each check names the argument and shows the offending value, so that a bad input fails at the
-call site with a message a user can act on, never as a silent NaN further down.
+The rule (applied by every public function of distributions, theory, alias, subset, sampler and
+grpo.advantages):
+
+* **ValueError** for any bad *value*, with a message that names the argument and shows the value:
+  out of range, NaN or ±inf, complex, bool where a number is meant, a non-integral number where an
+  integer is meant, wrong shape, mismatched lengths, empty where data is needed, non-numeric
+  entries, and results that would overflow float64.
+* **TypeError** only for a wrong *container*: ``None``, a string, a dict, a set or another object
+  that is not array-like where an array is expected.
+
+Numbers: an integer argument accepts ``int``, numpy integer scalars (``np.int64(2)``) and integral
+floats (``2.0`` → 2); it rejects ``2.5``, ``nan``, ``inf``, ``True``. A real argument accepts
+``int``, ``float``, numpy integer/float scalars and 0-d arrays or tensors holding one. Arrays are
+converted to float64; complex arrays are rejected rather than silently losing the imaginary part.
+Each check fails at the call site, never as a NaN further down.
 """
 
 from __future__ import annotations
 
+import numbers
+from collections.abc import Mapping, Set
 from typing import Any
 
 import numpy as np
 
+_MAX_INT = int(np.iinfo(np.int64).max)
+
 
 def _show(x: Any) -> str:
-    s = np.array2string(np.asarray(x), threshold=8, edgeitems=3) if np.ndim(x) else repr(x)
+    try:
+        s = np.array2string(np.asarray(x), threshold=8, edgeitems=3) if np.ndim(x) else repr(x)
+    except Exception:  # an object numpy cannot even look at
+        s = repr(x)
     return s if len(s) < 200 else s[:200] + "..."
+
+
+def _unwrap(x: Any) -> Any:
+    if hasattr(x, "detach") and hasattr(x, "cpu"):  # torch.Tensor without importing torch
+        x = x.detach().cpu().numpy()
+    return x
+
+
+def _container(x: Any, name: str) -> None:
+    if x is None or isinstance(x, (str, bytes, Mapping, Set)):
+        raise TypeError(f"{name} must be an array-like of numbers, got {_show(x)} ({type(x).__name__})")
+
+
+def as_array(x: Any, name: str) -> np.ndarray:
+    """``x`` as a real float64 array of any shape, entries unchecked for finiteness."""
+    x = _unwrap(x)
+    _container(x, name)
+    try:
+        raw = np.asarray(x)
+    except (TypeError, ValueError) as exc:  # ragged nesting
+        raise ValueError(f"{name} must be a rectangular array of numbers, got {_show(x)}") from exc
+    if raw.dtype == np.bool_:
+        raise ValueError(f"{name} must hold numbers, not booleans, got {_show(raw)}")
+    if np.iscomplexobj(raw):
+        raise ValueError(f"{name} must be real, got complex values {_show(raw)}")
+    try:
+        return np.asarray(raw, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be numeric, got {_show(x)}") from exc
 
 
 def as_vector(x: Any, name: str, *, allow_empty: bool = False) -> np.ndarray:
     """`x` as a finite 1-D float64 array (torch tensors and lists accepted)."""
-    if hasattr(x, "detach"):  # torch.Tensor without importing torch
-        x = x.detach().cpu().numpy()
-    try:
-        arr = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name} must be numeric, got {_show(x)}") from exc
+    arr = as_array(x, name)
     if arr.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
+        raise ValueError(f"{name} must be 1-D, got shape {arr.shape}: {_show(arr)}")
     if arr.size == 0 and not allow_empty:
-        raise ValueError(f"{name} must not be empty")
+        raise ValueError(f"{name} must not be empty, got {_show(arr)}")
     bad = ~np.isfinite(arr)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
@@ -44,8 +88,10 @@ def positive_vector(x: Any, name: str) -> np.ndarray:
     return arr
 
 
-def nonnegative_vector(x: Any, name: str, *, not_all_zero: bool = False) -> np.ndarray:
-    arr = as_vector(x, name)
+def nonnegative_vector(
+    x: Any, name: str, *, not_all_zero: bool = False, allow_empty: bool = False
+) -> np.ndarray:
+    arr = as_vector(x, name, allow_empty=allow_empty)
     bad = arr < 0
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
@@ -70,16 +116,100 @@ def same_length(**arrays: np.ndarray) -> int:
     return next(iter(lengths.values()))
 
 
-def in_unit_interval(x: float, name: str) -> float:
-    x = float(x)
-    if not (np.isfinite(x) and 0.0 <= x <= 1.0):
-        raise ValueError(f"{name} must lie in [0, 1], got {x!r}")
-    return x
+# -- scalars ------------------------------------------------------------------------------------
 
 
-def positive_scalar(x: float, name: str, *, allow_zero: bool = False) -> float:
-    x = float(x)
-    ok = np.isfinite(x) and (x >= 0 if allow_zero else x > 0)
+def real_scalar(x: Any, name: str) -> float:
+    """A finite real number as float: rejects bool, complex, None, strings, nan and ±inf (ValueError)."""
+    v = _unwrap(x)
+    if isinstance(v, np.ndarray) and v.ndim == 0:
+        v = v[()]
+    ok = isinstance(v, (numbers.Real, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
     if not ok:
-        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'} and finite, got {x!r}")
-    return x
+        raise ValueError(f"{name} must be a real number, got {_show(x)} ({type(x).__name__})")
+    f = float(v)
+    if not np.isfinite(f):
+        raise ValueError(f"{name} must be finite, got {f!r}")
+    return f
+
+
+def integer(x: Any, name: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    """An integer as int: accepts int, numpy integers and integral floats (2.0); ValueError otherwise."""
+    if minimum == 1:
+        desc = "a positive integer"
+    elif minimum == 0:
+        desc = "a non-negative integer"
+    else:
+        desc = "an integer" if minimum is None else f"an integer >= {minimum}"
+    if maximum is not None:
+        desc += f" of at most {maximum}"
+    v = _unwrap(x)
+    if isinstance(v, np.ndarray) and v.ndim == 0:
+        v = v[()]
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (numbers.Real, np.integer, np.floating)):
+        raise ValueError(f"{name} must be {desc}, got {_show(x)} ({type(x).__name__})")
+    if isinstance(v, (int, np.integer)):
+        i = int(v)
+    else:
+        f = float(v)
+        if not (np.isfinite(f) and f.is_integer()):
+            raise ValueError(f"{name} must be {desc}, got {x!r}")
+        i = int(f)
+    lo = -_MAX_INT if minimum is None else minimum
+    hi = _MAX_INT if maximum is None else maximum
+    if not lo <= i <= hi:
+        raise ValueError(f"{name} must be {desc}, got {x!r}")
+    return i
+
+
+def boolean(x: Any, name: str) -> bool:
+    if not isinstance(x, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {_show(x)} ({type(x).__name__})")
+    return bool(x)
+
+
+def in_unit_interval(x: Any, name: str) -> float:
+    v = real_scalar(x, name)
+    if not 0.0 <= v <= 1.0:
+        raise ValueError(f"{name} must lie in [0, 1], got {v!r}")
+    return v
+
+
+def positive_scalar(x: Any, name: str, *, allow_zero: bool = False) -> float:
+    v = real_scalar(x, name)
+    if not (v >= 0 if allow_zero else v > 0):
+        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'} and finite, got {v!r}")
+    return v
+
+
+def finite_result(value: float, what: str, inputs: str) -> float:
+    """``value`` if finite, else ValueError: the true result does not fit in float64."""
+    if not np.isfinite(value):
+        raise ValueError(f"{what} overflows float64 for {inputs}")
+    return float(value)
+
+
+def pow2_exponent(x: np.ndarray) -> int:
+    """e with max|x| in [2^(e-1), 2^e) (0 if x is all zero). ``np.ldexp(x, -e)`` is then exact, so
+    scaled formulas give bit-identical results on moderate inputs and no overflow on extreme ones."""
+    m = float(np.max(np.abs(x))) if x.size else 0.0
+    if m == 0.0 or not np.isfinite(m):
+        return 0
+    return int(np.frexp(m)[1])
+
+
+def log_sum_exp(logs: np.ndarray) -> float:
+    """log Σ exp(logs), stable; -inf for an empty or all -inf input."""
+    if logs.size == 0:
+        return -np.inf
+    m = float(np.max(logs))
+    if m == -np.inf:
+        return -np.inf
+    return m + float(np.log(np.sum(np.exp(logs - m))))
+
+
+def as_generator(rng: Any, name: str = "rng") -> np.random.Generator:
+    """``np.random.default_rng(rng)`` for a Generator, a SeedSequence, None or a seed integer >= 0."""
+    if rng is None or isinstance(rng, (np.random.Generator, np.random.SeedSequence, np.random.BitGenerator)):
+        return np.random.default_rng(rng)
+    return np.random.default_rng(integer(rng, name, minimum=0))

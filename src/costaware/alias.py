@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from costaware._checks import probability_vector
+from costaware._checks import _show, as_array, as_generator, integer, probability_vector
 
 __all__ = ["build_alias", "draw", "alias_draw", "alias_draw_single", "alias_probabilities", "AliasTable"]
 
@@ -84,27 +84,62 @@ def build_alias(p: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _check_table(prob: Any, alias: Any) -> tuple[np.ndarray, np.ndarray]:
-    prob = np.asarray(prob, dtype=np.float64)
-    alias = np.asarray(alias)
+    """A table as ``(float64, int64)`` arrays, ValueError unless it is one :func:`build_alias` could give:
+    equal non-empty 1-D shapes, every prob in [0, 1] and every alias in [0, n)."""
+    prob = as_array(prob, "prob")
+    if alias is None or isinstance(alias, (str, bytes, dict, set)):
+        raise TypeError(f"alias must be an array-like of integers, got {type(alias).__name__}")
+    try:
+        alias = np.asarray(alias.detach().cpu().numpy() if hasattr(alias, "detach") else alias)
+    except (TypeError, ValueError) as exc:  # ragged
+        raise ValueError(f"alias must be a 1-D integer array, got {_show(alias)}") from exc
     if prob.ndim != 1 or prob.size == 0 or alias.shape != prob.shape:
         raise ValueError(
             f"prob and alias must be non-empty 1-D of equal length, got {prob.shape}, {alias.shape}"
         )
     if not np.issubdtype(alias.dtype, np.integer):
-        raise ValueError(f"alias must be an integer array, got dtype {alias.dtype}")
-    return prob, alias
+        raise ValueError(f"alias must be an integer array, got dtype {alias.dtype}: {_show(alias)}")
+    bad = ~((prob >= 0.0) & (prob <= 1.0))  # also catches nan
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"prob must lie in [0, 1], got {float(prob[i])!r} at index {i}")
+    bad = (alias < 0) | (alias >= prob.size)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"alias entries must lie in [0, {prob.size}), got {int(alias[i])} at index {i}")
+    return prob, alias.astype(np.int64, copy=False)
+
+
+def _size(size: Any) -> int | tuple[int, ...]:
+    if isinstance(size, tuple):
+        return tuple(integer(s, "size", minimum=0) for s in size)
+    return integer(size, "size", minimum=0)
 
 
 def draw(
-    prob: Any, alias: Any, size: int | tuple[int, ...], rng: np.random.Generator | int | None = None
+    prob: Any,
+    alias: Any,
+    size: int | tuple[int, ...],
+    rng: np.random.Generator | int | None = None,
+    *,
+    validate: bool = True,
 ) -> np.ndarray:
     """``size`` i.i.d. indices (int64) from the table's distribution, vectorised numpy.
 
     The column is drawn with ``rng.integers`` (exactly uniform, no floor(u·n) rounding), the coin with
-    ``rng.random``. Same ``rng`` state → same indices.
+    ``rng.random``. Same ``rng`` state → same indices. The table is checked (O(n)) unless
+    ``validate=False``, the hot path for a table fresh from :func:`build_alias`, which callers that
+    draw many small batches from one large table (the sampler) use.
+
+    >>> draw([0.5, 0.5], [-1, 0], 5, 0)
+    Traceback (most recent call last):
+    ...
+    ValueError: alias entries must lie in [0, 2), got -1 at index 0
     """
-    prob, alias = _check_table(prob, alias)
-    rng = np.random.default_rng(rng)
+    if validate:
+        prob, alias = _check_table(prob, alias)
+        size = _size(size)
+    rng = as_generator(rng, "rng")
     j = rng.integers(0, prob.size, size=size, dtype=np.int64)
     coin = rng.random(size=size)
     return np.where(coin < prob[j], j, alias[j]).astype(np.int64, copy=False)
@@ -164,4 +199,4 @@ class AliasTable:
         return self.p.size
 
     def sample(self, size: int | tuple[int, ...], rng: np.random.Generator | int | None = None) -> np.ndarray:
-        return draw(self.prob, self.alias, size, rng)
+        return draw(self.prob, self.alias, _size(size), rng, validate=False)

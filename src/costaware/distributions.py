@@ -16,10 +16,14 @@ from typing import Any, Literal
 import numpy as np
 
 from costaware._checks import (
+    _show,
+    as_generator,
     in_unit_interval,
+    integer,
     nonnegative_vector,
     positive_scalar,
     positive_vector,
+    pow2_exponent,
     probability_vector,
     same_length,
 )
@@ -39,11 +43,34 @@ __all__ = [
 WeightMode = Literal["centred", "raw"]
 
 
+_TINY = np.finfo(np.float64).tiny  # smallest normal float64
+
+
 def _normalise(v: np.ndarray, name: str) -> np.ndarray:
-    total = v.sum()
-    if not total > 0:
+    vmax = v.max()
+    if not vmax > 0:
         raise ValueError(f"{name} must have at least one entry > 0, got all zeros (length {v.size})")
-    return v / total
+    if 1e-290 < vmax < 1e290 / v.size:  # the sum cannot overflow: the plain formula (fast path)
+        return v / v.sum()
+    # Scale by a power of two first: exact, so it gives v / v.sum() bit for bit where that
+    # does not overflow, and a sum of entries near 1e308 cannot overflow.
+    s = np.ldexp(v, -pow2_exponent(v))
+    return s / s.sum()
+
+
+def _ratio_normalise(G: np.ndarray, root: np.ndarray, name: str) -> np.ndarray:
+    """p ∝ G / root (G ≥ 0, root > 0): the direct quotient when it is exact enough, else log space."""
+    with np.errstate(all="ignore"):
+        q = G / root
+    if G.min() > 0:  # common case: one pass for overflow (inf/nan) and underflow (< tiny)
+        ok = bool(_TINY <= q.min()) and bool(np.isfinite(q.max()))
+    else:
+        ok = bool(np.isfinite(q).all()) and not ((G > 0) & ~(q >= _TINY)).any()
+    if ok:
+        return _normalise(q, name)
+    with np.errstate(divide="ignore"):
+        logq = np.log(G) - np.log(root)  # G = 0 gives -inf, i.e. p = 0
+    return _normalise(np.exp(logq - logq.max()), name)
 
 
 _MAX_N = int(np.iinfo(np.intp).max)  # the longest array numpy can index
@@ -51,11 +78,8 @@ _MAX_N = int(np.iinfo(np.intp).max)  # the longest array numpy can index
 
 def uniform(n: int) -> np.ndarray:
     """p_i = 1/n."""
-    # compare before int(): int(inf) raises OverflowError, int(nan) a message without the name
-    real = isinstance(n, (int, float, np.integer, np.floating)) and not isinstance(n, (bool, np.bool_))
-    if not (real and 1 <= n <= _MAX_N and int(n) == n):
-        raise ValueError(f"n must be a positive integer of at most {_MAX_N}, got {n!r}")
-    return np.full(int(n), 1.0 / n)
+    n = integer(n, "n", minimum=1, maximum=_MAX_N)
+    return np.full(n, 1.0 / n)
 
 
 def variance(G: Any) -> np.ndarray:
@@ -69,13 +93,13 @@ def optimal(G: Any, c: Any) -> np.ndarray:
     G = nonnegative_vector(G, "G", not_all_zero=True)
     c = positive_vector(c, "c")
     same_length(G=G, c=c)
-    return _normalise(G / np.sqrt(c), "G")
+    return _ratio_normalise(G, np.sqrt(c), "G")
 
 
 def inverse_sqrt_cost(c: Any) -> np.ndarray:
     """p_i ∝ 1/√c_i: the optimum when every G_i is replaced by 1 (the paper's G ≡ 1 ablation)."""
     c = positive_vector(c, "c")
-    return _normalise(1.0 / np.sqrt(c), "c")
+    return _ratio_normalise(np.ones_like(c), np.sqrt(c), "c")
 
 
 def smoothed(p: Any, alpha: float) -> np.ndarray:
@@ -94,7 +118,7 @@ def noisy_proxy(G: Any, sigma2: float, rng: np.random.Generator | int | None = N
     sigma2 = positive_scalar(sigma2, "sigma2", allow_zero=True)
     if sigma2 == 0:
         return G.copy()
-    rng = np.random.default_rng(rng)
+    rng = as_generator(rng, "rng")
     return np.maximum(G + rng.normal(0.0, np.sqrt(sigma2), size=G.shape), 0.0)
 
 
@@ -111,23 +135,36 @@ def importance_weights(p: Any, indices: Any | None = None, mode: WeightMode = "c
     Never self-normalise by the mini-batch mean: that biases the estimator.
     """
     p = probability_vector(p, "p")
-    if mode not in ("centred", "raw"):
+    if not (isinstance(mode, str) and mode in ("centred", "raw")):
         raise ValueError(f"mode must be 'centred' or 'raw', got {mode!r}")
     n = support_size(p) if mode == "centred" else p.size
     if indices is None:  # every component; those with p = 0 are never drawn and get weight 0
         w = np.zeros_like(p)
-        w[p > 0] = 1.0 / (n * p[p > 0])
+        w[p > 0] = _weights(p[p > 0], n, p)
         return w
-    idx = np.asarray(indices)
+    if isinstance(indices, (str, bytes, dict, set)):
+        raise TypeError(f"indices must be an array-like of integers, got {type(indices).__name__}")
+    idx = np.asarray(indices.detach().cpu().numpy() if hasattr(indices, "detach") else indices)
     if idx.size == 0:  # no draws (a bare [] arrives as float64)
         return np.empty(idx.shape)
     if not np.issubdtype(idx.dtype, np.integer):  # bool would act as a mask, float cannot index
-        shown = np.array2string(idx, threshold=8, edgeitems=3)
-        raise ValueError(f"indices must be integers, got dtype {idx.dtype}: {shown}")
+        raise ValueError(f"indices must be integers, got dtype {idx.dtype}: {_show(idx)}")
     if idx.min() < 0 or idx.max() >= p.size:
         raise ValueError(f"indices must lie in [0, {p.size}), got range [{idx.min()}, {idx.max()}]")
     pi = p[idx]
     if (pi <= 0).any():
         j = int(idx[np.flatnonzero(pi <= 0)[0]])
         raise ValueError(f"indices include {j}, which has p = 0 and cannot have been drawn")
-    return 1.0 / (n * pi)
+    return _weights(pi, n, p)
+
+
+def _weights(pi: np.ndarray, n: int, p: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        w = 1.0 / (n * pi)
+    if not np.isfinite(w).all():
+        small = float(pi[~np.isfinite(w)][0])
+        raise ValueError(
+            f"p has an entry {small!r} so small that its importance weight 1/(n·p) overflows float64; "
+            f"p = {_show(p)}"
+        )
+    return w

@@ -32,7 +32,16 @@ import torch
 from torch.utils.data import Dataset, Sampler
 
 from costaware import distributions as dist
-from costaware._checks import in_unit_interval, nonnegative_vector, positive_vector, same_length
+from costaware._checks import (
+    _show,
+    boolean,
+    in_unit_interval,
+    integer,
+    nonnegative_vector,
+    positive_vector,
+    real_scalar,
+    same_length,
+)
 from costaware.alias import build_alias, draw
 
 __all__ = ["CostAwareSampler", "WeightedIndexDataset"]
@@ -43,11 +52,21 @@ def _to_numpy(x: Any) -> Any:
 
 
 def _nonneg_int(x: Any, name: str, *, positive: bool = False) -> int:
-    if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < (1 if positive else 0):
-        raise ValueError(
-            f"{name} should be a {'positive' if positive else 'non-negative'} integer, got {x!r}"
-        )
-    return int(x)
+    return integer(x, name, minimum=1 if positive else 0)
+
+
+def _indices(indices: Any, n: int) -> np.ndarray:
+    """``indices`` as a 1-D int64 array of entries in [0, n); [] (any dtype) is the empty array."""
+    if indices is None or isinstance(indices, (str, bytes, dict, set)):
+        raise TypeError(f"indices must be an array-like of integers, got {type(indices).__name__}")
+    idx = np.asarray(_to_numpy(indices)).reshape(-1)
+    if idx.size == 0:
+        return np.empty(0, dtype=np.int64)
+    if not np.issubdtype(idx.dtype, np.integer):
+        raise ValueError(f"indices must be integers in [0, {n}), got dtype {idx.dtype}: {_show(idx)}")
+    if idx.min() < 0 or idx.max() >= n:
+        raise ValueError(f"indices must be integers in [0, {n}), got range [{idx.min()}, {idx.max()}]")
+    return idx.astype(np.int64, copy=False)
 
 
 class CostAwareSampler(Sampler[int]):
@@ -120,7 +139,7 @@ class CostAwareSampler(Sampler[int]):
                 f"replacement should be True (importance weights assume i.i.d. draws), got {replacement!r}"
             )
         self.replacement = True
-        if weights not in ("centred", "raw"):
+        if not (isinstance(weights, str) and weights in ("centred", "raw")):
             raise ValueError(f"weights should be 'centred' or 'raw', got {weights!r}")
         self.weight_mode: dist.WeightMode = weights
         self.seed = _nonneg_int(seed, "seed")
@@ -142,13 +161,11 @@ class CostAwareSampler(Sampler[int]):
             if num_samples is None
             else _nonneg_int(num_samples, "num_samples", positive=True)
         )
-        m = float(momentum)
-        if not (np.isfinite(m) and 0.0 <= m < 1.0):
+        m = real_scalar(momentum, "momentum")
+        if not 0.0 <= m < 1.0:
             raise ValueError(f"momentum should lie in [0, 1), got {momentum!r}")
         self.momentum = m
-        if not isinstance(yield_weights, bool):
-            raise ValueError(f"yield_weights should be a bool, got {yield_weights!r}")
-        self.yield_weights = yield_weights
+        self.yield_weights = boolean(yield_weights, "yield_weights")
         self.chunk_size = _nonneg_int(chunk_size, "chunk_size", positive=True)
         self.epoch = 0
         self._refresh()
@@ -192,11 +209,7 @@ class CostAwareSampler(Sampler[int]):
         they may have, yield the weights with the indices (``yield_weights=True``).
         """
         self._current()
-        idx = np.asarray(_to_numpy(indices))
-        if idx.size and (
-            not np.issubdtype(idx.dtype, np.integer) or idx.min() < 0 or idx.max() >= len(self._p)
-        ):
-            raise ValueError(f"indices must be integers in [0, {len(self._p)}), got {idx!r}")
+        idx = _indices(indices, len(self._p))
         w = self._w[idx]
         if (w <= 0).any():
             j = int(idx[np.flatnonzero(w <= 0)[0]])
@@ -210,12 +223,12 @@ class CostAwareSampler(Sampler[int]):
         norms, all ≥ 0. With repeated indices the last occurrence wins. If the update would leave
         every G_i = 0 it is refused with ValueError and nothing changes.
         """
-        idx = np.asarray(_to_numpy(indices)).reshape(-1)
-        vals = nonnegative_vector(np.asarray(_to_numpy(values), dtype=np.float64).reshape(-1), "values")
+        idx = _indices(indices, self._G.size)
+        vals = _to_numpy(values)
+        vals = nonnegative_vector(
+            np.reshape(vals, -1) if np.ndim(vals) > 1 else vals, "values", allow_empty=True
+        )
         same_length(indices=idx, values=vals)
-        n = self._G.size
-        if not np.issubdtype(idx.dtype, np.integer) or idx.min() < 0 or idx.max() >= n:
-            raise ValueError(f"indices must be integers in [0, {n}), got {idx!r}")
         G = self._G.copy()
         G[idx] = self.momentum * G[idx] + (1.0 - self.momentum) * vals if self.momentum else vals
         if not (G > 0).any():
@@ -241,7 +254,7 @@ class CostAwareSampler(Sampler[int]):
         while left > 0:
             m = min(left, self.chunk_size)
             self._current()
-            idx = draw(self._prob, self._alias, m, rng)
+            idx = draw(self._prob, self._alias, m, rng, validate=False)  # built here: trusted
             if self.yield_weights:
                 yield from zip(idx.tolist(), self._w[idx].tolist(), strict=True)
             else:

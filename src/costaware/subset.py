@@ -21,7 +21,14 @@ from typing import Any, Literal
 import numpy as np
 from numba import njit
 
-from costaware._checks import nonnegative_vector, positive_scalar, positive_vector, same_length
+from costaware._checks import (
+    finite_result,
+    nonnegative_vector,
+    positive_scalar,
+    positive_vector,
+    pow2_exponent,
+    same_length,
+)
 
 __all__ = [
     "required_mass",
@@ -46,16 +53,31 @@ def _G_c(G: Any, c: Any) -> tuple[np.ndarray, np.ndarray]:
     return G, c
 
 
+def _scaled_need(G: np.ndarray, gamma: float, D: float) -> tuple[np.ndarray, float, int]:
+    # The knapsack is invariant under G → G/g, Γ → Γ/g: work with g = 2^e near max G (exact), so
+    # that Σ G cannot overflow; V/g may be -inf (Γ/D huge: nothing needs keeping), never nan.
+    e = pow2_exponent(G)
+    Gs = np.ldexp(G, -e)
+    with np.errstate(over="ignore"):
+        need = float(Gs.sum() - G.size * (np.ldexp(np.float64(gamma), -e) / np.float64(D)))
+    return Gs, need, e
+
+
 def required_mass(G: Any, gamma: float, D: float) -> float:
     """V = Σ G_i − nΓ/D: the G-mass a subset must keep so that its bias D·β_π is at most Γ."""
     G = nonnegative_vector(G, "G", not_all_zero=True)
     gamma = positive_scalar(gamma, "gamma", allow_zero=True)
     D = positive_scalar(D, "D")
-    return float(G.sum() - G.size * gamma / D)
+    _, need, e = _scaled_need(G, gamma, D)
+    with np.errstate(over="ignore"):
+        value = np.ldexp(need, e)
+    return finite_result(value, "required_mass", f"G = {G!r}, gamma = {gamma!r}, D = {D!r}")
 
 
 def _subset_indices(subset: Any, n: int) -> np.ndarray:
     idx = np.asarray(subset)
+    if subset is None or isinstance(subset, (str, bytes, dict, set)):
+        raise TypeError(f"subset must be an array-like of indices or a boolean mask, got {type(subset).__name__}")
     if idx.dtype == bool:
         if idx.shape != (n,):
             raise ValueError(f"a boolean subset must have shape ({n},), got {idx.shape}")
@@ -118,7 +140,11 @@ def greedy_subset(
     that nothing needs keeping (V ≤ 0) the empty subset is returned.
     """
     G, c = _G_c(G, c)
-    need = required_mass(G, gamma, D)
+    gamma = positive_scalar(gamma, "gamma", allow_zero=True)
+    D = positive_scalar(D, "D")
+    if not (isinstance(method, str) and method in ("completion", "prefix")):
+        raise ValueError(f"method must be 'completion' or 'prefix', got {method!r}")
+    G, need, _ = _scaled_need(G, gamma, D)  # G/g, V/g: same subset
     need -= _RTOL * G.sum()
     if need <= 0:
         return np.empty(0, dtype=np.int64)
@@ -127,8 +153,6 @@ def greedy_subset(
     if method == "prefix":
         k = int(np.searchsorted(np.cumsum(G[order]), need)) + 1  # first prefix whose mass reaches V
         return order[:k].astype(np.int64)
-    if method != "completion":
-        raise ValueError(f"method must be 'completion' or 'prefix', got {method!r}")
     w = G * np.sqrt(c)
     taken, m, pos = _completion_greedy(order.astype(np.int64), G, w, need)
     chosen = np.append(taken[:m], order[pos])  # pos ≥ 0: the full set covers V ≤ Σ G
@@ -167,7 +191,10 @@ def exact_subset(G: Any, c: Any, gamma: float, D: float) -> np.ndarray:
     m counts the components with G_i > 0; refuses m > 25 (2^25 ≈ 3·10⁷ subsets, about a second).
     """
     G, c = _G_c(G, c)
-    need = required_mass(G, gamma, D) - _RTOL * G.sum()
+    gamma = positive_scalar(gamma, "gamma", allow_zero=True)
+    D = positive_scalar(D, "D")
+    G, need, _ = _scaled_need(G, gamma, D)  # G/g, V/g: same subset
+    need -= _RTOL * G.sum()
     if need <= 0:
         return np.empty(0, dtype=np.int64)
     pos_idx = np.flatnonzero(G > 0)
@@ -189,7 +216,9 @@ def subset_cost(G: Any, c: Any, subset: Any) -> float:
     """The knapsack objective Σ_{i∈π} G_i√c_i (= n·√J restricted to π)."""
     G, c = _G_c(G, c)
     idx = _subset_indices(subset, G.size)
-    return float(np.sum(G[idx] * np.sqrt(c[idx])))
+    with np.errstate(over="ignore"):
+        value = np.sum(G[idx] * np.sqrt(c[idx]))
+    return finite_result(value, "subset_cost", f"G = {G!r}, c = {c!r}")
 
 
 def bias(G: Any, subset: Any) -> float:
@@ -198,7 +227,8 @@ def bias(G: Any, subset: Any) -> float:
     idx = _subset_indices(subset, G.size)
     keep = np.zeros(G.size, dtype=bool)
     keep[idx] = True
-    return float(G[~keep].sum() / G.size)
+    e = pow2_exponent(G)  # Σ G/n ≤ max G always fits; scaling keeps the sum from overflowing
+    return float(np.ldexp(np.ldexp(G[~keep], -e).sum() / G.size, e))
 
 
 def restricted_optimal(G: Any, c: Any, subset: Any) -> np.ndarray:
@@ -227,4 +257,9 @@ def biased_cost(G: Any, c: Any, subset: Any, eps: float, D: float) -> float:
     slack = eps - D * bias(G, idx)
     if not slack > 0:
         raise ValueError(f"eps = {eps!r} must exceed D·β_π = {D * bias(G, idx)!r} for this subset")
-    return float(D**2 * subset_cost(G, c, idx) ** 2 / (G.size**2 * slack**2))
+    with np.errstate(all="ignore"):
+        log_k = 2.0 * (np.log(D) + np.log(subset_cost(G, c, idx)) - np.log(G.size) - np.log(slack))
+        value = np.float64(D) ** 2 * subset_cost(G, c, idx) ** 2 / (G.size**2 * np.float64(slack) ** 2)
+    if not (np.isfinite(value) and value > 0) and np.isfinite(log_k):
+        value = np.exp(log_k)  # squares over/underflowed; the cost itself may still fit
+    return finite_result(value, "biased_cost", f"eps = {eps!r}, D = {D!r}, G = {G!r}, c = {c!r}")

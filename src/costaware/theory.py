@@ -14,11 +14,16 @@ import numpy as np
 
 from costaware import distributions as dist
 from costaware._checks import (
+    _show,
     as_vector,
+    finite_result,
+    log_sum_exp,
     nonnegative_vector,
     positive_scalar,
     positive_vector,
+    pow2_exponent,
     probability_vector,
+    real_scalar,
     same_length,
 )
 
@@ -50,15 +55,70 @@ def _G_c(G: Any, c: Any) -> tuple[np.ndarray, np.ndarray]:
     return G, c
 
 
+_TINY = np.finfo(np.float64).tiny
+_LOG_MAX = float(np.log(np.finfo(np.float64).max))
+
+
+def _ok(*values: float) -> bool:
+    """Every value finite and either 0 or a normal float (no overflow, no precision lost in subnormals)."""
+    return all(np.isfinite(v) and (v == 0 or abs(v) >= _TINY) for v in values)
+
+
+def _exp(log_value: float, what: str, inputs: str) -> float:
+    """exp(log_value), or ValueError when the value itself does not fit in float64."""
+    if log_value > _LOG_MAX:
+        raise ValueError(f"{what} overflows float64 (≈ e^{log_value:.6g}) for {inputs}")
+    return float(np.exp(log_value))
+
+
+def _log(x: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore"):
+        return np.log(x)
+
+
+def _scaled(x: np.ndarray) -> np.ndarray:
+    """x divided by a power of two near its max: exact, and leaves scale-free ratios unchanged."""
+    return np.ldexp(x, -pow2_exponent(x))
+
+
+def _log_S(p: np.ndarray, G: np.ndarray) -> float:
+    keep = G > 0
+    return log_sum_exp(2.0 * np.log(G[keep]) - np.log(p[keep])) - 2.0 * np.log(G.size)
+
+
+def _log_C(p: np.ndarray, c: np.ndarray) -> float:
+    return log_sum_exp(_log(p) + np.log(c))
+
+
+def _S(p: np.ndarray, G: np.ndarray) -> float:
+    keep = G > 0
+    with np.errstate(all="ignore"):
+        direct = float(np.sum(G[keep] * (G[keep] / p[keep])) / G.size**2)
+    if _ok(direct) and direct > 0:
+        return direct
+    return _exp(_log_S(p, G), "S(p)", f"G = {_show(G)}, p = {_show(p)}")
+
+
 def S(p: Any, G: Any) -> float:
-    """S(p) = (1/n²) Σ G_i²/p_i; +inf if p misses a component with G_i > 0 (the estimator is biased)."""
+    """S(p) = (1/n²) Σ G_i²/p_i; +inf if p misses a component with G_i > 0 (the estimator is biased).
+
+    Computed directly when no intermediate over- or underflows, else in log space; ValueError if
+    S itself exceeds the float64 range.
+    """
     p = probability_vector(p, "p")
     G = nonnegative_vector(G, "G", not_all_zero=True)
-    n = same_length(p=p, G=G)
+    same_length(p=p, G=G)
     if ((p == 0) & (G > 0)).any():
         return float("inf")
-    keep = G > 0
-    return float(np.sum(G[keep] ** 2 / p[keep]) / n**2)
+    return _S(p, G)
+
+
+def _C(p: np.ndarray, c: np.ndarray) -> float:
+    with np.errstate(all="ignore"):
+        direct = float(p @ c)
+    if _ok(direct) and direct > 0:
+        return direct
+    return _exp(_log_C(p, c), "C(p)", f"c = {_show(c)}")
 
 
 def C(p: Any, c: Any) -> float:
@@ -66,18 +126,41 @@ def C(p: Any, c: Any) -> float:
     p = probability_vector(p, "p")
     c = positive_vector(c, "c")
     same_length(p=p, c=c)
-    return float(p @ c)
+    return _C(p, c)
+
+
+def _J(p: np.ndarray, G: np.ndarray, c: np.ndarray) -> float:
+    if ((p == 0) & (G > 0)).any():
+        return float("inf")
+    try:
+        with np.errstate(all="ignore"):
+            direct = _S(p, G) * _C(p, c)
+        if _ok(direct) and direct > 0:
+            return float(direct)
+    except ValueError:  # S or C alone overflows; their product may still fit
+        pass
+    return _exp(_log_S(p, G) + _log_C(p, c), "J(p)", f"G = {_show(G)}, c = {_show(c)}")
 
 
 def J(p: Any, G: Any, c: Any) -> float:
     """J(p) = S(p)·C(p)."""
-    return S(p, G) * C(p, c)
+    p = probability_vector(p, "p")
+    G = nonnegative_vector(G, "G", not_all_zero=True)
+    c = positive_vector(c, "c")
+    same_length(p=p, G=G, c=c)
+    return _J(p, G, c)
 
 
 def J_optimal(G: Any, c: Any) -> float:
     """J(p*) = (Σ G_i √c_i)² / n², the minimum of J over all p (Cauchy–Schwarz, §4.2)."""
     G, c = _G_c(G, c)
-    return float(np.sum(G * np.sqrt(c)) ** 2 / G.size**2)
+    with np.errstate(all="ignore"):
+        direct = float(np.sum(G * np.sqrt(c)) ** 2 / G.size**2)
+    if _ok(direct) and direct > 0:
+        return direct
+    keep = G > 0
+    log_a = log_sum_exp(np.log(G[keep]) + 0.5 * np.log(c[keep]))
+    return _exp(2.0 * log_a - 2.0 * np.log(G.size), "J_optimal", f"G = {_show(G)}, c = {_show(c)}")
 
 
 def expected_cost(
@@ -93,32 +176,79 @@ def expected_cost(
 
     Convex (give ``D``, the diameter): K = D² S(p) C(p) / ε².
     μ-strongly convex (give ``mu``): K = 4 S(p) C(p) / (μ ε).
+    Computed in log space when the direct product over- or underflows; ValueError if K itself
+    exceeds the float64 range (e.g. a tiny ``eps``).
     """
     eps = positive_scalar(eps, "eps")
     if (D is None) == (mu is None):
         raise ValueError(f"give exactly one of D (convex) or mu (strongly convex), got D={D!r}, mu={mu!r}")
+    D = None if D is None else positive_scalar(D, "D")
+    mu = None if mu is None else positive_scalar(mu, "mu")
     j = J(p, G, c)
-    if D is not None:
-        return positive_scalar(D, "D") ** 2 * j / eps**2
-    return 4.0 * j / (positive_scalar(mu, "mu") * eps)
+    if j == np.inf:
+        return j  # p misses a component: documented +inf of S
+    e, jj = np.float64(eps), np.float64(j)  # numpy floats: 1/0 gives inf, not ZeroDivisionError
+    with np.errstate(all="ignore"):
+        direct = np.float64(D) ** 2 * jj / e**2 if D is not None else 4.0 * jj / (np.float64(mu) * e)
+    if _ok(direct) and direct > 0:
+        return float(direct)
+    # j itself is finite; only the scalar factors over/underflowed
+    log_k = (
+        2.0 * np.log(D) + np.log(j) - 2.0 * np.log(eps)
+        if D is not None
+        else np.log(4.0) + np.log(j) - np.log(mu) - np.log(eps)
+    )
+    return _exp(float(log_k), "expected_cost", f"eps = {eps!r}, D = {D!r}, mu = {mu!r}, J = {j!r}")
+
+
+def _ratio(num: list[np.ndarray], den: list[np.ndarray], powers: tuple[int, ...]) -> float:
+    """Π (Σ num_k)^{powers_k} / Π Σ den_k with every sum a sum of non-negative logs' exponentials.
+
+    ``num``/``den`` are arrays of log-terms; the result is formed in log space. Used only when the
+    direct formula over- or underflows.
+    """
+    log_value = sum(k * log_sum_exp(t) for k, t in zip(powers, num, strict=True)) - sum(
+        log_sum_exp(t) for t in den
+    )
+    return float(np.exp(log_value))
+
+
+def _ratio_inputs(G: Any, c: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    # The ratios are scale-free in G and in c: scale both to max ≈ 1 (exact, powers of two).
+    G, c = _G_c(G, c)
+    keep = G > 0
+    # logs of the unscaled inputs: scaling can push a subnormal c to 0
+    return _scaled(G), _scaled(c), np.log(G[keep]), np.log(c[keep]), np.log(c)
 
 
 def ratio_optimal_to_uniform(G: Any, c: Any) -> float:
-    """J(p*)/J(unif) = (Σ G√c)² / (Σ G² · Σ c) ≤ 1."""
-    G, c = _G_c(G, c)
-    return float(np.sum(G * np.sqrt(c)) ** 2 / (np.sum(G**2) * np.sum(c)))
+    """J(p*)/J(unif) = (Σ G√c)² / (Σ G² · Σ c) ≤ 1. Scale-free in G and in c."""
+    G, c, lg, lc, lc_all = _ratio_inputs(G, c)
+    with np.errstate(all="ignore"):
+        a, b, d = np.sum(G * np.sqrt(c)), np.sum(G**2), np.sum(c)
+    if _ok(a, b, d) and a > 0:
+        return float(a**2 / (b * d))
+    return _ratio([lg + 0.5 * lc], [2.0 * lg, lc_all], (2,))
 
 
 def ratio_optimal_to_variance(G: Any, c: Any) -> float:
-    """J(p*)/J(var) = (Σ G√c)² / (Σ G · Σ G c) ≤ 1."""
-    G, c = _G_c(G, c)
-    return float(np.sum(G * np.sqrt(c)) ** 2 / (np.sum(G) * np.sum(G * c)))
+    """J(p*)/J(var) = (Σ G√c)² / (Σ G · Σ G c) ≤ 1. Scale-free in G and in c."""
+    G, c, lg, lc, lc_all = _ratio_inputs(G, c)
+    with np.errstate(all="ignore"):
+        a, b, d = np.sum(G * np.sqrt(c)), np.sum(G), np.sum(G * c)
+    if _ok(a, b, d) and a > 0 and d > 0:
+        return float(a**2 / (b * d))
+    return _ratio([lg + 0.5 * lc], [lg, lg + lc], (2,))
 
 
 def ratio_variance_to_uniform(G: Any, c: Any) -> float:
     """J(var)/J(unif) = (Σ G · Σ G c) / (Σ G² · Σ c); either side of 1 depending on how G and c correlate."""
-    G, c = _G_c(G, c)
-    return float(np.sum(G) * np.sum(G * c) / (np.sum(G**2) * np.sum(c)))
+    G, c, lg, lc, lc_all = _ratio_inputs(G, c)
+    with np.errstate(all="ignore"):
+        a, b, d, e = np.sum(G), np.sum(G * c), np.sum(G**2), np.sum(c)
+    if _ok(a, b, d, e) and b > 0:
+        return float(a * b / (d * e))
+    return _ratio([lg, lg + lc], [2.0 * lg, lc_all], (1, 1))
 
 
 def cost_biased(p: Any, c: Any) -> np.ndarray:
@@ -126,8 +256,7 @@ def cost_biased(p: Any, c: Any) -> np.ndarray:
     p = probability_vector(p, "p")
     c = positive_vector(c, "c")
     same_length(p=p, c=c)
-    q = p * c
-    return q / q.sum()
+    return dist._ratio_normalise(p, 1.0 / _scaled(c), "p")  # ∝ p·c; scaling c is exact and free
 
 
 def chi2_divergence(P: Any, Q: Any) -> float:
@@ -138,7 +267,12 @@ def chi2_divergence(P: Any, Q: Any) -> float:
     if ((Q == 0) & (P > 0)).any():
         return float("inf")
     keep = P > 0
-    return float(np.sum(P[keep] ** 2 / Q[keep]) - 1.0)
+    with np.errstate(all="ignore"):
+        total = np.sum(P[keep] * (P[keep] / Q[keep]))  # ≥ 1 by Cauchy–Schwarz: only overflow matters
+    if not np.isfinite(total):
+        log_total = log_sum_exp(2.0 * np.log(P[keep]) - np.log(Q[keep]))
+        total = _exp(log_total, "chi2_divergence", f"P = {_show(P)}, Q = {_show(Q)}")
+    return float(total - 1.0)
 
 
 def suboptimality(p_proxy: Any, G: Any, c: Any) -> float:
@@ -164,7 +298,8 @@ def pearson(x: Any, y: Any) -> float:
     y = as_vector(y, "y")
     n = same_length(x=x, y=y)
     if n < 2:
-        raise ValueError(f"pearson needs at least 2 points, got {n}")
+        raise ValueError(f"x and y need at least 2 points for a correlation, got {n}")
+    x, y = _scaled(x), _scaled(y)  # ρ is scale-free; this keeps x·x from overflowing at 1e200
     dx, dy = x - x.mean(), y - y.mean()
     sx, sy = np.sqrt(dx @ dx), np.sqrt(dy @ dy)
     # Relative test: a vector whose spread is pure rounding of its mean counts as constant.
@@ -176,10 +311,13 @@ def pearson(x: Any, y: Any) -> float:
 
 def noise_variance_from_pearson(rho: float, sigma_G2: float) -> float:
     """σ_ε² = σ_G² (1 − ρ²)/ρ²: the noise variance that gives correlation ρ between G and G + ε."""
-    rho = float(rho)
-    if not (np.isfinite(rho) and 0.0 < rho <= 1.0):
+    rho = real_scalar(rho, "rho")
+    if not 0.0 < rho <= 1.0:
         raise ValueError(f"rho must lie in (0, 1], got {rho!r}")
-    return positive_scalar(sigma_G2, "sigma_G2", allow_zero=True) * (1.0 - rho**2) / rho**2
+    sigma_G2 = positive_scalar(sigma_G2, "sigma_G2", allow_zero=True)
+    with np.errstate(all="ignore"):  # (1−ρ)(1+ρ)/ρ/ρ: no ρ² underflow for tiny ρ
+        value = np.float64(sigma_G2) * ((1.0 - rho) * (1.0 + rho) / np.float64(rho)) / rho
+    return finite_result(value, "noise_variance_from_pearson", f"rho = {rho!r}, sigma_G2 = {sigma_G2!r}")
 
 
 def expected_suboptimality_noisy(G: Any, c: Any, sigma2: float, *, covariance_term: bool = False) -> float:
@@ -201,12 +339,21 @@ def expected_suboptimality_noisy(G: Any, c: Any, sigma2: float, *, covariance_te
     c = positive_vector(c, "c")
     same_length(G=G, c=c)
     sigma2 = positive_scalar(sigma2, "sigma2", allow_zero=True)
-    sq = np.sqrt(c)
-    s0 = float(G @ sq)
-    excess = np.sum(sq / G) / s0
-    if covariance_term:
-        excess -= np.sum(c) / s0**2
-    return float(1.0 + sigma2 * excess)
+    e = pow2_exponent(G)  # excess scales as 1/g² with g = 2^e; σ²·excess is formed as (σ²/g²)·excess′
+    with np.errstate(all="ignore"):
+        value = 1.0 + np.ldexp(np.float64(sigma2), -2 * e) * _excess(np.ldexp(G, -e), c, covariance_term)
+    return finite_result(value, "expected_suboptimality_noisy", f"sigma2 = {sigma2!r}, G = {_show(G)}")
+
+
+def _excess(G: np.ndarray, c: np.ndarray, covariance_term: bool) -> float:
+    """Σ(√c/G)/Σ(G√c) [− Σc/(ΣG√c)²] for G scaled to max ≈ 1; scale-free in c."""
+    sq = np.sqrt(_scaled(c))
+    with np.errstate(all="ignore"):
+        s0 = float(G @ sq)
+        excess = np.sum(sq / G) / s0
+        if covariance_term:
+            excess -= np.sum(sq * sq) / s0**2
+    return float(excess)
 
 
 def expected_suboptimality_pearson(G: Any, c: Any, rho: float, *, covariance_term: bool = False) -> float:
@@ -214,15 +361,23 @@ def expected_suboptimality_pearson(G: Any, c: Any, rho: float, *, covariance_ter
 
     σ_G² is the population variance of G over the n components, and ρ = σ_G/√(σ_G² + σ_ε²) is the
     Pearson correlation between G and G′ = G + ε. Identical to :func:`expected_suboptimality_noisy`
-    with σ_ε² = σ_G²(1−ρ²)/ρ².
+    with σ_ε² = σ_G²(1−ρ²)/ρ². Scale-free in G (σ_G² grows as the excess shrinks), so it is
+    computed on G scaled to max ≈ 1.
     """
     G = positive_vector(G, "G")
+    c = positive_vector(c, "c")
+    same_length(G=G, c=c)
+    rho = real_scalar(rho, "rho")
+    G = _scaled(G)
     sigma_G2 = float(np.var(G))
     if rho != 1 and not sigma_G2 > 0:
-        raise ValueError("G is constant (σ_G = 0): its correlation with a proxy is undefined; use sigma2")
-    return expected_suboptimality_noisy(
-        G, c, noise_variance_from_pearson(rho, sigma_G2), covariance_term=covariance_term
-    )
+        raise ValueError(
+            f"G is constant (σ_G = 0): its correlation with a proxy is undefined (rho = {rho!r}); use sigma2"
+        )
+    sigma2 = noise_variance_from_pearson(rho, sigma_G2)
+    with np.errstate(all="ignore"):
+        value = 1.0 + np.float64(sigma2) * _excess(G, c, covariance_term)
+    return finite_result(value, "expected_suboptimality_pearson", f"rho = {rho!r}, G = {_show(G)}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -293,7 +448,9 @@ def lower_bound(
     shift = positive_scalar(shift, "shift")
     constant = positive_scalar(constant, "constant")
     n = c.size
-    kappa = G * D / (shift * eps * n)
+    inputs = f"G = {G!r}, eps = {eps!r}, D = {D!r}, shift = {shift!r}, n = {n}"
+    log_kappa = np.log(G) + np.log(D) - np.log(shift) - np.log(eps) - np.log(n)
+    kappa = _exp(float(log_kappa), "kappa = G·D/(shift·eps·n)", inputs)
     order = np.argsort(c, kind="stable")
     root = np.sqrt(c[order])
     cum = np.cumsum(root)
@@ -304,5 +461,11 @@ def lower_bound(
     if not feasible.any():
         return LowerBound(0.0, np.empty(0, dtype=np.int64), 0, float(kappa), step2)
     k = int(np.flatnonzero(feasible)[-1]) + 1
-    value = constant / shift**2 * D**2 * G**2 / eps**2 * (cum[k - 1] / n) ** 2
+    with np.errstate(all="ignore"):
+        f = np.float64  # numpy floats: overflow gives inf (handled below), not OverflowError
+        value = f(constant) / f(shift) ** 2 * f(D) ** 2 * f(G) ** 2 / f(eps) ** 2 * (cum[k - 1] / n) ** 2
+    if not (_ok(value) and value > 0):
+        log_v = np.log(constant) + 2.0 * (np.log(D * 1.0) + np.log(G) + np.log(cum[k - 1]))
+        log_v -= 2.0 * (np.log(shift) + np.log(n) + np.log(eps))
+        value = _exp(float(log_v), "lower_bound", inputs)
     return LowerBound(float(value), order[:k].astype(np.int64), k, float(kappa), step2)

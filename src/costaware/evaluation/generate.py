@@ -25,11 +25,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from costaware._checks import integer, positive_scalar, real_scalar
 
 logger = logging.getLogger(__name__)
 
@@ -53,17 +54,15 @@ class SamplingConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if (
-            not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature))
-            or self.temperature < 0
-        ):
-            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
-        if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
+        # frozen: store the checked, plain-Python values (np.int64(2) → 2)
+        temperature = positive_scalar(self.temperature, "temperature", allow_zero=True)
+        object.__setattr__(self, "temperature", temperature)
+        top_p = real_scalar(self.top_p, "top_p")
+        if not 0 < top_p <= 1:
             raise ValueError(f"top_p must lie in (0, 1], got {self.top_p!r}")
+        object.__setattr__(self, "top_p", top_p)
         for name in ("top_k", "max_new_tokens", "seed"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"{name} must be an integer, got {value!r}")
+            object.__setattr__(self, name, integer(getattr(self, name), name))
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k!r}")
         if self.max_new_tokens < 1:

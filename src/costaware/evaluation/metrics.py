@@ -20,9 +20,12 @@ from typing import Any
 import numpy as np
 from scipy.special import gammaln
 
+from costaware._checks import _container, as_array, integer
+
 
 def as_correctness(correct: Any) -> np.ndarray:
     """``correct`` as a non-empty 2-D boolean array (problems × samples); 0/1 numbers are accepted."""
+    _container(correct, "correct")
     arr = np.asarray(correct)
     if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] == 0:
         raise ValueError(f"correct must be a non-empty 2-D array (problems x samples), got shape {arr.shape}")
@@ -49,6 +52,8 @@ def pass_at_k(num_samples: Any, num_correct: Any, k: int) -> np.ndarray:
 
     The ratio is computed in log space with ``gammaln``; it is exactly 0 (pass@k = 1) when n − c < k.
     """
+    _container(num_samples, "num_samples")
+    _container(num_correct, "num_correct")
     n = np.asarray(num_samples)
     c = np.asarray(num_correct)
     if n.shape != c.shape or n.ndim != 1 or n.size == 0:
@@ -58,15 +63,15 @@ def pass_at_k(num_samples: Any, num_correct: Any, k: int) -> np.ndarray:
     for name, arr in (("num_samples", n), ("num_correct", c)):
         if not np.issubdtype(arr.dtype, np.integer):
             if (
-                not np.issubdtype(arr.dtype, np.number)
+                not np.issubdtype(arr.dtype, np.floating)  # complex, bool, strings
                 or not np.all(np.isfinite(arr))
                 or np.any(arr != np.round(arr))
+                or np.any(np.abs(arr) > 2.0**53)  # beyond exact float integers (and int64)
             ):
                 raise ValueError(f"{name} must hold integers, got {arr[:5].tolist()}")
     n = n.astype(np.int64)
     c = c.astype(np.int64)
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"k must be a positive integer, got {k!r}")
+    k = integer(k, "k", minimum=1)
     if np.any(c < 0) or np.any(c > n):
         raise ValueError(
             f"num_correct must lie in [0, num_samples], got {c.tolist()[:10]} for {n.tolist()[:10]}"
@@ -83,7 +88,7 @@ def pass_at_k(num_samples: Any, num_correct: Any, k: int) -> np.ndarray:
 
 def standard_error(values: Any) -> float:
     """Standard error of the mean across problems: sample std (ddof=1) / sqrt(count); needs ≥ 2 values."""
-    v = np.asarray(values, dtype=float)
+    v = as_array(values, "values")
     if v.ndim != 1 or v.size < 2:
         raise ValueError(
             f"values must be 1-D with at least 2 entries for a standard error, got shape {v.shape}"
@@ -104,7 +109,7 @@ def summarize_correctness(correct: Any, pass_ks: Iterable[int] = (1,)) -> dict[s
     acc = arr.mean(axis=1)
     n = np.full(n_problems, k)
     c = arr.sum(axis=1)
-    ks = sorted({int(x) for x in pass_ks})
+    ks = sorted({integer(x, "pass_ks", minimum=1) for x in pass_ks})
     too_big = [x for x in ks if x > k]
     if too_big:
         raise ValueError(f"pass_ks {too_big} exceed the {k} samples per problem")

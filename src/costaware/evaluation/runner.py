@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from costaware._checks import integer
 from costaware.evaluation.data import EvalRecord, build_prompt
 from costaware.evaluation.generate import Completion, SamplingConfig, TransformersGenerator
 from costaware.evaluation.metrics import summarize_correctness
@@ -179,8 +180,7 @@ def evaluate(
     records = list(records)
     if not records:
         raise ValueError("records must not be empty")
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be a positive integer, got {k!r}")
+    k = integer(k, "k", minimum=1)
     ids = [r.id for r in records]
     if len(set(ids)) != len(ids):
         raise ValueError("record ids must be unique")
@@ -198,11 +198,12 @@ def evaluate(
         prompts = [build_prompt(r, tokenizer, **dict(prompt_options or {})) for r in records]
     elif len(prompts) != len(records):
         raise ValueError(f"prompts has {len(prompts)} entries for {len(records)} records")
-    pass_ks = sorted(set(pass_ks)) if pass_ks is not None else default_pass_ks(k)
+    pass_ks = (
+        sorted({integer(x, "pass_ks", minimum=1) for x in pass_ks}) if pass_ks is not None else default_pass_ks(k)
+    )
     if chunk_size is None:
         chunk_size = generate_fn.preferred_chunk(k) if hasattr(generate_fn, "preferred_chunk") else 8
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+    chunk_size = integer(chunk_size, "chunk_size", minimum=1)
 
     config: dict[str, Any] = {"k": k, "pass_ks": pass_ks, "chunk_size": chunk_size, **dict(run_config or {})}
     if hasattr(verifier, "config"):

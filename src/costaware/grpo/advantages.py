@@ -24,35 +24,80 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
+
+from costaware._checks import _show, boolean, integer, real_scalar
 
 __all__ = ["group_advantages", "sequence_costs", "sequence_costs_from_masks"]
 
 
-def _rewards_vector(rewards: Any) -> torch.Tensor:
-    r = torch.as_tensor(rewards)
+_F32_MAX = float(torch.finfo(torch.float32).max)
+
+
+def _rewards_and_dtype(rewards: Any) -> tuple[torch.Tensor, torch.dtype]:
+    """``(rewards in the dtype to compute in, dtype of the result)``; ValueError for any bad value."""
+    if isinstance(rewards, torch.Tensor):
+        r = rewards.detach()
+        if r.is_complex():
+            raise ValueError(f"rewards must be real, got complex dtype {r.dtype}")
+        out = torch.float64 if r.dtype == torch.float64 else torch.float32
+    else:
+        if rewards is None or isinstance(rewards, (str, bytes, dict, set)):
+            raise TypeError(f"rewards must be an array-like of numbers, got {type(rewards).__name__}")
+        try:
+            arr = np.asarray(rewards)
+            if arr.dtype == object:
+                arr = arr.astype(np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"rewards must be a 1-D array of numbers, got {_show(rewards)}") from exc
+        if np.iscomplexobj(arr):
+            raise ValueError(f"rewards must be real, got complex values {_show(arr)}")
+        if not (arr.dtype == np.bool_ or np.issubdtype(arr.dtype, np.number)):
+            raise ValueError(f"rewards must be numeric, got dtype {arr.dtype}: {_show(arr)}")
+        # a plain list gives float32 advantages (torch's default), a float64 array float64
+        lst = isinstance(rewards, (list, tuple))
+        out = torch.float64 if arr.dtype == np.float64 and not lst else torch.float32
+        r = torch.as_tensor(arr)
     if r.ndim != 1:
         raise ValueError(f"rewards must be 1-D (one scalar per row), got shape {tuple(r.shape)}")
     if r.numel() == 0:
         raise ValueError("rewards must not be empty")
-    if not (
-        r.is_floating_point() or r.dtype in (torch.int8, torch.int16, torch.int32, torch.int64, torch.bool)
-    ):
+    if not (r.is_floating_point() or r.dtype in _INT_DTYPES):
         raise ValueError(f"rewards must be numeric, got dtype {r.dtype}")
-    r = r.to(torch.float64 if r.dtype == torch.float64 else torch.float32)
-    bad = ~torch.isfinite(r)
+    r64 = r.to(torch.float64)
+    bad = ~torch.isfinite(r64)
     if bad.any():
         i = int(torch.nonzero(bad)[0])
-        raise ValueError(f"rewards must be finite, got {r[i].item()} at index {i}")
-    return r
+        raise ValueError(f"rewards must be finite, got {r64[i].item()} at index {i}")
+    # Compute in the result's dtype (bit-identical to verl/TRL), unless a value does not fit float32.
+    work = out if out == torch.float64 or float(r64.abs().max()) <= _F32_MAX else torch.float64
+    return r.to(work), out
 
 
-def _check_group_size(n: int, group_size: int) -> int:
-    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
-        raise ValueError(f"group_size must be a positive int, got {group_size!r}")
-    if n % group_size != 0:
-        raise ValueError(f"the number of rows ({n}) must be a multiple of group_size ({group_size})")
-    return group_size
+def _rewards_vector(rewards: Any) -> torch.Tensor:
+    """The checked rewards (float32, or float64 if given float64 or beyond float32's range)."""
+    return _rewards_and_dtype(rewards)[0]
+
+
+_INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)
+
+
+def _check_group_size(n: int, group_size: Any) -> int:
+    m = integer(group_size, "group_size", minimum=1)
+    if n % m != 0:
+        raise ValueError(f"the number of rows ({n}) must be a multiple of group_size ({m})")
+    return m
+
+
+def _pow2(k: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return torch.pow(torch.tensor(2.0, dtype=dtype, device=k.device), k.to(dtype))
+
+
+def _ldexp(x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """x·2^k in two exact steps, so that 2^k itself never over- or underflows."""
+    k1 = torch.div(k, 2, rounding_mode="floor")
+    return x * _pow2(k1, x.dtype) * _pow2(k - k1, x.dtype)
 
 
 def group_advantages(
@@ -75,28 +120,65 @@ def group_advantages(
     Returns:
         (N,) float32 advantages (float64 if ``rewards`` is float64). Constant groups give exact zeros.
 
+    Each group is divided by a power of two near its largest |reward| before the mean and std are
+    taken (exact: moderate rewards give the plain formula bit for bit), so rewards near 1e300 keep
+    their signs; ValueError if an unscaled ``r − mean_g`` does not fit the result's dtype.
+
     >>> group_advantages(torch.tensor([2.0, 0.0]), 2, scale_by_std=False)
     tensor([ 1., -1.])
     """
-    r = _rewards_vector(rewards)
+    r, out = _rewards_and_dtype(rewards)
     m = _check_group_size(r.numel(), group_size)
-    if not (isinstance(eps, (int, float)) and eps >= 0 and eps == eps and eps != float("inf")):
+    eps = real_scalar(eps, "eps")
+    if eps < 0:
         raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
-    grouped = r.view(-1, m)
-    centred = grouped - grouped.mean(dim=1, keepdim=True)
+    scale_by_std = boolean(scale_by_std, "scale_by_std")
+    unbiased_std = boolean(unbiased_std, "unbiased_std")
     if m == 1:  # no relative signal in a single response (TRL's convention; verl returns r)
-        return torch.zeros_like(r)
+        return torch.zeros(r.shape, dtype=out, device=r.device)
+    grouped = r.view(-1, m)
+    _, e = torch.frexp(grouped.abs().amax(dim=1, keepdim=True))  # max|r_g| in [2^(e−1), 2^e); 0 → 0
+    scaled = _ldexp(grouped, -e)
+    centred = scaled - scaled.mean(dim=1, keepdim=True)
     if scale_by_std:
-        std = grouped.std(dim=1, keepdim=True, correction=1 if unbiased_std else 0)
+        std = scaled.std(dim=1, keepdim=True, correction=1 if unbiased_std else 0)
         if eps == 0 and (std == 0).any():
             g = int(torch.nonzero(std.squeeze(1) == 0)[0])
             raise ValueError(f"eps=0 with a constant group (group {g}) divides 0 by 0; use eps > 0")
-        centred = centred / (std + eps)
-    return centred.reshape(-1)
+        # (r − mean)/(std + eps) = (r′ − mean′)/(std′ + eps·2^−e); an overflowing eps·2^−e (tiny
+        # rewards) correctly sends A to 0.
+        eps_scaled = _ldexp(torch.full_like(std, eps), -e)
+        adv = centred / (std + eps_scaled)
+    else:
+        with torch.no_grad():
+            adv = _ldexp(centred, e)
+    adv = adv.reshape(-1).to(out)
+    if not torch.isfinite(adv).all():
+        i = int(torch.nonzero(~torch.isfinite(adv))[0])
+        raise ValueError(
+            f"rewards span too wide a range: the advantage of row {i} overflows {out} "
+            f"(rewards = {_show(r.cpu().numpy())}, scale_by_std={scale_by_std})"
+        )
+    return adv
 
 
 def _mask_matrix(mask: Any, name: str) -> torch.Tensor:
-    t = torch.as_tensor(mask)
+    if isinstance(mask, torch.Tensor):
+        t = mask.detach()
+    else:
+        if mask is None or isinstance(mask, (str, bytes, dict, set)):
+            raise TypeError(f"{name} must be a 2-D array-like of 0/1, got {type(mask).__name__}")
+        try:
+            arr = np.asarray(mask)
+            if arr.dtype == object:
+                arr = arr.astype(np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{name} must be a rectangular 2-D array of 0/1, got {_show(mask)}") from exc
+        if not (arr.dtype == np.bool_ or np.issubdtype(arr.dtype, np.number)):
+            raise ValueError(f"{name} must be numeric 0/1, got dtype {arr.dtype}: {_show(arr)}")
+        t = torch.as_tensor(arr)
+    if t.is_complex():
+        raise ValueError(f"{name} must be real 0/1, got complex dtype {t.dtype}")
     if t.ndim != 2:
         raise ValueError(f"{name} must be 2-D (rows, tokens), got shape {tuple(t.shape)}")
     if t.shape[0] == 0:
