@@ -127,6 +127,18 @@ def test_plateau_flags_a_baseline_still_rising():
     assert not ev.plateau.plateaued
 
 
+def test_plateau_peak_at_the_end_within_noise_is_flat():
+    """A flat curve whose seed-mean peaks at its last evaluation by a hair, with a last-quarter rise whose CI
+    straddles zero, has flattened: a check on the peak's position alone, or on the slope's sign, fails here."""
+    runs = []
+    for r in make_runs("none", scale=3.0):
+        *head, e = r.evals
+        runs.append(r.__class__(r.id, (*head, e.__class__(**{**e.__dict__, "heldout_accuracy": e.heldout_accuracy + 0.005}))))
+    p = plateau(runs, n_boot=N_BOOT)
+    assert p.peak_late and p.rise.value > 0 > p.rise.lo  # the fixture is the case it claims to be
+    assert p.plateaued
+
+
 def test_plateau_peak_early_is_enough():
     """A curve that peaks early and declines has flattened, even though its last quarter's slope is not zero."""
     runs = make_runs("none", scale=3.0)
