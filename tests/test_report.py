@@ -33,7 +33,7 @@ def test_report_holds_every_part(report):
     first = md.split("\n\n")[1]  # the opening paragraph is the computed answer
     assert first.startswith("**arith / cispo**") or first.startswith("**arith / grpo**")
     assert "fewer PO tokens" in md and "By effect, in PO tokens" in md
-    assert "### Decomposition" in md
+    assert "### Decomposition" in md and "Δ accuracy at equal rounds" in md
     for step in ("renormalisation", "cost-aware sampling at a matched step", "cost-aware sampling at GRPO's step",
                  "tuned baseline → best cost-aware method"):
         assert f"| {step}:" in md

@@ -82,6 +82,17 @@ def test_saving_recovers_a_known_token_rate():
     assert abs(s_rnd.value) < 0.02
 
 
+def test_gap_at_equal_rounds():
+    """Same per-round curve: no gap at equal rounds; a slower per-round curve: a gap below zero."""
+    a = seed_curves(make_runs("none"), "rounds")
+    same = seed_curves(make_runs("p_star", po_per_round=3000), "rounds")
+    slow = seed_curves(make_runs("p_star", po_per_round=3000, scale=30.0), "rounds")
+    at, g = curves.gap_at(a, same, n_boot=N_BOOT)
+    assert at == a.grid[-1] == 60 and abs(g.value) < 0.01  # noise only (sd of a 5-seed mean difference ~0.0025)
+    _, g = curves.gap_at(a, slow, 20.0, n_boot=N_BOOT)
+    assert g.hi < 0 and g.value == pytest.approx(np.interp(20, slow.grid, slow.mean) - np.interp(20, a.grid, a.mean))
+
+
 def test_saving_handles_never_reached():
     a, b = make_runs("none", noise=0.0), make_runs("p_star", peak=0.4, noise=0.0)
     s = saving(seed_curves(a, "po_tokens"), seed_curves(b, "po_tokens"), 0.5, n_boot=50)
@@ -92,7 +103,7 @@ def test_saving_handles_never_reached():
 
 def test_pstar_clearly_wins():
     ev = _evidence(headline())
-    assert "**yes**" in _verdict(ev, "p* beats GRPO")
+    assert "**yes**" in _verdict(ev, "p* beats GRPO") and "At equal rounds (round 60)" in _verdict(ev, "p* beats GRPO")
     assert "**yes**" in _verdict(ev, "p* beats PODS")
     s = _claim(ev, "p* beats GRPO")[1].savings
     assert s["po_tokens"].lo > 0.3 and not s["rounds"].excludes_zero

@@ -17,7 +17,7 @@ import numpy as np
 from costaware.experiments.records import RunResult
 
 __all__ = ["AXES", "DEFAULT_GENERATION_COST", "SeedCurves", "Estimate", "axis_values", "first_crossing",
-           "first_crossings", "seed_curves", "saving", "area_under_curve", "bootstrap_ci"]
+           "first_crossings", "seed_curves", "saving", "gap_at", "area_under_curve", "bootstrap_ci"]
 
 AXES = ("po_tokens", "rounds", "total_cost")
 # Decoding one token costs ~2N FLOPs, a training token's forward+backward ~6N: 1/3 when decoding is
@@ -159,6 +159,29 @@ def saving(a: SeedCurves, b: SeedCurves, target: float, *, n_boot: int = 2000, l
     s = _saving(first_crossings(a.grid, a.boot_means(pa), target), first_crossings(b.grid, b.boot_means(pb), target))
     lo, hi, undefined = _ci(s, level)
     return Estimate(point, lo, hi, undefined)
+
+
+def _value_at(grid: np.ndarray, y: np.ndarray, x: float) -> np.ndarray:
+    """Rows of ``y`` (..., n) linearly interpolated at ``x`` on ``grid``."""
+    i = int(np.clip(np.searchsorted(grid, x), 1, grid.size - 1))
+    w = 0.0 if grid[i] == grid[i - 1] else float(np.clip((x - grid[i - 1]) / (grid[i] - grid[i - 1]), 0, 1))
+    return (1 - w) * y[..., i - 1] + w * y[..., i]
+
+
+def gap_at(a: SeedCurves, b: SeedCurves, x: float | None = None, *, n_boot: int = 2000, level: float = 0.95,
+           seed: int = 0) -> tuple[float, Estimate]:
+    """Seed-mean accuracy of B minus A at ``x`` (default: the largest x both reached), bootstrap CI.
+
+    On the rounds axis this is the comparison at equal rollouts. Returns (x, estimate).
+    """
+    x = float(min(a.grid[-1], b.grid[-1])) if x is None else float(x)
+    point = float(_value_at(b.grid, b.mean, x) - _value_at(a.grid, a.mean, x))
+    rng = np.random.default_rng(seed)
+    pa = rng.integers(0, len(a.seeds), size=(n_boot, len(a.seeds)))
+    pb = pa if a.seeds == b.seeds else rng.integers(0, len(b.seeds), size=(n_boot, len(b.seeds)))
+    d = _value_at(b.grid, b.boot_means(pb), x) - _value_at(a.grid, a.boot_means(pa), x)
+    lo, hi, _ = _ci(d, level)
+    return x, Estimate(point, lo, hi)
 
 
 def area_under_curve(x: Any, y: Any, upto: float) -> float:

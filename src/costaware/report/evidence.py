@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from costaware.experiments.records import RunResult
-from costaware.report.curves import AXES, DEFAULT_GENERATION_COST, Estimate, saving, seed_curves
+from costaware.report.curves import AXES, DEFAULT_GENERATION_COST, Estimate, gap_at, saving, seed_curves
 from costaware.report.labels import label
 
 __all__ = ["Section", "Plateau", "Comparison", "Evidence", "sections", "plateau", "evaluate_section",
@@ -25,6 +25,7 @@ __all__ = ["Section", "Plateau", "Comparison", "Evidence", "sections", "plateau"
 Key = tuple[str, float]  # (arm, learning rate)
 COST_AWARE = ("p_star", "p_smooth", "inv_sqrt_cost")  # methods whose distribution uses the costs
 _EXCLUDED_GROUPS = ("ablation", "control")
+TUNED_STEP = "tuned baseline → best cost-aware method"  # a comparison of baselines, not an effect
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ def sections(results: Sequence[RunResult], baseline: str) -> list[Section]:
         if r.id.group not in _EXCLUDED_GROUPS and r.id.method != "sft":
             by[(r.id.task, r.id.setting)][(r.id.arm, r.id.learning_rate)].append(r)
     out = []
-    for (task, setting), arms in sorted(by.items()):
+    for (task, setting), arms in sorted(by.items(), key=lambda kv: (kv[0][1] != "grpo", kv[0])):  # headline first
         if not any(a == baseline for a, _ in arms):
             continue
         others = [lr for (a, lr), runs in arms.items() if a != baseline for _ in runs]
@@ -132,6 +133,8 @@ class Comparison:
     a: Key
     b: Key
     savings: dict[str, Estimate]
+    rounds_at: float = float("nan")  # the last round both reached
+    rounds_gap: Estimate | None = None  # accuracy of b minus a at rounds_at: equal rollouts
 
 
 @dataclass(frozen=True)
@@ -158,7 +161,8 @@ def _compare(sec: Section, name: str, a: Key, b: Key, target: float, cost: float
     ra, rb = sec.arms[a], sec.arms[b]
     est = {axis: saving(seed_curves(ra, axis, generation_cost=cost), seed_curves(rb, axis, generation_cost=cost),
                         target, n_boot=n_boot, seed=seed) for axis in AXES}
-    return Comparison(name, a, b, est)
+    at, gap = gap_at(seed_curves(ra, "rounds"), seed_curves(rb, "rounds"), n_boot=n_boot, seed=seed)
+    return Comparison(name, a, b, est, at, gap)
 
 
 def evaluate_section(sec: Section, baseline: str, *, candidate: str = "p_star", target_fraction: float = 0.95,
@@ -198,7 +202,7 @@ def evaluate_section(sec: Section, baseline: str, *, candidate: str = "p_star", 
              ("cost-aware sampling at a matched step", ("nonzero", sec.default_lr), (candidate, sec.default_lr)),
              (f"cost-aware sampling at {label(baseline)}'s step", base, (f"{candidate}:raw", sec.default_lr))]
     if tuned is not None and best is not None:
-        pairs.append(("tuned baseline → best cost-aware method", tuned, best))
+        pairs.append((TUNED_STEP, tuned, best))
     pairs = [(n, a, b) for n, a, b in pairs if a in sec.arms and b in sec.arms]
     cand = (candidate, sec.default_lr)
     claim_pairs = [(f"{label(candidate)} beats {label(baseline)}", base), (f"{label(candidate)} beats nonzero",
@@ -237,12 +241,12 @@ def _pct(v: float) -> str:
 
 
 def describe(est: Estimate, axis: str) -> str:
-    """In words: '30% fewer PO tokens [+12%, +45%]', with whether the CI excludes zero.
+    """In words, with the signed saving, its CI and whether the CI excludes zero.
 
     >>> describe(Estimate(0.3, 0.12, 0.45), "po_tokens")
-    '30% fewer PO tokens [+12%, +45%], CI excludes zero'
+    '30% fewer PO tokens (saving +30% [+12%, +45%], CI excludes zero)'
     >>> describe(Estimate(-0.1, -0.3, 0.05), "rounds")
-    '10% more generation rounds [-30%, +5%], within noise'
+    '10% more generation rounds (saving -10% [-30%, +5%], within noise)'
     """
     what = AXIS_WORDS[axis]
     if math.isinf(est.value) and est.value < 0:
@@ -253,7 +257,7 @@ def describe(est: Estimate, axis: str) -> str:
         less, more = ("lower", "higher") if axis == "total_cost" else ("fewer", "more")
         head = f"{abs(100 * est.value):.0f}% {less if est.value >= 0 else more} {what}"
     tail = "CI excludes zero" if est.excludes_zero else "within noise"
-    return f"{head} [{_pct(est.lo)}, {_pct(est.hi)}], {tail}"
+    return f"{head} (saving {_pct(est.value)} [{_pct(est.lo)}, {_pct(est.hi)}], {tail})"
 
 
 def verdict_line(claim: str, comp: Comparison | None, absent: str, *, target: float) -> str:
@@ -263,7 +267,10 @@ def verdict_line(claim: str, comp: Comparison | None, absent: str, *, target: fl
     s = comp.savings["po_tokens"]
     verdict = ("**yes**" if s.lo > 0 else "**no, it is worse**" if s.hi < 0 else "**not shown**")
     rest = "; ".join(f"at {AXIS_WORDS[a]}: {describe(comp.savings[a], a)}" for a in AXES[1:])
-    return (f"- {claim}: {verdict}. To reach {target:.3f}, it needs {describe(s, 'po_tokens')}; {rest}.")
+    g = comp.rounds_gap
+    gap = "" if g is None else (f" At equal rounds (round {comp.rounds_at:.0f}) its accuracy differs by {g.value:+.3f} "
+                                f"[{g.lo:+.3f}, {g.hi:+.3f}], {'CI excludes zero' if g.excludes_zero else 'within noise'}.")
+    return f"- {claim}: {verdict}. To reach {target:.3f}, it needs {describe(s, 'po_tokens')}; {rest}.{gap}"
 
 
 def answer_paragraph(ev: Evidence, baseline: str, candidate: str = "p_star") -> str:
@@ -281,9 +288,9 @@ def answer_paragraph(ev: Evidence, baseline: str, candidate: str = "p_star") -> 
     if ev.decomposition:
         out.append("By effect, in PO tokens: " + "; ".join(
             f"{c.name} ({sec.name(c.a)} → {sec.name(c.b)}): {describe(c.savings['po_tokens'], 'po_tokens')}"
-            for c in ev.decomposition) + ".")
+            for c in ev.decomposition if c.name != TUNED_STEP) + ".")
     if ev.tuned is not None and ev.best is not None:
-        tuned = next((c for c in ev.decomposition if c.a == ev.tuned and c.b == ev.best), None)
+        tuned = next((c for c in ev.decomposition if c.name == TUNED_STEP), None)
         if tuned is not None:
             out.append(f"Against {sec.name(ev.tuned)}, tuned on validation accuracy, the best cost-aware "
                        f"method ({sec.name(ev.best)}) needs {describe(tuned.savings['po_tokens'], 'po_tokens')}.")

@@ -87,14 +87,19 @@ def _section_lines(ev: E.Evidence, baseline: str) -> list[str]:
         lines += ["", "The PO wall-clock column was measured while other runs shared the CPU (contended): "
                   "it is not a measurement of the time saved; `benchmarks/` holds the controlled one."]
     lines += ["", "### Decomposition: saving to the common target, by effect", "",
-              "| step | PO tokens [95% CI] | generation rounds [95% CI] | total cost [95% CI] |", "|---|---|---|---|"]
+              "| step | PO tokens [95% CI] | generation rounds [95% CI] | total cost [95% CI] | "
+              "Δ accuracy at equal rounds [95% CI] |", "|---|---|---|---|---|"]
     for c in ev.decomposition:
         cells = [f"{E._pct(s.value)} [{E._pct(s.lo)}, {E._pct(s.hi)}]" for s in (c.savings[a] for a in AXES)]
+        g = c.rounds_gap
+        cells.append("–" if g is None else f"{g.value:+.3f} [{g.lo:+.3f}, {g.hi:+.3f}] at round {c.rounds_at:.0f}")
         lines.append(f"| {c.name}: {sec.name(c.a)} → {sec.name(c.b)} | " + " | ".join(cells) + " |")
     if not ev.decomposition:
-        lines.append("| (no pair of the decomposition was run) | – | – | – |")
+        lines.append("| (no pair of the decomposition was run) | – | – | – | – |")
     lines += ["", "Saving = 1 − x(later)/x(earlier) to reach the target on each method's seed-mean curve; positive "
-              "means the later method needs less. CIs resample the seeds (paired when both ran the same seeds). "
+              "means the later method needs less. Δ accuracy at equal rounds is the later method's seed-mean "
+              "accuracy minus the earlier one's at the last generation round both reached: the comparison at "
+              "equal rollouts. CIs resample the seeds (paired when both ran the same seeds). "
               f"Tuned baseline: {sec.name(ev.tuned) if ev.tuned else 'none'} ({ev.tuned_note}). "
               f"Best cost-aware method: {sec.name(ev.best) if ev.best else 'none'}"
               + (f" ({ev.best_note})." if ev.best_note else "."), "", "### Verdicts", ""]
@@ -282,7 +287,8 @@ def _summary(ev: E.Evidence) -> dict[str, Any]:
     sec = ev.section
 
     def comp(c: E.Comparison) -> dict[str, Any]:
-        return {"name": c.name, "from": list(c.a), "to": list(c.b), **{a: s.as_dict() for a, s in c.savings.items()}}
+        return {"name": c.name, "from": list(c.a), "to": list(c.b), **{a: s.as_dict() for a, s in c.savings.items()},
+                "rounds_at": c.rounds_at, "accuracy_gap_at_equal_rounds": c.rounds_gap.as_dict() if c.rounds_gap else None}
 
     return {"task": sec.task, "setting": sec.setting, "default_lr": sec.default_lr, "target": ev.target,
             "tuned": list(ev.tuned) if ev.tuned else None, "tuned_note": ev.tuned_note,
