@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from report_fixtures import LR, headline, make_runs
 
+from costaware.experiments.records import EvalPoint, RunId, RunResult
 from costaware.report import curves, evidence, labels
 from costaware.report.curves import Estimate, first_crossing, first_crossings, saving, seed_curves
 from costaware.report.evidence import evaluate_section, plateau, sections
@@ -218,3 +219,19 @@ def test_baseline_validation():
 def test_estimate_excludes_zero():
     assert Estimate(0.1, 0.01, 0.2).excludes_zero and Estimate(-0.1, -0.2, -0.01).excludes_zero
     assert not Estimate(0.1, -0.01, 0.2).excludes_zero
+
+
+def test_seed_mean_curve_not_mean_of_peaks():
+    """The peak and crossing are read off the seed-mean curve; the CI resamples seeds (paired per seed)."""
+    def run(acc, seed):
+        rid = RunId(task="t", method="none", seed=seed, learning_rate=LR, loss_type="grpo")
+        return RunResult(rid, tuple(EvalPoint(i, 100 * i, 0, a) for i, a in enumerate(acc)))
+
+    a, b = run([0.2, 0.4, 0.5, 0.6], 0), run([0.2, 0.6, 0.5, 0.4], 1)
+    c = seed_curves([a, b], "po_tokens", points=4)
+    assert c.mean.max() == pytest.approx(0.5)  # 0.2, 0.5, 0.5, 0.5: not the mean of the peaks, 0.6
+    assert first_crossing(c.grid, c.mean, 0.5) == pytest.approx(100.0)
+    picks = np.array([[0, 0], [0, 1], [1, 1]])  # the three distinct resamples {a,a}, {a,b}, {b,b}
+    assert first_crossings(c.grid, c.boot_means(picks), 0.5) == pytest.approx([200.0, 100.0, 75.0])
+    assert c.boot_means(picks).max(1) == pytest.approx([0.6, 0.5, 0.6])
+    assert first_crossing(c.grid, c.mean, 0.9) == np.inf
