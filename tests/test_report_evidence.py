@@ -235,3 +235,16 @@ def test_seed_mean_curve_not_mean_of_peaks():
     assert first_crossings(c.grid, c.boot_means(picks), 0.5) == pytest.approx([200.0, 100.0, 75.0])
     assert c.boot_means(picks).max(1) == pytest.approx([0.6, 0.5, 0.6])
     assert first_crossing(c.grid, c.mean, 0.9) == np.inf
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.floats(3.0, 30.0), st.floats(3.0, 30.0), st.floats(1000, 8000), st.integers(0, 100))
+def test_saving_identities(scale_a, scale_b, po_b, salt):
+    """saving(A, A) = 0 with a [0, 0] CI (paired), and (1 − s_AB)(1 − s_BA) = 1 whenever both reach the target."""
+    a = seed_curves(make_runs("none", scale=scale_a, seeds=range(3), salt=salt), "po_tokens")
+    b = seed_curves(make_runs("p_star", scale=scale_b, po_per_round=po_b, seeds=range(3), salt=salt), "po_tokens")
+    same = saving(a, a, 0.5, n_boot=50)
+    assert (same.value, same.lo, same.hi) == (0.0, 0.0, 0.0)
+    ab, ba = saving(a, b, 0.5, n_boot=50), saving(b, a, 0.5, n_boot=50)
+    if np.isfinite(ab.value) and np.isfinite(ba.value) and ab.value < 1 and ba.value < 1:
+        assert (1 - ab.value) * (1 - ba.value) == pytest.approx(1.0)

@@ -37,9 +37,6 @@ class Section:
     arms: dict[Key, list[RunResult]]
     default_lr: float
 
-    def get(self, arm: str, lr: float | None = None) -> list[RunResult]:
-        return self.arms.get((arm, self.default_lr if lr is None else lr), [])
-
     def name(self, key: Key) -> str:
         return label(key[0], learning_rate=key[1], default_lr=self.default_lr)
 
