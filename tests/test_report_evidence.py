@@ -248,3 +248,12 @@ def test_saving_identities(scale_a, scale_b, po_b, salt):
     ab, ba = saving(a, b, 0.5, n_boot=50), saving(b, a, 0.5, n_boot=50)
     if np.isfinite(ab.value) and np.isfinite(ba.value) and ab.value < 1 and ba.value < 1:
         assert (1 - ab.value) * (1 - ba.value) == pytest.approx(1.0)
+
+
+def test_common_target_is_reached_by_every_compared_arm():
+    """PODS plateaus lower than GRPO: the target is 95% of the LOWEST peak, so every saving is a finite number."""
+    runs = [r for r in headline() if r.id.method != "pods"] + make_runs("pods", peak=0.5, po_per_round=3100)
+    ev = _evidence(runs)
+    assert ev.target == pytest.approx(0.95 * min(ev.peaks.values())) and ev.target < 0.5
+    comps = ev.decomposition + [c for _, c, _ in ev.claims if c is not None]
+    assert all(np.isfinite(s.value) for c in comps for s in c.savings.values())
