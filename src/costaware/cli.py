@@ -46,7 +46,19 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     FileExistsError,
     PermissionError,
 )
+# Per job, "module:Class" of its own user-facing errors (imported only when that job runs).
+JOB_ERRORS: dict[str, tuple[str, ...]] = {
+    "eval": ("costaware.evaluation.data:DatasetUnavailableError",),  # no --data and no network
+}
 EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
+
+
+def _user_errors(job: str) -> tuple[type[BaseException], ...]:
+    extra = []
+    for ref in JOB_ERRORS.get(job, ()):
+        module, name = ref.split(":")
+        extra.append(getattr(importlib.import_module(module), name))
+    return USER_ERRORS + tuple(extra)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -94,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     prog = f"costaware {args.job}"
     try:
         return int(args.func(args) or 0)
-    except USER_ERRORS as exc:
+    except _user_errors(args.job) as exc:
         if debug:
             raise
         print(f"{prog}: error: {_message(exc)}", file=sys.stderr, flush=True)
