@@ -257,3 +257,13 @@ def test_common_target_is_reached_by_every_compared_arm():
     assert ev.target == pytest.approx(0.95 * min(ev.peaks.values())) and ev.target < 0.5
     comps = ev.decomposition + [c for _, c, _ in ev.claims if c is not None]
     assert all(np.isfinite(s.value) for c in comps for s in c.savings.values())
+
+
+def test_no_improvement_is_said_not_scored():
+    """Flat curves at the start (the quick profile's tiny policy): no saving is computed, the answer says why."""
+    runs = headline(pstar_scale=1e9, base_scale=1e9, noise=0.0)
+    ev = _evidence(runs)
+    assert not ev.informative and ev.decomposition == []
+    assert all(c is None and "not above the starting accuracy" in why for _, c, why in ev.claims)
+    assert "Nothing to compare" in evidence.answer_paragraph(ev, "none")
+    assert "**cannot say**" in _verdict(ev, "p* beats GRPO")

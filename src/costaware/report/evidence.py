@@ -76,7 +76,7 @@ class Plateau:
         where = (f"its peak is at evaluation {self.peak_index + 1} of {self.n_points}"
                  + (", among the last 20%" if self.peak_late else ", before the last 20%"))
         rise = (f"over the last quarter of evaluations it rose by {self.rise.value:+.3f} "
-                f"[{self.rise.lo:+.3f}, {self.rise.hi:+.3f}] ({self.seeds} seeds)")
+                f"[{self.rise.lo:+.3f}, {self.rise.hi:+.3f}] ({self.seeds} seed{'s' if self.seeds != 1 else ''})")
         if self.plateaued:
             return f"Plateau check: {name}'s seed-mean curve has flattened: {where}; {rise}."
         return (f"Plateau check: **{name}'s seed-mean curve has NOT flattened**: {where}, and {rise}, a CI "
@@ -151,6 +151,12 @@ class Evidence:
     claims: list[tuple[str, Comparison | None, str]]  # (claim, comparison or None, why absent)
     plateau: Plateau
     peaks: dict[Key, float] = field(default_factory=dict)
+    start: float = float("nan")  # highest seed-mean accuracy at the first evaluation among the arms compared
+
+    @property
+    def informative(self) -> bool:
+        """False when the target is not above the starting accuracy: every arm 'reaches' it at x = 0."""
+        return bool(self.target > self.start)
 
 
 def _compare(sec: Section, name: str, a: Key, b: Key, target: float, cost: float, n_boot: int,
@@ -210,11 +216,15 @@ def evaluate_section(sec: Section, baseline: str, *, candidate: str = "p_star", 
         used.add(cand)
     peaks = {k: _peak(sec.arms[k], "heldout") for k in used}
     target = target_fraction * min(peaks.values())
+    start = max(float(seed_curves(sec.arms[k], "po_tokens").mean[0]) for k in used)
+    flat = f"the target {target:.3f} is not above the starting accuracy {start:.3f}: no method improved enough"
     args = (target, generation_cost, n_boot, seed)
-    decomposition = [_compare(sec, n, a, b, *args) for n, a, b in pairs]
+    decomposition = [_compare(sec, n, a, b, *args) for n, a, b in pairs] if target > start else []
     claims: list[tuple[str, Comparison | None, str]] = []
     for claim, other in claim_pairs:
-        if cand not in sec.arms:
+        if not target > start:
+            claims.append((claim, None, flat))
+        elif cand not in sec.arms:
             claims.append((claim, None, f"{label(candidate)} was not run"))
         elif other is None:
             claims.append((claim, None, tuned_note))
@@ -223,7 +233,7 @@ def evaluate_section(sec: Section, baseline: str, *, candidate: str = "p_star", 
         else:
             claims.append((claim, _compare(sec, claim, other, cand, *args), ""))
     return Evidence(sec, base, target, target_fraction, generation_cost, tuned, tuned_note, best, best_note,
-                    decomposition, claims, plateau(sec.arms[base], n_boot=n_boot, seed=seed), peaks)
+                    decomposition, claims, plateau(sec.arms[base], n_boot=n_boot, seed=seed), peaks, start)
 
 
 AXIS_WORDS = {"po_tokens": "PO tokens", "rounds": "generation rounds", "total_cost": "total cost"}
@@ -275,9 +285,14 @@ def answer_paragraph(ev: Evidence, baseline: str, candidate: str = "p_star") -> 
     sec = ev.section
     base_name, cand_name = label(baseline), label(candidate)
     seeds = len(sec.arms[ev.baseline])
-    out = [f"**{sec.task} / {sec.setting}** ({seeds} seeds; target accuracy {ev.target:.3f}, "
+    out = [f"**{sec.task} / {sec.setting}** ({seeds} seed{'s' if seeds != 1 else ''}; target accuracy {ev.target:.3f}, "
            f"{100 * ev.target_fraction:.0f}% of the lowest seed-mean peak among the methods compared; "
            f"a generated token costs {ev.generation_cost:.2g} PO tokens in the total cost)."]
+    if not ev.informative:
+        out.append(f"Nothing to compare: the target {ev.target:.3f} is not above the starting accuracy "
+                   f"{ev.start:.3f}, so every method reaches it at once; these runs are too short or too small "
+                   "to say anything about the methods.")
+        return " ".join(out)
     first = ev.claims[0][1] if ev.claims else None
     if first is not None:
         out.append(f"Against {base_name}, {cand_name} needs "

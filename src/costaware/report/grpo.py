@@ -65,7 +65,7 @@ def _arm_row(sec: E.Section, key: E.Key, ev: E.Evidence, upto: float, n_boot: in
     aucs = [area_under_curve(axis_values(r, "po_tokens"), [e.heldout_accuracy for e in r.evals], upto) for r in runs]
     lo, hi = bootstrap_ci(aucs)
     cells.append(f"{np.mean(aucs):.3f} [{lo:.3f}, {hi:.3f}]")
-    cells.append(f"{np.mean([r.evals[-1].po_seconds for r in runs]):.0f}")
+    cells.append(f"{np.mean([r.evals[-1].po_seconds for r in runs]):.1f}")
     return "| " + " | ".join(cells) + " |"
 
 
@@ -291,6 +291,7 @@ def _summary(ev: E.Evidence) -> dict[str, Any]:
                 "rounds_at": c.rounds_at, "accuracy_gap_at_equal_rounds": c.rounds_gap.as_dict() if c.rounds_gap else None}
 
     return {"task": sec.task, "setting": sec.setting, "default_lr": sec.default_lr, "target": ev.target,
+            "start": ev.start, "informative": ev.informative,
             "tuned": list(ev.tuned) if ev.tuned else None, "tuned_note": ev.tuned_note,
             "best": list(ev.best) if ev.best else None, "peaks": {f"{a}@{lr:g}": v for (a, lr), v in ev.peaks.items()},
             "decomposition": [comp(c) for c in ev.decomposition],
