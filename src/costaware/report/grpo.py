@@ -95,7 +95,9 @@ def _section_lines(ev: E.Evidence, baseline: str) -> list[str]:
         cells.append("–" if g is None else f"{g.value:+.3f} [{g.lo:+.3f}, {g.hi:+.3f}] at round {c.rounds_at:.0f}")
         lines.append(f"| {c.name}: {sec.name(c.a)} → {sec.name(c.b)} | " + " | ".join(cells) + " |")
     if not ev.decomposition:
-        lines.append("| (no pair of the decomposition was run) | – | – | – | – |")
+        why = ("the target is not above the starting accuracy" if not ev.informative
+               else "no pair of the decomposition was run")
+        lines.append(f"| (not computed: {why}) | – | – | – | – |")
     lines += ["", "Saving = 1 − x(later)/x(earlier) to reach the target on each method's seed-mean curve; positive "
               "means the later method needs less. Δ accuracy at equal rounds is the later method's seed-mean "
               "accuracy minus the earlier one's at the last generation round both reached: the comparison at "
