@@ -94,3 +94,21 @@ def test_bad_input(tmp_path):
 def test_fidelity_summary_on_records():
     fid = grpo.fidelity_summary(make_runs("p_star", fidelity=True, seeds=range(2)))
     assert fid["arith/grpo"]["p_star"]["pearson"] == {"mean": 0.6, "min": 0.6, "max": 0.6, "n": 2}
+
+
+def test_arm_stats_against_hand_computed_values():
+    """Two seeds on the same x: the seed-mean curve is the plain mean; its crossing and peak are read off it."""
+    from costaware.experiments.records import EvalPoint, RunId, RunResult
+
+    def run(acc, seed):
+        rid = RunId(task="t", method="none", seed=seed, learning_rate=LR, loss_type="grpo")
+        return RunResult(rid, tuple(EvalPoint(2 * i, 100 * i, 300 * i, a, po_seconds=float(i)) for i, a in enumerate(acc)))
+
+    runs = [run([0.2, 0.4, 0.5, 0.6], 0), run([0.2, 0.6, 0.5, 0.4], 1)]  # mean 0.2, 0.5, 0.5, 0.5
+    st = grpo.arm_stats(runs, 0.35, 300.0, generation_cost=0.5, n_boot=200)
+    assert st["peak"] == pytest.approx(0.5) and st["seeds"] == 2
+    assert st["po_tokens_to_target"] == pytest.approx(50.0, rel=0.02)  # 0.2 → 0.5 over [0, 100]: 0.35 at 50
+    assert st["rounds_to_target"] == pytest.approx(1.0, rel=0.02)
+    assert st["total_cost_to_target"] == pytest.approx(50.0 + 0.5 * 150.0, rel=0.02)
+    assert st["auc"] == pytest.approx((0.35 * 100 + 0.5 * 200) / 300, rel=0.01)
+    assert st["po_seconds"] == 3.0

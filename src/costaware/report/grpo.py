@@ -32,7 +32,7 @@ from costaware.report.curves import (
 )
 from costaware.report.labels import label
 
-__all__ = ["write_report", "fidelity_summary", "tokens_to_reach", "area_under_curve", "bootstrap_ci",
+__all__ = ["write_report", "arm_stats", "fidelity_summary", "tokens_to_reach", "area_under_curve", "bootstrap_ci",
            "FIGURES", "FIDELITY_KEYS"]
 
 tokens_to_reach = first_crossing  # the one first-crossing helper, under its old name
@@ -49,30 +49,46 @@ def _fmt(v: float, axis: str) -> str:
     return f"{v:.0f}" if axis == "rounds" else f"{v / 1e3:.1f}k"
 
 
-def _arm_row(sec: E.Section, key: E.Key, ev: E.Evidence, upto: float, n_boot: int = 2000) -> str:
-    runs = sec.arms[key]
+def arm_stats(runs: Sequence[RunResult], target: float, upto: float, *,
+              generation_cost: float = DEFAULT_GENERATION_COST, n_boot: int = 2000) -> dict[str, Any]:
+    """One arm's numbers: peak of the seed-mean curve, x to ``target`` on each axis, AUC, PO seconds; 95% CIs."""
     picks = np.random.default_rng(0).integers(0, len(runs), size=(n_boot, len(runs)))
-    cells = [sec.name(key), str(len(runs))]
-    c = seed_curves(runs, "po_tokens", generation_cost=ev.generation_cost)
+    c = seed_curves(runs, "po_tokens", generation_cost=generation_cost)
     boot = c.boot_means(picks).max(1)
-    cells.append(f"{c.mean.max():.3f} [{np.quantile(boot, 0.025):.3f}, {np.quantile(boot, 0.975):.3f}]")
+    out: dict[str, Any] = {"seeds": len(runs), "peak": float(c.mean.max()),
+                           "peak_ci": [float(q) for q in np.quantile(boot, [0.025, 0.975])]}
     for axis in AXES:
-        c = seed_curves(runs, axis, generation_cost=ev.generation_cost)
-        t = first_crossings(c.grid, c.boot_means(picks), ev.target)
-        lo, hi = np.quantile(t, [0.025, 0.975], method="inverted_cdf")
-        cells.append(f"{_fmt(float(first_crossings(c.grid, c.mean, ev.target)), axis)} "
-                     f"[{_fmt(lo, axis)}, {_fmt(hi, axis)}]")
+        c = seed_curves(runs, axis, generation_cost=generation_cost)
+        t = first_crossings(c.grid, c.boot_means(picks), target)
+        out[f"{axis}_to_target"] = float(first_crossings(c.grid, c.mean, target))
+        out[f"{axis}_to_target_ci"] = [float(q) for q in np.quantile(t, [0.025, 0.975], method="inverted_cdf")]
     aucs = [area_under_curve(axis_values(r, "po_tokens"), [e.heldout_accuracy for e in r.evals], upto) for r in runs]
-    lo, hi = bootstrap_ci(aucs)
-    cells.append(f"{np.mean(aucs):.3f} [{lo:.3f}, {hi:.3f}]")
-    cells.append(f"{np.mean([r.evals[-1].po_seconds for r in runs]):.1f}")
+    out["auc"], out["auc_ci"] = float(np.mean(aucs)), list(bootstrap_ci(aucs))
+    out["po_seconds"] = float(np.mean([r.evals[-1].po_seconds for r in runs]))
+    return out
+
+
+def _arm_row(name: str, st: dict[str, Any]) -> str:
+    cells = [name, str(st["seeds"]), f"{st['peak']:.3f} [{st['peak_ci'][0]:.3f}, {st['peak_ci'][1]:.3f}]"]
+    for axis in AXES:
+        lo, hi = st[f"{axis}_to_target_ci"]
+        cells.append(f"{_fmt(st[f'{axis}_to_target'], axis)} [{_fmt(lo, axis)}, {_fmt(hi, axis)}]")
+    cells += [f"{st['auc']:.3f} [{st['auc_ci'][0]:.3f}, {st['auc_ci'][1]:.3f}]", f"{st['po_seconds']:.1f}"]
     return "| " + " | ".join(cells) + " |"
+
+
+def _upto(ev: E.Evidence) -> float:
+    return float(min(r.evals[-1].po_tokens for r in ev.section.arms[ev.baseline]))
+
+
+def _all_stats(ev: E.Evidence) -> dict[E.Key, dict[str, Any]]:
+    return {k: arm_stats(runs, ev.target, _upto(ev), generation_cost=ev.generation_cost)
+            for k, runs in ev.section.arms.items()}
 
 
 def _section_lines(ev: E.Evidence, baseline: str) -> list[str]:
     sec = ev.section
-    base_runs = sec.arms[ev.baseline]
-    upto = float(min(r.evals[-1].po_tokens for r in base_runs))
+    upto = _upto(ev)
     controlled = all(r.po_seconds_controlled for runs in sec.arms.values() for r in runs)
     clock = "PO wall s (controlled)" if controlled else "PO wall s (contended)"
     lines = [f"## {sec.task} / {sec.setting}", "",
@@ -82,7 +98,8 @@ def _section_lines(ev: E.Evidence, baseline: str) -> list[str]:
              f"| method | seeds | peak [95% CI] | PO tokens to target | rounds to target | total cost to target | "
              f"AUC | {clock} |", "|---|---|---|---|---|---|---|---|"]
     order = sorted(sec.arms, key=lambda k: (k[0] != baseline, k[0], k[1]))
-    lines += [_arm_row(sec, k, ev, upto) for k in order]
+    stats = _all_stats(ev)
+    lines += [_arm_row(sec.name(k), stats[k]) for k in order]
     if not controlled:
         lines += ["", "The PO wall-clock column was measured while other runs shared the CPU (contended): "
                   "it is not a measurement of the time saved; `benchmarks/` holds the controlled one."]
@@ -253,9 +270,11 @@ def write_report(results: Sequence[RunResult], out: Path, *, command: str, profi
     for axis, path in figures.items():
         _plot_axis(evs, axis, path, sft_runs)
     ablations = [r for r in results if r.id.group == "ablation"]
+    abl_ref = [r for r in results if r.id.group == "headline" and r.id.arm in (baseline, candidate)
+               and (r.id.task, r.id.seed) in {(a.id.task, a.id.seed) for a in ablations}]  # same seeds, for reference
     if ablations:
         figures["ablations"] = out / "ablations.png"
-        _plot_ablations(ablations, figures["ablations"])
+        _plot_ablations(ablations + abl_ref, figures["ablations"])
 
     lines = ["# Cost-aware GRPO against GRPO: what a user gains, and from which effect", ""]
     lines += [E.answer_paragraph(ev, baseline, candidate) + "\n" for ev in evs]
@@ -294,6 +313,7 @@ def _summary(ev: E.Evidence) -> dict[str, Any]:
 
     return {"task": sec.task, "setting": sec.setting, "default_lr": sec.default_lr, "target": ev.target,
             "start": ev.start, "informative": ev.informative,
+            "arms": {f"{a}@{lr:g}": st for (a, lr), st in _all_stats(ev).items()},
             "tuned": list(ev.tuned) if ev.tuned else None, "tuned_note": ev.tuned_note,
             "best": list(ev.best) if ev.best else None, "peaks": {f"{a}@{lr:g}": v for (a, lr), v in ev.peaks.items()},
             "decomposition": [comp(c) for c in ev.decomposition],
