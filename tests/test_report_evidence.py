@@ -183,6 +183,7 @@ def test_tuned_baseline_is_chosen_on_validation_not_held_out():
     assert ev.tuned == ("none", 2 * LR)
     assert any(c.name.startswith("tuned baseline") and c.a == ("none", 2 * LR) for c in ev.decomposition)
     assert _claim(ev, "p* beats tuned GRPO")[1] is not None
+    assert ev.tuned_plateau is not None and ev.tuned_plateau.plateaued
 
 
 def test_no_tuned_baseline_without_validation_or_sweep():

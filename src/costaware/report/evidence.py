@@ -152,6 +152,7 @@ class Evidence:
     plateau: Plateau
     peaks: dict[Key, float] = field(default_factory=dict)
     start: float = float("nan")  # highest seed-mean accuracy at the first evaluation among the arms compared
+    tuned_plateau: Plateau | None = None  # the same check on the tuned baseline, when it is another LR
 
     @property
     def informative(self) -> bool:
@@ -233,7 +234,8 @@ def evaluate_section(sec: Section, baseline: str, *, candidate: str = "p_star", 
         else:
             claims.append((claim, _compare(sec, claim, other, cand, *args), ""))
     return Evidence(sec, base, target, target_fraction, generation_cost, tuned, tuned_note, best, best_note,
-                    decomposition, claims, plateau(sec.arms[base], n_boot=n_boot, seed=seed), peaks, start)
+                    decomposition, claims, plateau(sec.arms[base], n_boot=n_boot, seed=seed), peaks, start,
+                    plateau(sec.arms[tuned], n_boot=n_boot, seed=seed) if tuned not in (None, base) else None)
 
 
 AXIS_WORDS = {"po_tokens": "PO tokens", "rounds": "generation rounds", "total_cost": "total cost"}
@@ -308,6 +310,8 @@ def answer_paragraph(ev: Evidence, baseline: str, candidate: str = "p_star") -> 
                        f"method ({sec.name(ev.best)}) needs {describe(tuned.savings['po_tokens'], 'po_tokens')}.")
     else:
         out.append(f"No tuned {base_name} baseline: {ev.tuned_note}.")
-    out.append(f"The {base_name} baseline {'has' if ev.plateau.plateaued else '**has not**'} plateaued "
-               "(see the plateau check).")
+    out.append(f"The {base_name} baseline {'has' if ev.plateau.plateaued else '**has not**'} plateaued"
+               + ("" if ev.tuned_plateau is None else
+                  f", the tuned one {'has' if ev.tuned_plateau.plateaued else '**has not**'}")
+               + " (see the plateau check).")
     return " ".join(out)

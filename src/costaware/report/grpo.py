@@ -125,6 +125,8 @@ def _section_lines(ev: E.Evidence, baseline: str) -> list[str]:
     lines += [E.verdict_line(claim, comp, why, target=ev.target) for claim, comp, why in ev.claims]
     lines += ["", "A claim is **yes** only when the PO-token CI lies above zero, **no** when below, and "
               "**not shown** otherwise.", "", ev.plateau.text(label(baseline)), ""]
+    if ev.tuned_plateau is not None and ev.tuned is not None:
+        lines += [ev.tuned_plateau.text(sec.name(ev.tuned)), ""]
     return lines
 
 
@@ -318,9 +320,13 @@ def _summary(ev: E.Evidence) -> dict[str, Any]:
             "best": list(ev.best) if ev.best else None, "peaks": {f"{a}@{lr:g}": v for (a, lr), v in ev.peaks.items()},
             "decomposition": [comp(c) for c in ev.decomposition],
             "claims": [{"claim": n, **(comp(c) if c else {"absent": why})} for n, c, why in ev.claims],
-            "plateau": {"plateaued": ev.plateau.plateaued, "peak_index": ev.plateau.peak_index,
-                        "n_points": ev.plateau.n_points, "peak_late": ev.plateau.peak_late,
-                        "rise": ev.plateau.rise.as_dict()}}
+            "plateau": _plateau_dict(ev.plateau),
+            "tuned_plateau": None if ev.tuned_plateau is None else _plateau_dict(ev.tuned_plateau)}
+
+
+def _plateau_dict(p: E.Plateau) -> dict[str, Any]:
+    return {"plateaued": p.plateaued, "peak_index": p.peak_index, "n_points": p.n_points, "peak_late": p.peak_late,
+            "rise": p.rise.as_dict()}
 
 
 def _write_html(md: str, figures: dict[str, Path], path: Path) -> None:
