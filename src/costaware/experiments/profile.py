@@ -72,10 +72,10 @@ class Profile:
     token_budget: int = _opt(400_000, "rl", "PO tokens every run spends (0: stop after rounds)")
     skipped_warn_rounds: int = _opt(5, "rl", "warn after this many consecutive rounds that fed no token")
     # evaluation
-    eval_points: int = _opt(10, "eval", "evaluations at equal PO-token spacing (token budget)")
+    eval_points: int = _opt(8, "eval", "evaluations at equal PO-token spacing (token budget)")
     eval_every: int = _opt(5, "eval", "evaluate every this many rounds (no token budget)")
-    eval_prompts: int = _opt(400, "eval", "prompts of the reported held-out set")
-    validation_prompts: int = _opt(128, "eval", "prompts of the validation split (LR choice), disjoint")
+    eval_prompts: int = _opt(320, "eval", "prompts of the reported held-out set")
+    validation_prompts: int = _opt(96, "eval", "prompts of the validation split (LR choice), disjoint")
     eval_k: int = _opt(2, "eval", "samples per prompt (mean@k)")
     diagnostics_rows: int = _opt(32, "eval", "rows whose exact gradient norm is measured (0: off)")
     generation_cost: float = _opt(

@@ -38,15 +38,10 @@ def key(obj: Any) -> str:
     return hashlib.sha1(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
-def _non_default(obj: Any) -> dict[str, Any]:
-    """A dataclass's fields that differ from their defaults: adding a defaulted field keeps old keys."""
-    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)
-            if f.default is dataclasses.MISSING or getattr(obj, f.name) != f.default}  # fmt: skip
-
-
 def run_file(out: Path, spec: RunSpec, profile: Profile) -> Path:
+    """A run's result file, keyed by every field of its spec and profile: a changed default is a new run."""
     name = f"{spec.task}-{spec.group}-{spec.setting}-{spec.arm.replace(':', '_')}-s{spec.seed}"
-    return out / "runs" / f"{name}-{key([_non_default(spec), _non_default(profile)])}.json"
+    return out / "runs" / f"{name}-{key([dataclasses.asdict(spec), dataclasses.asdict(profile)])}.json"
 
 
 def resolve(args: argparse.Namespace) -> tuple[Profile, list[RunSpec]]:
