@@ -47,6 +47,7 @@ REPRODUCE_BAD = [
     (["--task", "bogus"], "--task"),
     (["--jobs", "x"], "--jobs"),
     (["--profile", "bogus"], "--profile"),
+    (["--only", "control"], "--only"),  # no baseline run: the report could not be written
 ]
 
 

@@ -357,7 +357,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--quick", dest="profile", action="store_const", const="quick", help="same as --profile quick")
     p.add_argument("--out", default="runs/reproduce", help="output folder (default: %(default)s)")
     p.add_argument("--jobs", type=int, default=2, help="training processes at a time (default: %(default)s)")
-    p.add_argument("--methods", nargs="+", help="headline method ids (default: none nonzero p_star p_smooth pods)")
+    p.add_argument("--methods", nargs="+", help="headline method ids (default: none nonzero p_star p_smooth pods; "
+                   "p_star runs with centred and raw weights; the baseline none always runs)")
     p.add_argument("--seeds", nargs="+", type=int, help="headline seeds (default: the profile's)")
     p.add_argument("--rounds", type=int, help="generation rounds per run, a cap when there is a token budget")
     p.add_argument("--token-budget", type=int,

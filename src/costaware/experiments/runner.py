@@ -79,6 +79,8 @@ def resolve(args: argparse.Namespace) -> tuple[Profile, list[RunSpec]]:
         bad = [m for m in args.methods if m not in known]
         if bad:
             raise ValueError(f"--methods must be among {', '.join(known)}, got {' '.join(bad)}")
+        if "none" not in args.methods:  # the report measures every method against GRPO
+            args.methods = ["none", *args.methods]
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out must be a folder, got the file {str(out)!r}")
@@ -89,9 +91,9 @@ def resolve(args: argparse.Namespace) -> tuple[Profile, list[RunSpec]]:
         except ValueError as e:
             raise ValueError(f"--task {name!r} (profile {args.profile}) is not a task family here: {e}") from None
     specs = run_specs(profile, args.methods, tuple(args.only or GROUPS))
-    if not specs:
-        raise ValueError(f"--only {' '.join(args.only or ())} with --methods {' '.join(args.methods or ())} "
-                         "selects no run")  # fmt: skip
+    if not any(s.method == "none" for s in specs):
+        raise ValueError(f"--only {' '.join(args.only or ())} selects no GRPO run ('none'), the baseline the "
+                         "report compares every method against")  # fmt: skip
     from costaware.experiments.reproduce import trainer_args
 
     for spec in {dataclasses.replace(s, seed=0) for s in specs if s.method != "sft"}:  # what TRL would refuse
