@@ -40,11 +40,19 @@ class EvalResult:
 
 
 def build_policy(
-    alphabet: str, *, hidden_size: int, num_layers: int, num_heads: int = 4, num_kv_heads: int = 2, seed: int = 0
+    alphabet: str | None = None,
+    *,
+    hidden_size: int,
+    num_layers: int,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    seed: int = 0,
 ):
-    """A char tokenizer over ``alphabet`` (the task family's) and a randomly initialised tiny Qwen2 matching it."""
+    """A char tokenizer over ``alphabet`` (a task family's; None: arith's) and a random tiny Qwen2 matching it."""
     from costaware.tiny import char_tokenizer, tiny_qwen2
 
+    if alphabet is None:
+        from costaware.experiments.arith import ALPHABET as alphabet
     tokenizer = char_tokenizer(alphabet, model_max_length=256)
     model = tiny_qwen2(
         tokenizer,
