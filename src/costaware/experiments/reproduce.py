@@ -263,10 +263,9 @@ def _run_grpo(spec: RunSpec, profile: Profile, sft_dir: Path, workdir: Path) -> 
     data = Dataset.from_dict({"prompt": list(tasks.prompts), "answer": np.asarray(tasks.answers).tolist()})
     args = trainer_args(spec, profile, workdir)
     spg = profile.steps_per_generation
-    rollouts = {"rounds": 0, "generated_tokens": 0}  # every generation batch passes through the reward
+    rollouts = {"generated_tokens": 0}  # every generated completion passes through the reward once
 
     def reward(completions: list[Any], answer: list[Any], completion_ids: list[list[int]] | None = None, **kw: Any):
-        rollouts["rounds"] += 1
         rollouts["generated_tokens"] += sum(map(len, completion_ids)) if completion_ids is not None else sum(
             len(c if isinstance(c, str) else c[0]["content"]) + 1 for c in completions)  # char tokenizer + EOS
         return task.reward(completions, answer, **kw)
@@ -293,7 +292,8 @@ def _run_grpo(spec: RunSpec, profile: Profile, sft_dir: Path, workdir: Path) -> 
     def record(step: int) -> None:
         st = trainer.cost_aware_state
         evals.append(EvalPoint(
-            rounds=rollouts["rounds"], po_tokens=int(st["tokens"]), generated_tokens=int(rollouts["generated_tokens"]),
+            # generation rounds: one per pool, plus every ZVF refill batch (each as large as a pool)
+            rounds=int(st["generations"]) + int(st.get("zvf_refills", 0)), po_tokens=int(st["tokens"]), generated_tokens=int(rollouts["generated_tokens"]),
             **dict(zip(("heldout_accuracy", "validation_accuracy"), evaluate(trainer.model), strict=True)),
             step=step, po_seconds=float(st["po_seconds"]), po_tokens_plain=int(st["tokens_plain"]),
             po_tokens_nonzero=int(st["tokens_nonzero"]),
