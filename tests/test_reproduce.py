@@ -1,40 +1,101 @@
-"""The main job: report metrics against hand-computed values, and `costaware reproduce --quick` end to end."""
+"""The main job's runner: the profile and its runs, one run's record, the round cap, determinism,
+Ctrl-C and a killed parent (no worker left, nothing partial), resume, and `--profile quick` end to end."""
 
 from __future__ import annotations
 
-import json
-import math
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from costaware.report.grpo import area_under_curve, bootstrap_ci, tokens_to_reach
+from costaware.experiments.profile import HEADLINE, PROFILES, Profile, RunSpec, run_specs
+from costaware.experiments.reproduce import EvalSchedule, SkipWatch, eval_sets
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_tokens_to_reach_interpolates_the_first_crossing():
-    assert tokens_to_reach([0, 100, 200, 300], [0.1, 0.3, 0.5, 0.4], 0.4) == pytest.approx(150.0)
-    assert tokens_to_reach([0, 100], [0.6, 0.7], 0.5) == 0.0
-    assert math.isinf(tokens_to_reach([0, 100], [0.1, 0.2], 0.5))
-    with pytest.raises(ValueError, match="shape"):
-        tokens_to_reach([0, 1], [0.1], 0.5)
+# ---------------------------------------------------------------- the profile and its runs (pure)
 
 
-def test_area_under_curve_is_the_mean_accuracy_over_the_token_range():
-    assert area_under_curve([0, 100], [0.2, 0.2], 100) == pytest.approx(0.2)
-    assert area_under_curve([0, 100], [0.0, 1.0], 100) == pytest.approx(0.5, abs=1e-9)
-    assert area_under_curve([0, 50], [0.0, 1.0], 100) == pytest.approx(0.75, abs=1e-2)  # flat past the end
-    with pytest.raises(ValueError, match="upto"):
-        area_under_curve([0, 1], [0, 1], 0)
+def test_profile_is_built_by_keyword_and_checks_every_field():
+    assert Profile() == PROFILES["default"]
+    assert Profile(seeds=(3,)).seeds == (3,)
+    for bad, field in [(dict(eval_k=0), "eval_k"), (dict(learning_rate=0.0), "learning_rate"),
+                       (dict(learning_rate=float("nan")), "learning_rate"), (dict(token_budget=-5), "token_budget"),
+                       (dict(rounds=0), "rounds"), (dict(seeds=(-1,)), "seeds"), (dict(seeds=()), "seeds"),
+                       (dict(seeds=(1, 1)), "seeds"), (dict(max_size=1), "max_size"), (dict(mistake_prob=1.0), "mistake_prob"),
+                       (dict(steps_per_generation=3), "steps_per_generation"), (dict(lr_sweep=(0.0,)), "lr_sweep"),
+                       (dict(generation_cost=-1.0), "generation_cost"), (dict(sft_steps=True), "sft_steps")]:  # fmt: skip
+        with pytest.raises(ValueError, match=field):
+            Profile(**bad)
+    help_ = Profile.help()
+    for group in ("[policy]", "[task]", "[sft]", "[rl]", "[eval]", "[runs]"):
+        assert group in help_
+    assert "generation_cost = 0.333" in help_ and "6N" in help_  # the default is argued where it is set
 
 
-def test_bootstrap_ci_brackets_the_mean_and_shrinks_with_more_seeds():
-    rng = np.random.default_rng(0)
-    few, many = rng.normal(1.0, 1.0, 5), rng.normal(1.0, 1.0, 200)
-    lo, hi = bootstrap_ci(few)
-    assert lo < few.mean() < hi
-    lo2, hi2 = bootstrap_ci(many)
-    assert (hi2 - lo2) < (hi - lo)
-    assert bootstrap_ci([3.0]) == (3.0, 3.0)
+def test_default_profile_runs_the_decomposition_with_five_seeds():
+    p = PROFILES["default"]
+    specs = run_specs(p)
+    assert len(p.seeds) >= 5 and p.token_budget > 0 and p.rounds * p.prompts_per_round > 0
+    for s in p.seeds:
+        arms = {x.arm for x in specs if x.seed == s}
+        assert arms == {"none", "nonzero", "p_star", "p_star:raw", "p_smooth", "pods", "none:lr2", "none:lr4"}
+    assert {x.group for x in specs} == {"headline", "lr_sweep"}  # the rest is in --profile full
+    full = run_specs(PROFILES["full"])
+    assert {x.task for x in full if x.group == "headline"} == {"arith", "sort"}
+    for group in ("zvf", "cispo"):
+        assert len({x.seed for x in full if x.group == group}) >= 3
+    assert {x.method for x in full if x.group == "control"} == {"sft"}
+    assert {x.arm for x in full if x.group == "ablation"} >= {"p_star:noise0.1", "inv_sqrt_cost", "p_smooth:a0.05"}
+    assert len({x for x in full}) == len(full)  # no run twice
+
+
+def test_run_specs_methods_and_groups_select():
+    p = Profile(seeds=(0,), setting_seeds=(0,), ablation_seeds=(0,))
+    only = run_specs(p, ["p_star"], ("headline",))
+    assert [(s.method, s.weights) for s in only] == [("p_star", "centred"), ("p_star", "raw")]
+    assert {s.group for s in run_specs(p, None, ("zvf", "control"))} == {"zvf", "control"}
+    assert [m for m, _ in HEADLINE] == ["none", "nonzero", "p_star", "p_star", "p_smooth", "pods"]
+
+
+def test_validation_split_is_disjoint_from_the_held_out_set():
+    p = dataclasses.replace(PROFILES["quick"], eval_prompts=200, validation_prompts=150, max_size=3)
+    held, val = eval_sets(p, "arith")
+    assert len(held) == 200 and len(val) == 150
+    assert not set(held.prompts) & set(val.prompts) and len(set(val.prompts)) == 150
+    assert eval_sets(p, "arith")[1].prompts == val.prompts  # fixed seeds: the same split every time
+    with pytest.raises(ValueError, match="validation_prompts"):  # 2..3 terms of 1..9 have 810 prompts
+        eval_sets(dataclasses.replace(p, validation_prompts=1000), "arith")
+
+
+def test_eval_schedule_by_tokens_and_by_rounds():
+    prof = dataclasses.replace(PROFILES["quick"], token_budget=100, eval_points=4)
+    due = EvalSchedule(prof)
+    assert [due(r, t) for r, t in enumerate([10, 30, 40, 55, 90])] == [False, True, False, True, True]
+    assert not due.done(99) and due.done(100)
+    assert due(9, 200)  # past the budget: always the final evaluation
+    by_rounds = EvalSchedule(dataclasses.replace(prof, token_budget=0, eval_every=3))
+    assert [by_rounds(r, 10**9) for r in range(1, 7)] == [False, False, True, False, False, True]
+    assert by_rounds(7, 0, last=True)
+
+
+def test_skip_watch_warns_once_after_k_rounds_that_fed_nothing():
+    watch = SkipWatch(3, "p_star")
+    with pytest.warns(RuntimeWarning, match="3 consecutive rounds fed no token") as rec:
+        for tokens in [0, 0, 0, 10, 10, 10, 10, 10, 10]:
+            watch(tokens)
+    assert len(rec) == 1 and watch.longest == 5
+    quiet = SkipWatch(3, "p_star")
+    for tokens in [0, 5, 5, 9, 9, 12]:  # never 3 in a row
+        quiet(tokens)
+    assert quiet.longest == 1 and not quiet.warned
 
 
 def test_arith_lengths_vary_at_least_five_fold():
@@ -42,96 +103,160 @@ def test_arith_lengths_vary_at_least_five_fold():
 
     tasks = arith.make_tasks(2000, min_terms=2, max_terms=12, rng=np.random.default_rng(0))
     demos = arith.demonstrations(tasks)
-    lengths = arith.sequence_lengths(tasks, demos)
-    assert lengths.max() / lengths.min() >= 5
-    assert arith.is_correct(demos, tasks.answers).all()  # clean chains end in the right answer
+    assert arith.sequence_lengths(tasks, demos).max() / arith.sequence_lengths(tasks, demos).min() >= 5
+    assert arith.is_correct(demos, tasks.answers).all()
     noisy = arith.demonstrations(tasks, mistake_prob=0.15, rng=np.random.default_rng(1))
-    assert all(arith.parse_answer(d) is not None for d in noisy)
     assert 0.1 < 1 - arith.is_correct(noisy, tasks.answers).mean() < 0.9
 
 
-def test_reproduce_quick_end_to_end_and_resume(tmp_path, capsys):
+# ---------------------------------------------------------------- one run, in this process
+
+
+@pytest.fixture(scope="module")
+def sft_dir(tmp_path_factory):
+    pytest.importorskip("trl", reason="the 'trl' extra is not installed")
+    from costaware.experiments.reproduce import warm_up
+
+    return warm_up(PROFILES["quick"], "arith", tmp_path_factory.mktemp("sft"))
+
+
+def _record(spec: RunSpec, profile: Profile, sft: Path, out: Path):
+    from costaware.experiments.records import RunResult
+    from costaware.experiments.reproduce import run_one
+
+    run_one(dataclasses.asdict(spec), dataclasses.asdict(profile), str(sft), str(out))
+    assert not list(out.parent.glob("*.tmp"))
+    return RunResult.load(out)
+
+
+def test_budget_run_ends_at_the_round_cap_warns_and_repeats_exactly(sft_dir, tmp_path):
+    # a budget no run can reach: the round cap must end it, with a warning (the quick policy is at 0%)
+    prof = dataclasses.replace(PROFILES["quick"], token_budget=10**9, rounds=4, skipped_warn_rounds=2)
+    spec = RunSpec("headline", "p_star", 0, weights="raw")
+    with pytest.warns(RuntimeWarning, match="round cap") as rec:
+        a = _record(spec, prof, sft_dir, tmp_path / "a.json")
+    assert a.counters["round_cap_hit"] == 1.0 and a.evals[-1].rounds == 4
+    if a.counters["longest_skipped_run"] >= 2:
+        assert any("consecutive rounds fed no token" in str(w.message) for w in rec)
+    assert a.id.method == "p_star" and a.id.weights == "raw" and a.id.loss_type == "grpo"
+    first, last = a.evals[0], a.evals[-1]
+    assert (first.rounds, first.po_tokens, first.generated_tokens) == (0, 0, 0)
+    assert last.generated_tokens > 0 and last.validation_accuracy is not None
+    with pytest.warns(RuntimeWarning, match="round cap"):
+        b = _record(spec, prof, sft_dir, tmp_path / "b.json")  # same seed, same numbers
+
+    def numbers(r):
+        return [dataclasses.replace(e, po_seconds=0.0) for e in r.evals], {
+            k: v for k, v in r.counters.items() if "seconds" not in k}
+
+    assert numbers(a) == numbers(b)
+
+
+def test_lr_sweep_and_control_records(sft_dir, tmp_path):
+    prof = dataclasses.replace(PROFILES["quick"], token_budget=300, rounds=6)
+    sweep = _record(RunSpec("lr_sweep", "none", 1, lr_scale=2.0), prof, sft_dir, tmp_path / "s.json")
+    assert sweep.id.group == "lr_sweep" and sweep.id.learning_rate == pytest.approx(2 * prof.learning_rate)
+    control = _record(RunSpec("control", "sft", 0), prof, sft_dir, tmp_path / "c.json")
+    assert control.id.method == "sft" and control.id.loss_type == "sft"
+    assert control.evals[-1].po_tokens >= prof.token_budget and control.evals[-1].generated_tokens == 0
+
+
+# ---------------------------------------------------------------- the job in real processes
+
+
+def _start(out: Path, *extra: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.Popen([sys.executable, "-m", "costaware.cli", "reproduce", "--quick", "--out", str(out), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)  # fmt: skip
+
+
+def _live_in_group(pgid: int) -> list[int]:
+    """Processes of the process group that are not zombies."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            after = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(after[2]) == pgid and after[0] != "Z":
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def _wait_for_workers(proc: subprocess.Popen, n: int, timeout: float = 300) -> None:
+    """Until the job has started ``n`` processes besides itself (workers + the resource tracker)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        assert proc.poll() is None, proc.stdout.read()
+        if len([p for p in _live_in_group(proc.pid) if p != proc.pid]) >= n:
+            time.sleep(3)  # let them load the model and start training
+            return
+        time.sleep(0.5)
+    raise AssertionError("the job started no worker")
+
+
+def _assert_gone(pgid: int, within: float) -> None:
+    end = time.monotonic() + within
+    while _live_in_group(pgid) and time.monotonic() < end:
+        time.sleep(0.2)
+    assert not _live_in_group(pgid), f"processes left: {_live_in_group(pgid)}"
+
+
+def _assert_nothing_partial(out: Path) -> None:
+    from costaware.experiments.records import RunResult
+
+    assert not [p for p in out.rglob("*") if ".tmp" in p.name]
+    for f in (out / "runs").glob("*.json"):
+        RunResult.load(f)  # every file there is a whole record
+    for sft in out.glob("sft-*"):
+        assert (sft / "sft.json").exists()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_workers_exit_when_the_parent_is_killed(tmp_path):
+    pytest.importorskip("trl", reason="the 'trl' extra is not installed")
+    proc = _start(tmp_path / "out", "--jobs", "2")
+    try:
+        _wait_for_workers(proc, 2)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        _assert_gone(proc.pid, within=10)  # no orphan trains on
+    finally:
+        if _live_in_group(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_ctrl_c_stops_every_worker_then_resume_finishes_the_quick_profile(tmp_path, capsys):
     pytest.importorskip("trl", reason="the 'trl' extra is not installed")
     pytest.importorskip("matplotlib", reason="the 'plot' extra is not installed")
     from costaware.cli import main
 
     out = tmp_path / "rq"
-    assert main(["reproduce", "--quick", "--out", str(out), "--jobs", "1"]) == 0
+    proc = _start(out, "--jobs", "2")
+    try:
+        _wait_for_workers(proc, 2)
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+        assert proc.wait(timeout=15) == 130
+        _assert_gone(proc.pid, within=5)
+    finally:
+        if _live_in_group(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert "interrupted" in proc.stdout.read()
+    _assert_nothing_partial(out)
+    done_before = len(list((out / "runs").glob("*.json")))
+    # resume: finishes what is left and writes the report
+    assert main(["reproduce", "--quick", "--out", str(out), "--jobs", "2"]) == 0
+    assert f"{done_before} already finished" in capsys.readouterr().out
     md = (out / "report.md").read_text()
-    for series in ("GRPO", "p*", "nonzero", "pods", "p*_smooth(0.01)", "SFT continuation", "inv_sqrt_cost",
-                   "p* (tokens/step matched)"):
-        assert f"| {series} |" in md, series
-    for setting in ("## GRPO+ZVF", "## CISPO", "## Best checkpoint accuracy"):
-        assert setting in md
-    assert (out / "accuracy_vs_tokens.png").stat().st_size > 10_000
-    assert "## Runs" in md and "own / plain" in md
-    html = (out / "report.html").read_text()
-    assert "data:image/png;base64," in html and "<table>" in html
-    finished = [json.loads(f.read_text()) for f in (out / "runs").glob("*.json")]
-    if any(r.get("diagnostics") for r in finished):  # the tiny quick policy may leave every pool all-zero
-        assert "## Proxy fidelity" in md
-    if any(r.get("diagnostics") for r in finished if r["spec"]["group"] == "headline"):
-        assert (out / "proxy_fidelity.png").stat().st_size > 10_000
-    summary = json.loads((out / "summary.json").read_text())["summary"]
-    assert set(summary) == {"GRPO", "GRPO+ZVF", "CISPO"}
+    for needle in ("Decomposition", "Verdicts", "Plateau check", "p* beats GRPO", "## arith / grpo"):
+        assert needle in md, needle
+    for axis in ("po_tokens", "rounds", "total_cost"):
+        assert (out / f"accuracy_vs_{axis}.png").stat().st_size > 5_000
     runs = sorted((out / "runs").glob("*.json"))
+    assert len(runs) == len(run_specs(PROFILES["quick"]))
     first = {f.name: f.stat().st_mtime_ns for f in runs}
-    one = json.loads(runs[0].read_text())
-    assert one["evals"][0]["tokens"] == 0 and one["evals"][-1]["tokens"] > 0
-    capsys.readouterr()
     assert main(["reproduce", "--quick", "--out", str(out), "--jobs", "1"]) == 0
-    assert "already finished" in capsys.readouterr().out
+    assert f"{len(runs)} already finished" in capsys.readouterr().out
     assert {f.name: f.stat().st_mtime_ns for f in sorted((out / "runs").glob("*.json"))} == first  # nothing re-run
-
-
-def test_fidelity_summary_means_over_training_and_skips_nonfinite():
-    from costaware.report.grpo import fidelity_summary
-
-    def run(label, vals):
-        return {"setting": "GRPO", "label": label,
-                "diagnostics": [{"step": i, "tokens": 10 * i, **v} for i, v in enumerate(vals)]}
-
-    out = fidelity_summary([
-        run("GRPO", [{"pearson": 0.8, "chi2": 0.2}, {"pearson": 0.6, "chi2": float("inf")}]),
-        run("GRPO", [{"pearson": 0.7, "chi2": 0.4, "j_vs_uniform": 0.5}]),
-        {"setting": "GRPO", "label": "SFT continuation", "evals": []},
-    ])
-    assert set(out["GRPO"]) == {"GRPO"}
-    g = out["GRPO"]["GRPO"]
-    assert g["pearson"]["mean"] == pytest.approx(0.7) and g["pearson"]["n"] == 3
-    assert g["chi2"]["mean"] == pytest.approx(0.3) and g["chi2"]["max"] == pytest.approx(0.4)  # inf left out
-    assert g["j_vs_uniform"]["n"] == 1
-
-
-def test_eval_schedule_by_tokens_and_by_rounds():
-    import dataclasses
-
-    from costaware.experiments.reproduce import PROFILES, _EvalSchedule
-
-    prof = dataclasses.replace(PROFILES["quick"], token_budget=100, eval_points=4)
-    due = _EvalSchedule(prof)
-    assert [due(r, t) for r, t in enumerate([10, 30, 40, 55, 90])] == [False, True, False, True, True]
-    assert not due.done(99) and due.done(100)
-    assert due(9, 200)  # past the budget: always the final evaluation
-    by_rounds = _EvalSchedule(dataclasses.replace(prof, token_budget=0, eval_every=3))
-    assert [by_rounds(r, 10**9) for r in range(1, 7)] == [False, False, True, False, False, True]
-    assert by_rounds(7, 0, last=True)
-
-
-def test_bootstrap_curve_stats_reads_the_seed_mean_curve():
-    from costaware.report.grpo import bootstrap_curve_stats, mean_curve
-
-    def run(acc, tokens=(0, 100, 200, 300)):
-        return {"evals": [{"tokens": t, "accuracy": a} for t, a in zip(tokens, acc, strict=False)]}
-
-    a, b = run([0.2, 0.4, 0.5, 0.6]), run([0.2, 0.6, 0.5, 0.4])
-    x, y = mean_curve([a, b, run([0.2, 0.5])])  # the short run truncates the curve to 2 points
-    assert x.tolist() == [0, 100] and y.tolist() == pytest.approx([0.2, 0.5])
-    out = bootstrap_curve_stats([a, b], {"hi": 0.5, "never": 0.9}, n_boot=500)
-    assert out["peak"] == pytest.approx(0.5)  # seed-mean curve: 0.2, 0.5, 0.5, 0.5 (not the mean of peaks, 0.6)
-    assert out["tokens_to_hi"] == pytest.approx(100.0)
-    lo, hi = out["peak_ci"]
-    assert lo <= 0.5 <= hi and hi == pytest.approx(0.6)  # resampling b twice gives its peak 0.6
-    assert out["tokens_to_never"] == float("inf") and out["tokens_to_never_ci"] == (float("inf"), float("inf"))
-    # resamples {b,b}: 0.5 reached at 75 tokens; {a,b}: at 100; {a,a}: at 200
-    assert out["tokens_to_hi_ci"] == pytest.approx((75.0, 200.0))

@@ -9,7 +9,7 @@ import pytest
 
 from costaware.cli import main
 from costaware.experiments.synthetic import STRATEGIES, make_problem
-from costaware.report.synthetic import cost_to_reach
+from costaware.report.synthetic import cost_table, cost_to_reach
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,8 @@ def test_writes_figure_curves_and_table(quick_run):
 def test_outcome_matches_the_paper(quick_run):
     data = json.loads((quick_run / "curves.json").read_text())
     cv = data["curves"]
-    for row in data["cost_table"]:  # optimal is cheapest at every ε of the table
+    assert "cost_table" not in data  # the raw curves only: the report derives its table from them
+    for row in cost_table(data):  # optimal is cheapest at every ε of the table
         assert row["cost_optimal"] < row["cost_variance"] < row["cost_uniform"]
     final = {k: cv[k]["error_avg_mean"][-1] for k in STRATEGIES}  # variance fastest per iteration
     assert final["variance"] < min(final["uniform"], final["optimal"])
@@ -51,7 +52,7 @@ def test_measured_ratios_follow_the_bias_limited_prediction(quick_run):
     # through η_p ∝ 1/√S(p), so the measured cost ratio is √S·C, within 3 % (measured: ≤ 1 %).
     data = json.loads((quick_run / "curves.json").read_text())
     pred = data["bias_limited_sqrtS_C_ratios"]
-    for row in data["cost_table"]:
+    for row in cost_table(data):
         assert row["measured_optimal/uniform"] == pytest.approx(pred["optimal/uniform"], rel=0.03)
         assert row["measured_optimal/variance"] == pytest.approx(pred["optimal/variance"], rel=0.03)
 
@@ -76,8 +77,21 @@ def test_cost_to_reach():
     assert cost_to_reach([10, 100], [1.0, 0.5], 0.1) == float("inf")
 
 
-def test_bad_arguments(tmp_path):
-    with pytest.raises(ValueError, match="--trials"):
-        main(["synthetic", "--quick", "--out", str(tmp_path), "--trials", "0"])
-    with pytest.raises(ValueError, match="--seed"):
-        main(["synthetic", "--quick", "--out", str(tmp_path), "--seed", "-2"])
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [(["--trials", "0"], "--trials"), (["--trials", "-1"], "--trials"), (["--steps", "0"], "--steps"),
+     (["--seed", "-2"], "--seed")],
+)
+def test_bad_arguments_give_one_line_and_exit_2(tmp_path, capsys, extra, needle):
+    out = tmp_path / "o"
+    assert main(["synthetic", "--quick", "--out", str(out), *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("costaware synthetic: error: ") and needle in err[0]
+    assert not out.exists()  # refused before any work
+
+
+def test_out_pointing_at_a_file_is_refused(tmp_path, capsys):
+    target = tmp_path / "file"
+    target.write_text("x")
+    assert main(["synthetic", "--quick", "--out", str(target)]) == 2
+    assert "--out" in capsys.readouterr().err

@@ -3,6 +3,15 @@
 Each job lives in its own module, which defines ``register(subparsers)`` (adds its parser and sets
 ``func``). Modules are imported only when their job runs, so ``costaware --help`` stays fast and a
 job whose optional extra is missing does not break the others.
+
+Errors. A bad argument, or a ``ValueError`` (or a missing file) raised while a job runs, prints one line
+``costaware <job>: error: <message>`` on stderr and exits with status 2, without a traceback;
+``--debug`` (anywhere on the command line) lets the exception through with its traceback. Ctrl-C
+prints ``costaware <job>: interrupted`` and exits with status 130.
+
+>>> main(["synthetic", "--quick", "--trials", "-1"])  # doctest: +SKIP
+costaware synthetic: error: --trials must be a positive integer, got -1
+2
 """
 
 from __future__ import annotations
@@ -10,6 +19,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import NoReturn
 
 # subcommand -> (module, one-line help)
 JOBS: dict[str, tuple[str, str]] = {
@@ -27,14 +37,45 @@ JOBS: dict[str, tuple[str, str]] = {
     ),
 }
 
+# Errors that describe the user's input (a bad value, a path that is not there): one line, exit 2.
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    ValueError,
+    FileNotFoundError,
+    NotADirectoryError,
+    IsADirectoryError,
+    FileExistsError,
+    PermissionError,
+)
+# Per job, "module:Class" of its own user-facing errors (imported only when that job runs).
+JOB_ERRORS: dict[str, tuple[str, ...]] = {
+    "eval": ("costaware.evaluation.data:DatasetUnavailableError",),  # no --data and no network
+}
+EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
+
+
+def _user_errors(job: str) -> tuple[type[BaseException], ...]:
+    extra = []
+    for ref in JOB_ERRORS.get(job, ()):
+        module, name = ref.split(":")
+        extra.append(getattr(importlib.import_module(module), name))
+    return USER_ERRORS + tuple(extra)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (argparse prints the usage block as well)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="costaware",
         description="Cost-aware learning: sample p_i ∝ G_i/√c_i, correct with importance weights, "
         "and reach the same accuracy at a lower total cost.",
+        epilog="--debug (anywhere): show the traceback of an error instead of one line.",
     )
-    sub = parser.add_subparsers(dest="job", metavar="JOB")
+    sub = parser.add_subparsers(dest="job", metavar="JOB", parser_class=_Parser)
     sub.required = True
     wanted = None
     if argv:
@@ -47,13 +88,34 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _message(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__  # one line, whatever the exception held
+    if isinstance(exc, OSError) and exc.filename is not None and str(exc.filename) not in text:
+        text += f": {exc.filename}"
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not hasattr(args, "func"):
         parser.error(f"unknown job {args.job!r}")
-    return int(args.func(args) or 0)
+    prog = f"costaware {args.job}"
+    try:
+        return int(args.func(args) or 0)
+    except _user_errors(args.job) as exc:
+        if debug:
+            raise
+        print(f"{prog}: error: {_message(exc)}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(f"{prog}: interrupted", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

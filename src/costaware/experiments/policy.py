@@ -2,7 +2,7 @@
 
 Everything is plain torch + transformers on the CPU:
 
-- :func:`build_policy` makes a character tokenizer over :data:`arith.ALPHABET` and a small Qwen2
+- :func:`build_policy` makes a character tokenizer over a task family's alphabet and a small Qwen2
   (``costaware.tiny``).
 - :func:`sft` trains on demonstrations (prompt + chain + EOS, loss on the response only) with AdamW,
   linear warm-up and linear decay; the same function continues SFT for the control curve.
@@ -10,8 +10,13 @@ Everything is plain torch + transformers on the CPU:
   prompt, scored by the verifier, with a fixed generator seed so that every model is judged on the same
   prompts with the same random numbers.
 
->>> tok, model = build_policy(hidden_size=64, num_layers=2, seed=0)   # doctest: +SKIP
->>> evaluate(model, tok, make_tasks(8), k=2).accuracy                 # doctest: +SKIP
+Every task-specific step (making tasks, demonstrations, the verifier, the response budget) goes through a
+task-family object (``experiments.profile.get_task``), so a new family needs no change here.
+
+>>> task = get_task("arith")                                                   # doctest: +SKIP
+>>> tok, model = build_policy(task.alphabet, hidden_size=64, num_layers=2, seed=0)  # doctest: +SKIP
+>>> tasks = task.make_tasks(8, min_size=2, max_size=4)                        # doctest: +SKIP
+>>> evaluate(model, tok, task, tasks, max_size=4, k=2).accuracy               # doctest: +SKIP
 0.0
 """
 
@@ -25,8 +30,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from costaware.experiments import arith
-
 
 @dataclass(frozen=True)
 class EvalResult:
@@ -36,11 +39,21 @@ class EvalResult:
     seconds: float
 
 
-def build_policy(*, hidden_size: int, num_layers: int, num_heads: int = 4, num_kv_heads: int = 2, seed: int = 0):
-    """A char tokenizer over the task alphabet and a randomly initialised tiny Qwen2 matching it."""
+def build_policy(
+    alphabet: str | None = None,
+    *,
+    hidden_size: int,
+    num_layers: int,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    seed: int = 0,
+):
+    """A char tokenizer over ``alphabet`` (a task family's; None: arith's) and a random tiny Qwen2 matching it."""
     from costaware.tiny import char_tokenizer, tiny_qwen2
 
-    tokenizer = char_tokenizer(arith.ALPHABET, model_max_length=256)
+    if alphabet is None:
+        from costaware.experiments.arith import ALPHABET as alphabet
+    tokenizer = char_tokenizer(alphabet, model_max_length=256)
     model = tiny_qwen2(
         tokenizer,
         hidden_size=hidden_size,
@@ -76,12 +89,13 @@ def encode_demonstrations(tokenizer: Any, prompts: list[str], responses: list[st
 def sft(
     model: Any,
     tokenizer: Any,
+    task: Any,
     *,
     steps: int,
     batch_size: int,
     lr: float,
-    min_terms: int,
-    max_terms: int,
+    min_size: int,
+    max_size: int,
     mistake_prob: float,
     seed: int,
     warmup_frac: float = 0.05,
@@ -113,8 +127,8 @@ def sft(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
     tokens, losses, start = 0, [], time.perf_counter()
     for step in range(steps):
-        tasks = arith.make_tasks(batch_size, min_terms=min_terms, max_terms=max_terms, rng=rng)
-        demos = arith.demonstrations(tasks, mistake_prob=mistake_prob, rng=rng)
+        tasks = task.make_tasks(batch_size, min_size=min_size, max_size=max_size, rng=rng)
+        demos = task.demonstrations(tasks, mistake_prob=mistake_prob, rng=rng)
         batch = encode_demonstrations(tokenizer, tasks.prompts, demos)
         out = model(**batch)
         opt.zero_grad(set_to_none=True)
@@ -174,15 +188,23 @@ def max_response_tokens(max_terms: int) -> int:
 
 
 def evaluate(
-    model: Any, tokenizer: Any, tasks: arith.ArithTasks, *, k: int, seed: int = 12345, temperature: float = 1.0
+    model: Any,
+    tokenizer: Any,
+    task: Any,
+    tasks: Any,
+    *,
+    max_size: int,
+    k: int,
+    seed: int = 12345,
+    temperature: float = 1.0,
 ) -> EvalResult:
-    """mean@k accuracy on ``tasks`` with the arithmetic verifier."""
+    """mean@k accuracy on ``tasks`` (made by the family ``task``, sizes up to ``max_size``) with its verifier."""
     start = time.perf_counter()
-    max_terms = int(tasks.terms.shape[1])
     responses = sample(
-        model, tokenizer, tasks.prompts, k=k, max_new_tokens=max_response_tokens(max_terms), seed=seed, temperature=temperature
-    )
-    correct = arith.is_correct(responses, np.repeat(tasks.answers, k)).reshape(len(tasks), k)
+        model, tokenizer, tasks.prompts, k=k, max_new_tokens=task.max_response_tokens(max_size), seed=seed,
+        temperature=temperature,
+    )  # fmt: skip
+    correct = np.asarray(task.is_correct(responses, np.repeat(tasks.answers, k, axis=0))).reshape(len(tasks), k)
     lengths = np.array([len(p) + len(r) + 1 for p, r in zip(np.repeat(tasks.prompts, k), responses, strict=True)])
     return EvalResult(
         accuracy=float(correct.mean()),

@@ -1,199 +1,141 @@
-"""`costaware reproduce`: Cost-Aware GRPO against GRPO on a small local policy, on the CPU.
+"""`costaware reproduce`: Cost-Aware GRPO against GRPO and its controls on a small local policy, on the CPU.
 
-The paper's evidence is held-out accuracy against the cumulative tokens spent in policy
-optimisation, method by method (its Figures 1, 4, 5 and Table 1). This file reproduces that
-comparison end to end, in one readable pass:
+The paper's evidence is held-out accuracy against the cumulative tokens spent in policy optimisation
+(PO), method by method. This job reproduces that comparison and separates cost-aware sampling from its
+confounders (see DESIGN-NOTES "Evidence: controls and confounders"):
 
 1. build a char tokenizer and a tiny Qwen2 (no hub is needed);
-2. generate arithmetic tasks whose prompt + response lengths vary ~5-8x (``experiments.arith``);
-3. warm the policy up by SFT on demonstrations with injected mistakes, so that imitation leaves
-   room for RL (the checkpoint is cached and shared by every run);
-4. run GRPO from it through :class:`costaware.integrations.trl.CostAwareGRPOTrainer` for each
-   method / setting / seed, each until it has spent the same policy-optimisation token budget,
-   evaluating mean@k on held-out tasks at equally spaced token counts;
-5. write the report (``report.grpo``): curves, a Table-1 style table, tokens to reach the
-   baseline's peak, AUC with bootstrap CIs, wall-clock.
+2. make procedural tasks of a task family (``Profile.task``; prompt + response lengths vary many-fold);
+3. warm the policy up by SFT on demonstrations with injected mistakes, so that RL has room to improve
+   (the checkpoint is cached and shared by every run of that task);
+4. run GRPO from it through :class:`costaware.integrations.trl.CostAwareGRPOTrainer` for each method,
+   seed and setting (``experiments.profile.run_specs``): GRPO, GRPO at x2 and x4 its learning rate
+   (chosen on a validation split disjoint from the held-out set), nonzero, p* (centred and raw weights),
+   p*_smooth(0.01), PODS; each until it has spent the profile's PO-token budget (rounds are a cap),
+   evaluated at equal token spacing on the held-out set and on the validation split;
+5. write the report (``report.grpo``) from the typed records (``experiments.records.RunResult``).
 
-Every finished run writes ``runs/<name>.json``; a second invocation skips them, so an interrupted
-job resumes without losing finished work. Same seed, same numbers.
+Every evaluation records PO tokens, generation rounds and generated tokens, so the report can draw
+accuracy against PO tokens, against rounds (equal rollouts) and against total cost
+(generated tokens x ``Profile.generation_cost`` + PO tokens).
+
+Every finished run writes ``runs/<name>.json`` atomically; a second invocation skips them, so an
+interrupted job resumes without losing finished work. Same seed, same numbers. Ctrl-C stops every
+worker at once; a lock on ``--out`` refuses a second job writing into the same folder.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import hashlib
 import json
+import math
 import os
+import shutil
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from costaware.experiments.profile import GROUPS, PROFILES, Profile, RunSpec, get_task
 
-@dataclass(frozen=True)
-class Profile:
-    """Sizes of one reproduction. ``rounds`` are generation rounds; each feeds ``steps_per_generation`` steps.
-
-    With ``token_budget > 0`` every run trains until its policy-optimisation tokens reach the budget
-    (``rounds`` is then only a cap) and is evaluated ``eval_points`` times at equal token spacing, so
-    that a method that spends fewer tokens per round gets more rounds: the comparison is at equal
-    cost, the paper's x-axis. With ``token_budget == 0`` runs stop after ``rounds`` and evaluate every
-    ``eval_every`` rounds.
-    """
-
-    hidden_size: int
-    num_layers: int
-    min_terms: int
-    max_terms: int
-    mistake_prob: float
-    sft_steps: int
-    sft_batch: int
-    sft_lr: float
-    rounds: int
-    prompts_per_round: int
-    generations: int
-    steps_per_generation: int
-    learning_rate: float
-    eval_every: int
-    eval_prompts: int
-    eval_k: int
-    seeds: tuple[int, ...]
-    ablation_seeds: tuple[int, ...]
-    control_lr: float = 3e-4
-    loss_type: str = "grpo"  # the paper's GRPO objective: clipped ratio averaged over each sequence's tokens
-    diagnostics_rows: int = 32  # rows whose exact gradient norm is measured at every evaluation
-    pods_keep: int = 5  # PODS rows kept per group of 8: ~0.6 of plain's tokens, near p*'s measured share
-    token_budget: int = 0
-    eval_points: int = 12
-
-
-PROFILES: dict[str, Profile] = {
-    # CI: the whole pipeline in a couple of minutes; its numbers mean nothing.
-    "quick": Profile(32, 1, 2, 6, 0.15, 120, 32, 3e-3, 12, 4, 4, 2, 1e-4, 2, 24, 1, (0,), (0,), pods_keep=2,
-                     token_budget=500, eval_points=3),
-    # 32 prompts x 8 per round in 2 mini-batches of 128 rows: at 16 x 8 in 4 mini-batches of 32 the
-    # with-replacement draws were too noisy per step and p* lost to GRPO (see the report's notes).
-    # The budget is what plain GRPO spends in ~55 rounds here (measured: 327k tokens in 60 rounds).
-    "default": Profile(96, 3, 2, 8, 0.15, 1200, 64, 3e-3, 150, 32, 8, 2, 1e-4, 5, 300, 4, (0, 1, 2), (0,),
-                       token_budget=300_000),
-    "full": Profile(128, 4, 2, 12, 0.15, 1500, 64, 3e-3, 400, 32, 8, 2, 1e-4, 5, 500, 4, (0, 1, 2, 3, 4), (0, 1, 2),
-                    token_budget=1_200_000, eval_points=16),
-}
+HELD_OUT_SEED, VALIDATION_SEED, TRAIN_SEED = 10_001, 10_002, 20_000
 
 
 @dataclass(frozen=True)
-class RunSpec:
-    group: str  # "headline", "zvf", "cispo", "ablation", "control"
-    method: str
-    seed: int
-    loss_type: str = "profile"  # "profile": the profile's loss_type; "cispo" for the CISPO setting
-    zvf: bool = False
-    alpha: float = 0.01
-    proxy_noise: float = 0.0
-    step_budget: str = "rows"  # "tokens": each step draws until it holds the baseline's tokens
+class TaskSet:
+    """Prompts and answers of an evaluation set (a subset of a family's tasks)."""
 
-    @property
-    def label(self) -> str:
-        name = {"none": "GRPO", "p_smooth": f"p*_smooth({self.alpha:g})", "p_star": "p*"}.get(self.method, self.method)
-        if self.proxy_noise:
-            name += f" σ²={self.proxy_noise:g}"
-        if self.step_budget == "tokens":
-            name += " (tokens/step matched)"
-        if self.method == "sft":
-            name = "SFT continuation"
-        return name
+    prompts: list[str]
+    answers: Any
 
-    @property
-    def setting(self) -> str:
-        return "GRPO+ZVF" if self.zvf else ("CISPO" if self.loss_type == "cispo" else "GRPO")
+    def __len__(self) -> int:
+        return len(self.prompts)
 
 
-GROUPS = ("headline", "zvf", "cispo", "ablation", "control")
-
-
-def run_specs(profile: Profile, methods: list[str] | None = None, groups: tuple[str, ...] = GROUPS) -> list[RunSpec]:
-    """The runs of a reproduction: the headline with every seed, the other settings with fewer."""
-    headline = methods or ["none", "nonzero", "p_star", "p_smooth", "pods"]
-    specs = [RunSpec("headline", m, s) for s in profile.seeds for m in headline]
-    for s in profile.ablation_seeds:
-        specs += [RunSpec("zvf", m, s, zvf=True) for m in ("none", "p_star")]
-        specs += [RunSpec("cispo", m, s, loss_type="cispo") for m in ("none", "p_star")]
-        specs += [
-            RunSpec("ablation", "p_star", s, proxy_noise=0.1),
-            RunSpec("ablation", "p_star", s, proxy_noise=1.0),
-            RunSpec("ablation", "inv_sqrt_cost", s),
-            RunSpec("ablation", "p_smooth", s, alpha=0.05),
-            RunSpec("ablation", "p_smooth", s, alpha=0.1),
-            RunSpec("ablation", "p_star", s, step_budget="tokens"),
-        ]
-        specs.append(RunSpec("control", "sft", s))
-    return [spec for spec in specs if spec.group in groups]
-
-
-def _run_name(spec: RunSpec) -> str:
-    budget = "" if spec.step_budget == "rows" else f"-{spec.step_budget}"
-    return f"{spec.group}-{spec.method}-{spec.setting}-a{spec.alpha:g}-n{spec.proxy_noise:g}{budget}-s{spec.seed}"
-
-
-def _non_default(obj: Any) -> dict[str, Any]:
-    """A dataclass's fields that differ from their defaults: adding a defaulted field keeps old keys."""
-    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)
-            if f.default is dataclasses.MISSING or getattr(obj, f.name) != f.default}
-
-
-def _key(obj: Any) -> str:
-    return hashlib.sha1(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:10]
-
-
-def _held_out(profile: Profile):
+def eval_sets(profile: Profile, task_name: str) -> tuple[TaskSet, TaskSet]:
+    """The reported held-out set and a validation split with no prompt in common with it."""
     import numpy as np
 
-    from costaware.experiments import arith
+    task = get_task(task_name)
+    sizes = dict(min_size=profile.min_size, max_size=profile.max_size)
+    held = task.make_tasks(profile.eval_prompts, **sizes, rng=np.random.default_rng(HELD_OUT_SEED))
+    seen = set(held.prompts)
+    rng, prompts, answers = np.random.default_rng(VALIDATION_SEED), [], []
+    for _ in range(20):  # small size ranges repeat prompts: draw until enough unseen ones
+        if len(prompts) >= profile.validation_prompts:
+            break
+        cand = task.make_tasks(max(64, 2 * profile.validation_prompts), **sizes, rng=rng)
+        for p, a in zip(cand.prompts, list(cand.answers), strict=True):
+            if p not in seen and len(prompts) < profile.validation_prompts:
+                seen.add(p)
+                prompts.append(p)
+                answers.append(a)
+    if len(prompts) < profile.validation_prompts:
+        raise ValueError(f"validation_prompts={profile.validation_prompts} exceeds the distinct prompts of sizes "
+                         f"{profile.min_size}..{profile.max_size} left after the held-out set")  # fmt: skip
+    return TaskSet(list(held.prompts), np.asarray(held.answers)), TaskSet(prompts, np.asarray(answers))
 
-    return arith.make_tasks(
-        profile.eval_prompts, min_terms=profile.min_terms, max_terms=profile.max_terms, rng=np.random.default_rng(10_001)
-    )
 
-
-def _score_sft(tok: Any, model: Any, profile: Profile) -> dict[str, Any]:
-    """Greedy and sampled (T=1, mean@k) accuracy of the SFT policy on the profile's held-out set."""
+def _score_sft(tok: Any, model: Any, profile: Profile, task_name: str) -> dict[str, Any]:
+    """Greedy and sampled (mean@k) held-out accuracy of the SFT policy."""
     from costaware.experiments import policy
 
-    held = _held_out(profile)
-    return {"greedy_accuracy": policy.evaluate(model, tok, held, k=1, temperature=0).accuracy,
-            "sampled_accuracy": policy.evaluate(model, tok, held, k=profile.eval_k).accuracy,
-            "held_out": {"eval_prompts": profile.eval_prompts, "eval_k": profile.eval_k}}
+    task, (held, _) = get_task(task_name), eval_sets(profile, task_name)
+    kw = dict(max_size=profile.max_size)
+    return {"greedy_accuracy": policy.evaluate(model, tok, task, held, k=1, temperature=0, **kw).accuracy,
+            "sampled_accuracy": policy.evaluate(model, tok, task, held, k=profile.eval_k, **kw).accuracy,
+            "held_out": {"eval_prompts": profile.eval_prompts, "eval_k": profile.eval_k}}  # fmt: skip
 
 
-def warm_up(profile: Profile, out: Path) -> Path:
-    """SFT checkpoint shared by every run, cached under a key of its configuration."""
+def sft_key(profile: Profile, task_name: str) -> tuple[str, dict[str, Any]]:
+    from costaware.experiments.runner import key
+
+    cfg = {k: getattr(profile, k) for k in ("hidden_size", "num_layers", "min_size", "max_size", "mistake_prob",
+                                            "sft_steps", "sft_batch", "sft_lr")}  # fmt: skip
+    cfg["task"] = task_name
+    return f"sft-{task_name}-{key(cfg)}", cfg
+
+
+def warm_up(profile: Profile, task_name: str, out: Path) -> Path:
+    """SFT checkpoint shared by every run of ``task_name``, cached under a key of its configuration.
+
+    Written into a temporary folder and renamed into place, so an interrupted warm-up leaves nothing.
+    """
     import torch
 
     from costaware.experiments import policy
 
-    cfg = {k: getattr(profile, k) for k in ("hidden_size", "num_layers", "min_terms", "max_terms", "mistake_prob",
-                                            "sft_steps", "sft_batch", "sft_lr")}
-    path = out / f"sft-{_key(cfg)}"
+    name, cfg = sft_key(profile, task_name)
+    path = out / name
     held_cfg = {"eval_prompts": profile.eval_prompts, "eval_k": profile.eval_k}
     if (path / "sft.json").exists():
         info = json.loads((path / "sft.json").read_text())
         if info.get("held_out") != held_cfg:  # cached by a profile with another held-out set: re-score it
-            info.update(_score_sft(*_load(path), profile))
-            (path / "sft.json").write_text(json.dumps(info, indent=2))
+            info.update(_score_sft(*_load(path), profile, task_name))
+            _write_json(path / "sft.json", info)
         return path
+    task = get_task(task_name)
     torch.manual_seed(0)
-    tok, model = policy.build_policy(hidden_size=profile.hidden_size, num_layers=profile.num_layers, seed=0)
-    info = policy.sft(model, tok, steps=profile.sft_steps, batch_size=profile.sft_batch, lr=profile.sft_lr,
-                      min_terms=profile.min_terms, max_terms=profile.max_terms, mistake_prob=profile.mistake_prob, seed=0)
-    info.update(_score_sft(tok, model, profile), parameters=policy.count_parameters(model), config=cfg)
-    path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    (path / "sft.json").write_text(json.dumps(info, indent=2))
+    tok, model = policy.build_policy(task.alphabet, hidden_size=profile.hidden_size, num_layers=profile.num_layers,
+                                     seed=0)  # fmt: skip
+    info = policy.sft(model, tok, task, steps=profile.sft_steps, batch_size=profile.sft_batch, lr=profile.sft_lr,
+                      min_size=profile.min_size, max_size=profile.max_size, mistake_prob=profile.mistake_prob, seed=0)
+    info.update(_score_sft(tok, model, profile, task_name), parameters=policy.count_parameters(model), config=cfg)
+    tmp = out / f".{name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    (tmp / "sft.json").write_text(json.dumps(info, indent=2))
+    os.replace(tmp, path)
     return path
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, indent=2))
+    tmp.replace(path)
 
 
 def _load(sft_dir: Path):
@@ -204,11 +146,11 @@ def _load(sft_dir: Path):
     return load_char_tokenizer(str(sft_dir)), AutoModelForCausalLM.from_pretrained(str(sft_dir))
 
 
-class _EvalSchedule:
+class EvalSchedule:
     """When to evaluate: every ``eval_every`` rounds, or at each ``token_budget / eval_points`` crossed."""
 
     def __init__(self, profile: Profile) -> None:
-        self.profile, self.next_tokens = profile, profile.token_budget / max(1, profile.eval_points)
+        self.profile, self.next_tokens = profile, profile.token_budget / profile.eval_points
 
     def done(self, tokens: int) -> bool:
         return self.profile.token_budget > 0 and tokens >= self.profile.token_budget
@@ -218,33 +160,89 @@ class _EvalSchedule:
             return rounds_done % self.profile.eval_every == 0 or last
         if tokens >= self.next_tokens or self.done(tokens) or last:
             while self.next_tokens <= tokens:
-                self.next_tokens += self.profile.token_budget / max(1, self.profile.eval_points)
+                self.next_tokens += self.profile.token_budget / self.profile.eval_points
             return True
         return False
+
+
+class SkipWatch:
+    """Counts consecutive rounds that fed no PO token; warns once when they reach ``limit``."""
+
+    def __init__(self, limit: int, name: str) -> None:
+        self.limit, self.name, self.run, self.longest, self.last_tokens, self.warned = limit, name, 0, 0, 0, False
+
+    def __call__(self, tokens: int) -> None:
+        self.run = self.run + 1 if tokens == self.last_tokens else 0
+        self.longest, self.last_tokens = max(self.longest, self.run), tokens
+        if self.run >= self.limit and not self.warned:
+            self.warned = True
+            warnings.warn(f"{self.name}: {self.run} consecutive rounds fed no token (every pool skipped: all "
+                          "rewards equal); the run ends at the profile's round cap", RuntimeWarning, stacklevel=2)
+
+
+def trainer_args(spec: RunSpec, profile: Profile, workdir: Path) -> Any:
+    """The TRL config of a GRPO run; built up front for every run, so that a bad option fails before work."""
+    from costaware.integrations.trl import CostAwareGRPOConfig
+
+    spg = profile.steps_per_generation
+    return CostAwareGRPOConfig(
+        output_dir=str(workdir), cost_aware_method=spec.method, cost_aware_alpha=spec.alpha,
+        cost_aware_weights=spec.weights, cost_aware_proxy_noise=spec.proxy_noise, cost_aware_zvf=spec.zvf,
+        cost_aware_budget=spec.step_budget, cost_aware_pods_keep=min(profile.pods_keep, profile.generations),
+        loss_type=spec.resolved_loss_type(profile), beta=0.0, learning_rate=profile.learning_rate * spec.lr_scale,
+        lr_scheduler_type="constant", num_generations=profile.generations,
+        per_device_train_batch_size=profile.prompts_per_round * profile.generations // spg,
+        steps_per_generation=spg, max_steps=profile.rounds * spg,
+        max_completion_length=get_task(spec.task).max_response_tokens(profile.max_size) + 1, temperature=1.0,
+        seed=spec.seed, data_seed=spec.seed, report_to="none", use_cpu=True, bf16=False, logging_steps=spg,
+        save_strategy="no", disable_tqdm=True,
+        cost_aware_diagnostics_interval=profile.eval_every if profile.diagnostics_rows else 0,
+        cost_aware_diagnostics_rows=max(2, profile.diagnostics_rows),
+    )  # fmt: skip
+
+
+def _evaluator(profile: Profile, task_name: str, tok: Any):
+    from costaware.experiments import policy
+
+    task, (held, val) = get_task(task_name), eval_sets(profile, task_name)
+
+    def evaluate(model: Any) -> tuple[float, float | None]:
+        kw = dict(max_size=profile.max_size, k=profile.eval_k)
+        h = policy.evaluate(model, tok, task, held, seed=12345, **kw).accuracy
+        v = policy.evaluate(model, tok, task, val, seed=54321, **kw).accuracy if len(val) else None
+        model.train()
+        return h, v
+
+    return evaluate
 
 
 def _run_control(spec: RunSpec, profile: Profile, sft_dir: Path) -> dict[str, Any]:
     """SFT continued from the same checkpoint, evaluated on the RL runs' schedule (x = SFT tokens)."""
     from costaware.experiments import policy
+    from costaware.experiments.records import EvalPoint
 
     tok, model = _load(sft_dir)
-    held = _held_out(profile)
-    evals = [{"step": 0, "tokens": 0, "accuracy": policy.evaluate(model, tok, held, k=profile.eval_k).accuracy}]
-    steps = profile.rounds * profile.steps_per_generation
-    rows = profile.prompts_per_round * profile.generations // profile.steps_per_generation
-    due = _EvalSchedule(profile)
+    evaluate = _evaluator(profile, spec.task, tok)
+    spg = profile.steps_per_generation
+    evals = [EvalPoint(0, 0, 0, *evaluate(model))]
+    steps = profile.rounds * spg
+    due = EvalSchedule(profile)
 
     def on_step(step: int, tokens: int) -> None:
         last = step == steps or due.done(tokens)
-        if (step % profile.steps_per_generation == 0 or last) and due(step // profile.steps_per_generation, tokens, last=last):
-            evals.append({"step": step, "tokens": tokens, "accuracy": policy.evaluate(model, tok, held, k=profile.eval_k).accuracy})
-            model.train()
+        if (step % spg == 0 or last) and due(step // spg, tokens, last=last):
+            evals.append(EvalPoint(step // spg, tokens, 0, *evaluate(model), step=step))
 
     start = time.perf_counter()
-    policy.sft(model, tok, steps=steps, batch_size=rows, lr=profile.control_lr, min_terms=profile.min_terms,
-               max_terms=profile.max_terms, mistake_prob=profile.mistake_prob, seed=1000 + spec.seed, decay=False,
-               on_step=on_step, max_tokens=profile.token_budget or None)
-    return {"evals": evals, "po_seconds": time.perf_counter() - start}
+    policy.sft(model, tok, get_task(spec.task), steps=steps, batch_size=profile.prompts_per_round * profile.generations
+               // spg, lr=profile.control_lr, min_size=profile.min_size, max_size=profile.max_size,
+               mistake_prob=profile.mistake_prob, seed=1000 + spec.seed, decay=False, on_step=on_step,
+               max_tokens=profile.token_budget or None)  # fmt: skip
+    return {"evals": evals, "counters": {"po_seconds": time.perf_counter() - start}, "fidelity": ()}
+
+
+def _finite(x: Any) -> float | None:
+    return float(x) if x is not None and math.isfinite(float(x)) else None
 
 
 def _run_grpo(spec: RunSpec, profile: Profile, sft_dir: Path, workdir: Path) -> dict[str, Any]:
@@ -254,162 +252,120 @@ def _run_grpo(spec: RunSpec, profile: Profile, sft_dir: Path, workdir: Path) -> 
     from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback
 
-    from costaware.experiments import arith, policy
-    from costaware.integrations.trl import CostAwareGRPOConfig, CostAwareGRPOTrainer
+    from costaware.experiments.records import EvalPoint, ProxyFidelityPoint
+    from costaware.integrations.trl import CostAwareGRPOTrainer
 
+    task = get_task(spec.task)
     tok, model = _load(sft_dir)
-    held = _held_out(profile)
-    n_prompts = profile.rounds * profile.prompts_per_round
-    tasks = arith.make_tasks(n_prompts, min_terms=profile.min_terms, max_terms=profile.max_terms,
-                             rng=np.random.default_rng(20_000 + spec.seed))
-    data = Dataset.from_dict({"prompt": tasks.prompts, "answer": tasks.answers.tolist()})
+    evaluate = _evaluator(profile, spec.task, tok)
+    tasks = task.make_tasks(profile.rounds * profile.prompts_per_round, min_size=profile.min_size,
+                            max_size=profile.max_size, rng=np.random.default_rng(TRAIN_SEED + spec.seed))
+    data = Dataset.from_dict({"prompt": list(tasks.prompts), "answer": np.asarray(tasks.answers).tolist()})
+    args = trainer_args(spec, profile, workdir)
     spg = profile.steps_per_generation
-    args = CostAwareGRPOConfig(
-        output_dir=str(workdir),
-        cost_aware_method=spec.method,
-        cost_aware_alpha=spec.alpha,
-        cost_aware_proxy_noise=spec.proxy_noise,
-        cost_aware_zvf=spec.zvf,
-        cost_aware_budget=spec.step_budget,
-        cost_aware_pods_keep=min(profile.pods_keep, profile.generations),
-        loss_type=profile.loss_type if spec.loss_type == "profile" else spec.loss_type,
-        beta=0.0,
-        learning_rate=profile.learning_rate,
-        lr_scheduler_type="constant",
-        num_generations=profile.generations,
-        per_device_train_batch_size=profile.prompts_per_round * profile.generations // spg,
-        steps_per_generation=spg,
-        max_steps=profile.rounds * spg,
-        max_completion_length=policy.max_response_tokens(profile.max_terms) + 1,
-        temperature=1.0,
-        seed=spec.seed,
-        data_seed=spec.seed,
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        logging_steps=spg,
-        save_strategy="no",
-        disable_tqdm=True,
-        cost_aware_diagnostics_interval=profile.eval_every if profile.diagnostics_rows else 0,
-        cost_aware_diagnostics_rows=max(2, profile.diagnostics_rows),
-    )
-    evals: list[dict[str, Any]] = []
+    rollouts = {"generated_tokens": 0}  # every generated completion passes through the reward once
 
-    due = _EvalSchedule(profile)
+    def reward(completions: list[Any], answer: list[Any], completion_ids: list[list[int]] | None = None, **kw: Any):
+        rollouts["generated_tokens"] += sum(map(len, completion_ids)) if completion_ids is not None else sum(
+            len(c if isinstance(c, str) else c[0]["content"]) + 1 for c in completions)  # char tokenizer + EOS
+        return task.reward(completions, answer, **kw)
+
+    reward.__name__ = f"{task.name}_reward"
+    evals: list[EvalPoint] = []
+    due, watch = EvalSchedule(profile), SkipWatch(profile.skipped_warn_rounds, spec.arm)
 
     class Evaluate(TrainerCallback):
         def on_step_end(self, _args, state, control, **kwargs):
             if state.global_step % spg:
                 return  # mid-round: the round's pool is not spent yet
             tokens = int(trainer.cost_aware_state["tokens"])
+            watch(tokens)
             if due(state.global_step // spg, tokens, last=state.global_step == args.max_steps):
                 record(state.global_step)
             if due.done(tokens):
                 control.should_training_stop = True
 
-    trainer = CostAwareGRPOTrainer(model=model, args=args, reward_funcs=arith.arith_reward, train_dataset=data,
-                                   processing_class=tok, callbacks=[Evaluate()])
-    trainer.remove_callback(PrinterCallback)  # the parent's progress bar is enough
+    trainer = CostAwareGRPOTrainer(model=model, args=args, reward_funcs=reward, train_dataset=data,
+                                   processing_class=tok, callbacks=[Evaluate()])  # fmt: skip
+    trainer.remove_callback(PrinterCallback)  # the parent's progress line is enough
 
     def record(step: int) -> None:
         st = trainer.cost_aware_state
-        acc = policy.evaluate(trainer.model, tok, held, k=profile.eval_k, seed=12345)
-        evals.append({"step": step, "tokens": int(st["tokens"]), "tokens_plain": int(st["tokens_plain"]),
-                      "tokens_nonzero": int(st["tokens_nonzero"]), "po_seconds": float(st["po_seconds"]),
-                      "accuracy": acc.accuracy})
-        trainer.model.train()
+        evals.append(EvalPoint(
+            # generation rounds: one per pool, plus every ZVF refill batch (each as large as a pool)
+            rounds=int(st["generations"]) + int(st.get("zvf_refills", 0)), po_tokens=int(st["tokens"]), generated_tokens=int(rollouts["generated_tokens"]),
+            **dict(zip(("heldout_accuracy", "validation_accuracy"), evaluate(trainer.model), strict=True)),
+            step=step, po_seconds=float(st["po_seconds"]), po_tokens_plain=int(st["tokens_plain"]),
+            po_tokens_nonzero=int(st["tokens_nonzero"]),
+        ))  # fmt: skip
 
     torch.manual_seed(spec.seed)
     record(0)
     trainer.train()
-    return {"evals": evals, "po_seconds": trainer.cost_aware_state["po_seconds"], "loss_type": args.loss_type,
-            "state": dict(trainer.cost_aware_state),
-            "diagnostics": [
-                {"step": h["step"], "tokens": h["cost_aware/tokens"],
-                 **{k: h[f"cost_aware/{k}"] for k in ("pearson", "chi2", "j_vs_uniform") if f"cost_aware/{k}" in h}}
-                for h in trainer.state.log_history if "cost_aware/chi2" in h
-            ],
-            "log_history": [h for h in trainer.state.log_history if "cost_aware/tokens_step" in h]}
+    tokens = int(trainer.cost_aware_state["tokens"])
+    capped = profile.token_budget > 0 and tokens < profile.token_budget
+    if capped:
+        warnings.warn(f"{spec.arm} seed {spec.seed}: stopped at the round cap ({profile.rounds} rounds) with "
+                      f"{tokens} of {profile.token_budget} PO tokens", RuntimeWarning, stacklevel=1)  # fmt: skip
+    counters = {k: float(v) for k, v in trainer.cost_aware_state.items() if isinstance(v, int | float)}
+    counters.update(round_cap_hit=float(capped), longest_skipped_run=float(watch.longest))
+    fidelity = tuple(
+        ProxyFidelityPoint(step=int(h["step"]), po_tokens=int(h["cost_aware/tokens"]),
+                           **{k: _finite(h.get(f"cost_aware/{k}")) for k in ("pearson", "chi2", "j_vs_uniform")})
+        for h in trainer.state.log_history if "cost_aware/chi2" in h
+    )  # fmt: skip
+    return {"evals": evals, "counters": counters, "fidelity": fidelity}
 
 
 def run_one(spec_d: dict[str, Any], profile_d: dict[str, Any], sft_dir: str, out_file: str) -> str:
-    """Worker entry: one run, its result written atomically to ``out_file``."""
+    """Worker entry: one run, its :class:`RunResult` written atomically to ``out_file``."""
     import torch
+
+    from costaware.experiments.records import RunId, RunResult
 
     torch.set_num_threads(1)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    profile_d = {**profile_d, "seeds": tuple(profile_d["seeds"]), "ablation_seeds": tuple(profile_d["ablation_seeds"])}
-    spec, profile = RunSpec(**spec_d), Profile(**profile_d)
+    profile = Profile(**{k: tuple(v) if isinstance(v, list) else v for k, v in profile_d.items()})
+    spec = RunSpec(**spec_d)
     start = time.perf_counter()
-    workdir = Path(out_file).with_suffix("")
-    if spec.method == "sft":
-        result = _run_control(spec, profile, Path(sft_dir))
-    else:
-        result = _run_grpo(spec, profile, Path(sft_dir), workdir)
-    result.update(spec=asdict(spec), label=spec.label, setting=spec.setting, wall_seconds=time.perf_counter() - start)
-    tmp = Path(out_file + ".tmp")
-    tmp.write_text(json.dumps(result))
-    tmp.replace(out_file)  # atomic: a killed run leaves no half-written result
+    run = _run_control if spec.method == "sft" else _run_grpo
+    args = (spec, profile, Path(sft_dir)) + (() if spec.method == "sft" else (Path(out_file).with_suffix(""),))
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", RuntimeWarning)
+        out = run(*args)
+    lr = profile.control_lr if spec.method == "sft" else profile.learning_rate * spec.lr_scale
+    rid = RunId(task=spec.task, method=spec.method, seed=spec.seed, learning_rate=lr,
+                loss_type=spec.resolved_loss_type(profile), weights=spec.weights, setting=spec.setting,
+                group=spec.group, alpha=spec.alpha, proxy_noise=spec.proxy_noise, step_budget=spec.step_budget)
+    RunResult(id=rid, evals=tuple(out["evals"]), wall_seconds=time.perf_counter() - start, fidelity=out["fidelity"],
+              counters=out["counters"], spec=asdict(spec)).save(out_file)  # fmt: skip
+    shutil.rmtree(Path(out_file).with_suffix(""), ignore_errors=True)  # the trainer's empty output_dir
     return out_file
 
 
 def main(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
+    from costaware.experiments import runner
 
-    from costaware.report import grpo as report
-
-    profile = PROFILES[args.profile]
-    if args.seeds:
-        profile = dataclasses.replace(profile, seeds=tuple(args.seeds))
-    if args.rounds:
-        profile = dataclasses.replace(profile, rounds=args.rounds)
-    if args.token_budget is not None:
-        profile = dataclasses.replace(profile, token_budget=args.token_budget)
-    if args.learning_rate:
-        profile = dataclasses.replace(profile, learning_rate=args.learning_rate)
-    if args.loss_type:
-        profile = dataclasses.replace(profile, loss_type=args.loss_type)
-    out = Path(args.out)
-    (out / "runs").mkdir(parents=True, exist_ok=True)
-    command = "costaware reproduce " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["reproduce"] else "costaware reproduce"
-    print(f"[costaware] profile {args.profile}: SFT warm-up ...", flush=True)
-    sft_dir = warm_up(profile, out)
-    specs = run_specs(profile, args.methods, tuple(args.only or GROUPS))
-    files = {spec: out / "runs" / f"{_run_name(spec)}-{_key([_non_default(spec), _non_default(profile)])}.json" for spec in specs}
-    todo = [(spec, f) for spec, f in files.items() if not f.exists()]
-    print(f"[costaware] {len(specs)} runs, {len(specs) - len(todo)} already finished, {args.jobs} at a time", flush=True)
-    if todo:
-        import multiprocessing as mp
-
-        with ProcessPoolExecutor(max_workers=args.jobs, mp_context=mp.get_context("spawn")) as pool:
-            futures = [pool.submit(run_one, asdict(s), asdict(profile), str(sft_dir), str(f)) for s, f in todo]
-            for fut in tqdm(as_completed(futures), total=len(futures), desc="runs"):
-                fut.result()
-    # exactly this profile's runs: a folder may also hold runs of other profiles or methods
-    results = [json.loads(f.read_text()) for f in files.values()]
-    sft_info = json.loads((sft_dir / "sft.json").read_text())
-    paths = report.write_report(results, out, profile=asdict(profile), sft=sft_info, command=command)
-    print(f"[costaware] report: {paths['markdown']}  {paths['html']}")
-    return 0
+    return runner.reproduce(args, command="costaware reproduce " + " ".join(sys.argv[2:])
+                            if sys.argv[1:2] == ["reproduce"] else "costaware reproduce")  # fmt: skip
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "reproduce",
-        help="The main job: Cost-Aware GRPO against GRPO on a small local policy, on the CPU, with a report.",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = subparsers.add_parser("reproduce", help="The main job: Cost-Aware GRPO against GRPO and its controls.",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--profile", choices=sorted(PROFILES), default="default", help="sizes (default: %(default)s)")
     p.add_argument("--quick", dest="profile", action="store_const", const="quick", help="same as --profile quick")
     p.add_argument("--out", default="runs/reproduce", help="output folder (default: %(default)s)")
     p.add_argument("--jobs", type=int, default=2, help="training processes at a time (default: %(default)s)")
-    p.add_argument("--methods", nargs="+", help="headline methods (default: none nonzero p_star p_smooth pods)")
+    p.add_argument("--methods", nargs="+", help="headline method ids (default: none nonzero p_star p_smooth pods; "
+                   "p_star runs with centred and raw weights; the baseline none always runs)")
     p.add_argument("--seeds", nargs="+", type=int, help="headline seeds (default: the profile's)")
     p.add_argument("--rounds", type=int, help="generation rounds per run, a cap when there is a token budget")
     p.add_argument("--token-budget", type=int,
-                   help="policy-optimisation tokens every run spends (0: stop after --rounds; default: the profile's)")
+                   help="PO tokens every run spends (0: stop after --rounds; default: the profile's)")
     p.add_argument("--learning-rate", type=float, help="GRPO learning rate (default: the profile's)")
     p.add_argument("--loss-type", help="TRL loss_type of the GRPO setting (default: the profile's, grpo)")
+    p.add_argument("--task", help="task family of the headline (default: the profile's, arith)")
     p.add_argument("--only", nargs="+", choices=GROUPS, help="run and report only these groups of runs")
+    p.add_argument("--show-profile", action="store_true", help="print the profile's fields by group and exit")
     p.set_defaults(func=main)

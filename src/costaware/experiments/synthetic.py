@@ -128,26 +128,41 @@ def run(
     }
 
 
-def main(args: argparse.Namespace) -> int:
+def _check_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The run's configuration, every argument checked before any work starts."""
     cfg = dict(QUICK if args.quick else PAPER)
     for key in ("trials", "steps"):
         value = getattr(args, key)
-        if value is not None:
+        if value is not None:  # `is None`: 0 is refused, never replaced by the default
             if value < 1:
                 raise ValueError(f"--{key} must be a positive integer, got {value}")
             cfg[key] = value
     if args.seed < 0:
         raise ValueError(f"--seed must be a non-negative integer, got {args.seed}")
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out must be a folder, got the file {str(out)!r}")
+    return cfg
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def main(args: argparse.Namespace) -> int:
+    cfg = _check_args(args)
+    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     print(f"[costaware] synthetic: {cfg}", flush=True)
     start = time.perf_counter()
     result = run(**cfg, seed=args.seed, progress=not args.quick)
-    rows = cost_table(result)
-    result["cost_table"] = rows
     result["seconds"] = time.perf_counter() - start
-    (out / "curves.json").write_text(json.dumps(result, indent=1))
-    (out / "table.md").write_text(markdown_table(result, rows))
+    # curves.json holds the raw curves only; the table is derived from them by the report
+    _write_atomic(out / "curves.json", json.dumps(result, indent=1))
+    rows = cost_table(result)
+    _write_atomic(out / "table.md", markdown_table(result, rows))
     plot(result, out / "figure.png")
     print((out / "table.md").read_text())
     print(f"[costaware] {time.perf_counter() - start:.1f} s; wrote {out}/figure.png, curves.json, table.md")

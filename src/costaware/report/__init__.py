@@ -1,0 +1,10 @@
+"""Reports built from typed run records (:mod:`costaware.experiments.records`).
+
+- ``curves``: accuracy against an x-axis (PO tokens, generation rounds, total cost), seed means, the one
+  first-crossing helper, savings and gaps with bootstrap CIs over seeds.
+- ``evidence``: the decomposition of a saving by effect, verdicts, the plateau check, the validation-tuned
+  baseline; every sentence generated from numbers.
+- ``labels``: the one table of display names; nothing keys on a label.
+- ``grpo``: the `costaware reproduce` report (Markdown, HTML, JSON, figures).
+- ``synthetic``: the figure and table of `costaware synthetic`.
+"""

@@ -1,7 +1,10 @@
-"""The report of `costaware reproduce`: accuracy against policy-optimisation tokens, method by method.
+"""The report of `costaware reproduce`, built from :class:`~costaware.experiments.records.RunResult` records.
 
-Pure functions for the metrics (tokens to reach a target, area under the curve, bootstrap CI) and
-one writer that draws the figures and writes Markdown plus a self-contained HTML page.
+It opens with a computed answer (what a user gains on each axis, and from which effect), then per
+task and setting: the method table, the decomposition table, the verdict lines and the plateau
+check; three figures (accuracy against PO tokens, generation rounds and total cost); token shares,
+proxy fidelity, ablations and the run list. The metrics are in ``report.curves`` and
+``report.evidence``; this file only lays them out (Markdown, a self-contained HTML page, JSON).
 """
 
 from __future__ import annotations
@@ -9,236 +12,146 @@ from __future__ import annotations
 import base64
 import json
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from costaware.experiments.records import RunResult
+from costaware.report import evidence as E
+from costaware.report.curves import (
+    AXES,
+    DEFAULT_GENERATION_COST,
+    area_under_curve,
+    axis_values,
+    bootstrap_ci,
+    first_crossing,
+    first_crossings,
+    seed_curves,
+)
+from costaware.report.labels import label
 
-def tokens_to_reach(tokens: Any, accuracy: Any, target: float) -> float:
-    """Tokens at which the curve first reaches ``target``, linearly interpolated; inf if it never does.
+__all__ = ["write_report", "arm_stats", "fidelity_summary", "tokens_to_reach", "area_under_curve", "bootstrap_ci",
+           "FIGURES", "FIDELITY_KEYS"]
 
-    >>> tokens_to_reach([0, 100, 200], [0.2, 0.4, 0.6], 0.5)
-    150.0
-    """
-    x, y = np.asarray(tokens, float), np.asarray(accuracy, float)
-    if x.shape != y.shape or x.size == 0:
-        raise ValueError(f"tokens and accuracy must be non-empty and equal in shape, got {x.shape}, {y.shape}")
-    hit = np.flatnonzero(y >= target)
-    if hit.size == 0:
-        return float("inf")
-    j = int(hit[0])
-    if j == 0:
-        return float(x[0])
-    frac = (target - y[j - 1]) / (y[j] - y[j - 1])
-    return float(x[j - 1] + frac * (x[j] - x[j - 1]))
-
-
-def area_under_curve(tokens: Any, accuracy: Any, upto: float) -> float:
-    """Mean accuracy over [0, upto] tokens (trapezoids; the curve is held flat past its last point).
-
-    >>> area_under_curve([0, 100], [0.0, 1.0], 100)
-    0.5
-    """
-    x, y = np.asarray(tokens, float), np.asarray(accuracy, float)
-    if not upto > 0:
-        raise ValueError(f"upto must be > 0, got {upto!r}")
-    grid = np.linspace(0.0, upto, 512)
-    vals = np.interp(grid, x, y)
-    return float(np.sum((vals[1:] + vals[:-1]) / 2 * np.diff(grid)) / upto)
-
-
-def bootstrap_ci(values: Any, *, n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap CI of the mean across seeds (inf values propagate as 'not reached')."""
-    v = np.asarray(values, float)
-    if v.size == 0:
-        raise ValueError("values must not be empty")
-    if v.size == 1:
-        return float(v[0]), float(v[0])
-    rng = np.random.default_rng(seed)
-    means = v[rng.integers(0, v.size, size=(n_boot, v.size))].mean(1)
-    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
-    return float(lo), float(hi)
-
-
-def _curve(run: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-    ev = run["evals"]
-    return np.array([e["tokens"] for e in ev], float), np.array([e["accuracy"] for e in ev], float)
-
-
-def mean_curve(runs: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
-    """The seed-mean curve: at each evaluation, mean tokens and mean accuracy over the runs.
-
-    Runs of one method evaluate at the same steps; a shorter run (interrupted or smaller) truncates
-    the curve to the evaluations every run has.
-    """
-    if not runs:
-        raise ValueError("runs must not be empty")
-    curves = [_curve(r) for r in runs]
-    n = min(len(x) for x, _ in curves)
-    return (np.mean([x[:n] for x, _ in curves], axis=0), np.mean([y[:n] for _, y in curves], axis=0))
-
-
-def _quantiles(v: np.ndarray, level: float = 0.95) -> tuple[float, float]:
-    lo, hi = np.quantile(v, [(1 - level) / 2, (1 + level) / 2], method="inverted_cdf")  # no inf - inf
-    return float(lo), float(hi)
-
-
-def bootstrap_curve_stats(
-    runs: list[dict[str, Any]], targets: dict[str, float], *, n_boot: int = 2000, seed: int = 0
-) -> dict[str, Any]:
-    """Peak of the seed-mean curve and tokens for it to reach each target, with seed-bootstrap CIs.
-
-    Resamples the seeds with replacement, rebuilds the mean curve and recomputes both statistics;
-    a resample that never reaches a target counts as +inf tokens, so the CI says so.
-    """
-    x, y = mean_curve(runs)
-    out: dict[str, Any] = {"peak": float(y.max()), "seeds": len(runs)}
-    for name, t in targets.items():
-        out[f"tokens_to_{name}"] = tokens_to_reach(x, y, t)
-    if len(runs) == 1:
-        out["peak_ci"] = (out["peak"], out["peak"])
-        for name in targets:
-            out[f"tokens_to_{name}_ci"] = (out[f"tokens_to_{name}"],) * 2
-        return out
-    rng = np.random.default_rng(seed)
-    n = min(len(_curve(r)[0]) for r in runs)
-    X = np.stack([_curve(r)[0][:n] for r in runs])
-    Y = np.stack([_curve(r)[1][:n] for r in runs])
-    picks = rng.integers(0, len(runs), size=(n_boot, len(runs)))
-    bx, by = X[picks].mean(1), Y[picks].mean(1)  # (n_boot, n) resampled mean curves
-    out["peak_ci"] = _quantiles(by.max(1))
-    for name, t in targets.items():
-        out[f"tokens_to_{name}_ci"] = _quantiles(np.array([tokens_to_reach(a, b, t) for a, b in zip(bx, by, strict=True)]))
-    return out
-
-
-def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per (setting, label): peak of the seed-mean curve, tokens to the GRPO peak (100/95/90 %), AUC.
-
-    The target is the peak of the baseline's seed-mean curve (the paper's "best averaged checkpoint"),
-    and each method's tokens are read off its own seed-mean curve: the mean of per-seed peaks would be
-    a target that the baseline's own mean curve cannot reach.
-    """
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for r in results:
-        groups[(r["setting"] if r["spec"]["method"] != "sft" else "GRPO", r["label"])].append(r)
-    summary: dict[str, Any] = {}
-    for setting in sorted({s for s, _ in groups}):
-        base = groups.get((setting, "GRPO"))
-        if not base:
-            continue
-        base_curve = mean_curve(base)[1]
-        base_peak = float(base_curve.max())
-        upto = float(min(_curve(r)[0].max() for r in base))
-        targets = {"100": base_peak, "95": 0.95 * base_peak, "90": 0.9 * base_peak}
-        rows = {}
-        for (s, label), runs in groups.items():
-            if s != setting:
-                continue
-            row = bootstrap_curve_stats(runs, targets)
-            aucs = [area_under_curve(*_curve(r), upto) for r in runs]
-            row["auc"], row["auc_ci"] = float(np.mean(aucs)), bootstrap_ci(aucs)
-            row["po_seconds"] = float(np.mean([r["po_seconds"] for r in runs]))
-            row["tokens_final"] = float(np.mean([_curve(r)[0].max() for r in runs]))
-            rows[label] = row
-        b = rows["GRPO"]
-        for row in rows.values():
-            for frac in (100, 95, 90):
-                t, tb = row[f"tokens_to_{frac}"], b[f"tokens_to_{frac}"]
-                row[f"saving_{frac}"] = (1 - t / tb) if np.isfinite(t) and np.isfinite(tb) and tb > 0 else None
-        summary[setting] = {"baseline_peak": base_peak, "auc_upto_tokens": upto, "methods": rows,
-                            "baseline_peak_at_end": bool(np.argmax(base_curve) == base_curve.size - 1)}
-    return summary
-
-
+tokens_to_reach = first_crossing  # the one first-crossing helper, under its old name
+FIGURES = {"po_tokens": "accuracy_vs_po_tokens.png", "rounds": "accuracy_vs_rounds.png",
+           "total_cost": "accuracy_vs_total_cost.png"}
+AXIS_TITLES = {"po_tokens": "cumulative policy-optimisation tokens", "rounds": "generation rounds",
+               "total_cost": "total cost (generated tokens × ratio + PO tokens)"}
 FIDELITY_KEYS = ("pearson", "chi2", "j_vs_uniform")
 
 
-def fidelity_summary(results: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
-    """Per setting and method: mean, min and max over training of Pearson(|A|, G), χ² and J(p*)/J(uniform).
-
-    Each run's ``diagnostics`` hold the values the trainer measured on its own pools; runs without
-    them (the SFT control) are left out.
-    """
-    acc: dict[str, dict[str, dict[str, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
-    for r in results:
-        for d in r.get("diagnostics") or []:
-            for key in FIDELITY_KEYS:
-                if key in d and np.isfinite(d[key]):
-                    acc[r["setting"]][r["label"]][key].append(float(d[key]))
-    return {
-        setting: {label: {key: {"mean": float(np.mean(v)), "min": float(np.min(v)), "max": float(np.max(v)),
-                                "n": len(v)} for key, v in per.items()}
-                  for label, per in by_label.items()}
-        for setting, by_label in acc.items()
-    }
+def _fmt(v: float, axis: str) -> str:
+    if not np.isfinite(v):
+        return "not reached"
+    return f"{v:.0f}" if axis == "rounds" else f"{v / 1e3:.1f}k"
 
 
-def _plot_fidelity(results: list[dict[str, Any]], path: Path) -> bool:
-    """Pearson, χ² and J(p*)/J(uniform) against cumulative tokens, mean over seeds, headline runs only.
+def arm_stats(runs: Sequence[RunResult], target: float, upto: float, *,
+              generation_cost: float = DEFAULT_GENERATION_COST, n_boot: int = 2000) -> dict[str, Any]:
+    """One arm's numbers: peak of the seed-mean curve, x to ``target`` on each axis, AUC, PO seconds; 95% CIs."""
+    picks = np.random.default_rng(0).integers(0, len(runs), size=(n_boot, len(runs)))
+    c = seed_curves(runs, "po_tokens", generation_cost=generation_cost)
+    boot = c.boot_means(picks).max(1)
+    out: dict[str, Any] = {"seeds": len(runs), "peak": float(c.mean.max()),
+                           "peak_ci": [float(q) for q in np.quantile(boot, [0.025, 0.975])]}
+    for axis in AXES:
+        c = seed_curves(runs, axis, generation_cost=generation_cost)
+        t = first_crossings(c.grid, c.boot_means(picks), target)
+        out[f"{axis}_to_target"] = float(first_crossings(c.grid, c.mean, target))
+        out[f"{axis}_to_target_ci"] = [float(q) for q in np.quantile(t, [0.025, 0.975], method="inverted_cdf")]
+    aucs = [area_under_curve(axis_values(r, "po_tokens"), [e.heldout_accuracy for e in r.evals], upto) for r in runs]
+    out["auc"], out["auc_ci"] = float(np.mean(aucs)), list(bootstrap_ci(aucs))
+    out["po_seconds"] = float(np.mean([r.evals[-1].po_seconds for r in runs]))
+    return out
 
-    Fifteen single-seed series are unreadable on one axis; the table of the report has every run.
-    """
+
+def _arm_row(name: str, st: dict[str, Any]) -> str:
+    cells = [name, str(st["seeds"]), f"{st['peak']:.3f} [{st['peak_ci'][0]:.3f}, {st['peak_ci'][1]:.3f}]"]
+    for axis in AXES:
+        lo, hi = st[f"{axis}_to_target_ci"]
+        cells.append(f"{_fmt(st[f'{axis}_to_target'], axis)} [{_fmt(lo, axis)}, {_fmt(hi, axis)}]")
+    cells += [f"{st['auc']:.3f} [{st['auc_ci'][0]:.3f}, {st['auc_ci'][1]:.3f}]", f"{st['po_seconds']:.1f}"]
+    return "| " + " | ".join(cells) + " |"
+
+
+def _upto(ev: E.Evidence) -> float:
+    return float(min(r.evals[-1].po_tokens for r in ev.section.arms[ev.baseline]))
+
+
+def _all_stats(ev: E.Evidence) -> dict[E.Key, dict[str, Any]]:
+    return {k: arm_stats(runs, ev.target, _upto(ev), generation_cost=ev.generation_cost)
+            for k, runs in ev.section.arms.items()}
+
+
+def _section_lines(ev: E.Evidence, baseline: str) -> list[str]:
+    sec = ev.section
+    upto = _upto(ev)
+    controlled = all(r.po_seconds_controlled for runs in sec.arms.values() for r in runs)
+    clock = "PO wall s (controlled)" if controlled else "PO wall s (contended)"
+    lines = [f"## {sec.task} / {sec.setting}", "",
+             f"Common target: **{ev.target:.3f}** ({100 * ev.target_fraction:.0f}% of the lowest seed-mean peak "
+             f"among the methods compared). AUC is the mean accuracy over the first {upto / 1e3:.1f}k PO tokens. "
+             f"Total cost = generated tokens × {ev.generation_cost:.3g} + PO tokens.", "",
+             f"| method | seeds | peak [95% CI] | PO tokens to target | rounds to target | total cost to target | "
+             f"AUC | {clock} |", "|---|---|---|---|---|---|---|---|"]
+    order = sorted(sec.arms, key=lambda k: (k[0] != baseline, k[0], k[1]))
+    stats = _all_stats(ev)
+    lines += [_arm_row(sec.name(k), stats[k]) for k in order]
+    if not controlled:
+        lines += ["", "The PO wall-clock column was measured while other runs shared the CPU (contended): "
+                  "it is not a measurement of the time saved; `benchmarks/` holds the controlled one."]
+    lines += ["", "### Decomposition: saving to the common target, by effect", "",
+              "| step | PO tokens [95% CI] | generation rounds [95% CI] | total cost [95% CI] | "
+              "Δ accuracy at equal rounds [95% CI] |", "|---|---|---|---|---|"]
+    for c in ev.decomposition:
+        cells = [f"{E._pct(s.value)} [{E._pct(s.lo)}, {E._pct(s.hi)}]" for s in (c.savings[a] for a in AXES)]
+        g = c.rounds_gap
+        cells.append("–" if g is None else f"{g.value:+.3f} [{g.lo:+.3f}, {g.hi:+.3f}] at round {c.rounds_at:.0f}")
+        lines.append(f"| {c.name}: {sec.name(c.a)} → {sec.name(c.b)} | " + " | ".join(cells) + " |")
+    if not ev.decomposition:
+        why = ("the target is not above the starting accuracy" if not ev.informative
+               else "no pair of the decomposition was run")
+        lines.append(f"| (not computed: {why}) | – | – | – | – |")
+    lines += ["", "Saving = 1 − x(later)/x(earlier) to reach the target on each method's seed-mean curve; positive "
+              "means the later method needs less. Δ accuracy at equal rounds is the later method's seed-mean "
+              "accuracy minus the earlier one's at the last generation round both reached: the comparison at "
+              "equal rollouts. CIs resample the seeds (paired when both ran the same seeds). "
+              f"Tuned baseline: {sec.name(ev.tuned) if ev.tuned else 'none'} ({ev.tuned_note}). "
+              f"Best cost-aware method: {sec.name(ev.best) if ev.best else 'none'}"
+              + (f" ({ev.best_note})." if ev.best_note else "."), "", "### Verdicts", ""]
+    lines += [E.verdict_line(claim, comp, why, target=ev.target) for claim, comp, why in ev.claims]
+    lines += ["", "A claim is **yes** only when the PO-token CI lies above zero, **no** when below, and "
+              "**not shown** otherwise.", "", ev.plateau.text(label(baseline)), ""]
+    if ev.tuned_plateau is not None and ev.tuned is not None:
+        lines += [ev.tuned_plateau.text(sec.name(ev.tuned)), ""]
+    return lines
+
+
+def _plot_axis(evs: Sequence[E.Evidence], axis: str, path: Path, sft: Sequence[RunResult]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = [r for r in results if r.get("diagnostics") and r["spec"]["group"] == "headline"]
-    if not runs:
-        return False
-    titles = {"pearson": "Pearson(|A|, ‖∇ℓ_i‖)", "chi2": "cost-biased χ²(p*_true ‖ p_|A|)",
-              "j_vs_uniform": "J(p_|A|) / J(uniform)"}
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
-    by: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for r in runs:
-        by[f"{r['setting']}: {r['label']}"].append(r)
-    for ax, key in zip(axes, FIDELITY_KEYS, strict=True):
-        for name, rs in sorted(by.items()):
-            by_step: dict[int, list[tuple[float, float]]] = defaultdict(list)
-            for r in rs:
-                for d in r["diagnostics"]:
-                    if key in d and np.isfinite(d[key]):
-                        by_step[d["step"]].append((d["tokens"], d[key]))
-            if by_step:  # mean over seeds at each logged step
-                xy = np.array([np.mean(by_step[st], axis=0) for st in sorted(by_step)])
-                ax.plot(xy[:, 0], xy[:, 1], marker=".", label=f"{name} (n={len(rs)})")
-        if key == "j_vs_uniform":
-            ax.axhline(1.0, color="k", lw=0.8, ls=":")
-        ax.set_title(titles[key])
-        ax.set_xlabel("cumulative policy-optimisation tokens")
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
-
-
-def _plot(results: list[dict[str, Any]], settings: list[str], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(settings), figsize=(6 * len(settings), 4.2), squeeze=False)
-    for ax, setting in zip(axes[0], settings, strict=True):
-        by_label: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for r in results:
-            if r["setting"] == setting or (r["spec"]["method"] == "sft" and setting == "GRPO"):
-                by_label[r["label"]].append(r)
-        for label, runs in sorted(by_label.items()):
-            xmax = min(_curve(r)[0].max() for r in runs)
-            grid = np.linspace(0, xmax, 50)
-            ys = np.stack([np.interp(grid, *_curve(r)) for r in runs])
-            style = "--" if label == "SFT continuation" else "-"
-            (line,) = ax.plot(grid, ys.mean(0), style, label=f"{label} (n={len(runs)})")
-            if len(runs) > 1:
-                ax.fill_between(grid, ys.min(0), ys.max(0), color=line.get_color(), alpha=0.15)
-        ax.set_title(f"{setting}: held-out mean@k")
-        ax.set_xlabel("cumulative policy-optimisation tokens")
-        ax.set_ylabel("accuracy")
+    fig, axes = plt.subplots(1, len(evs), figsize=(6.5 * len(evs), 4.4), squeeze=False)
+    for ax, ev in zip(axes[0], evs, strict=True):
+        sec = ev.section
+        for key in sorted(sec.arms, key=lambda k: (k[0], k[1])):
+            runs = sec.arms[key]
+            c = seed_curves(runs, axis, generation_cost=ev.generation_cost, points=64)
+            picks = np.random.default_rng(0).integers(0, len(runs), size=(500, len(runs)))
+            lo, hi = np.quantile(c.boot_means(picks), [0.025, 0.975], axis=0)
+            (line,) = ax.plot(c.grid, c.mean, label=f"{sec.name(key)} (n={len(runs)})")
+            ax.fill_between(c.grid, lo, hi, color=line.get_color(), alpha=0.15)
+        own = [r for r in sft if r.id.task == sec.task]
+        if axis == "po_tokens" and own and sec.setting == "grpo":
+            c = seed_curves(own, axis, points=64)
+            ax.plot(c.grid, c.mean, "k--", lw=1, label=f"{label('sft')} (x = SFT tokens, n={len(own)})")
+        ax.axhline(ev.target, color="k", lw=0.7, ls=":")
+        ax.set(title=f"{sec.task} / {sec.setting}: held-out accuracy", xlabel=AXIS_TITLES[axis], ylabel="accuracy")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
@@ -246,151 +159,177 @@ def _plot(results: list[dict[str, Any]], settings: list[str], path: Path) -> Non
     plt.close(fig)
 
 
-def _target_lines(setting_summary: dict[str, Any]) -> list[str]:
-    """The issue's target, checked on the numbers above: p* reaches the GRPO peak with ≥25% fewer tokens."""
-    row = setting_summary["methods"].get("p*")
-    if row is None:
-        return []
-    caveat = []
-    if setting_summary.get("baseline_peak_at_end"):
-        caveat = ["GRPO's seed-mean curve peaks at its last evaluation: it was still improving when the token "
-                  "budget ran out, so its peak is a lower bound on the plateau it would reach, and "
-                  "the tokens to reach it say how much sooner a method gets as far as GRPO did.", ""]
-    base = setting_summary["methods"]["GRPO"]
-    saving = row["saving_100"]
-    fewer = saving is not None and saving >= 0.25
-    not_below = row["peak"] >= base["peak"]
-    verdict = "met" if fewer and not_below else "**not met**"
-    said = "not reached by every seed" if saving is None else f"{100 * saving:+.0f}%"
-    return [f"Target (p* reaches the GRPO peak with ≥25% fewer tokens, and its peak is not below GRPO's): "
-            f"{verdict}. Saving to the GRPO peak: {said}; peak {row['peak']:.3f} against {base['peak']:.3f}.", "",
-            *caveat]
+def _plot_ablations(runs: Sequence[RunResult], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by: dict[str, list[RunResult]] = defaultdict(list)
+    for r in runs:
+        by[f"{r.id.task}/{r.id.setting}: {label(r.id.arm)}"].append(r)
+    fig, ax = plt.subplots(figsize=(7, 4.4))
+    for name, rs in sorted(by.items()):
+        c = seed_curves(rs, "po_tokens", points=64)
+        ax.plot(c.grid, c.mean, label=f"{name} (n={len(rs)})")
+    ax.set(title="Ablations (proxy noise, G ≡ 1, α, tokens/step)", xlabel=AXIS_TITLES["po_tokens"], ylabel="accuracy")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
-def _token_share_lines(results: list[dict[str, Any]]) -> list[str]:
-    """Every step logs three token counts: the method's own, plain GRPO's on the same pools, nonzero rows only."""
-    by: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+def fidelity_summary(results: Sequence[RunResult]) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
+    """Per 'task/setting' and arm: mean, min, max over training of Pearson(|A|, G), χ² and J(p)/J(uniform)."""
+    acc: dict[str, dict[str, dict[str, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     for r in results:
-        if r.get("state"):
-            by[(r["setting"], r["label"])].append(r)
+        for d in r.fidelity:
+            for key in FIDELITY_KEYS:
+                v = getattr(d, key)
+                if v is not None:
+                    acc[f"{r.id.task}/{r.id.setting}"][r.id.arm][key].append(float(v))
+    return {s: {arm: {k: {"mean": float(np.mean(v)), "min": float(np.min(v)), "max": float(np.max(v)), "n": len(v)}
+                      for k, v in per.items()} for arm, per in by_arm.items()} for s, by_arm in acc.items()}
+
+
+def _fidelity_lines(results: Sequence[RunResult]) -> list[str]:
+    fid = fidelity_summary(results)
+    if not fid:
+        return []
+    lines = ["## Proxy fidelity across training (paper Figure 3, G.8)", "",
+             "Measured by the trainer on a random subset of each pool: the exact per-sequence gradient norm G_i "
+             "against the proxy |A_i|. J(p_|A|)/J(p*_true) = 1 + χ² (Theorem 4.2); J(p_|A|)/J(uniform) < 1 means "
+             "sampling by |A|/√c is predicted to cost less than uniform sampling.", "",
+             "| task/setting | method | Pearson mean [min, max] | χ² mean [min, max] | J(p)/J(uniform) mean [min, max] |",
+             "|---|---|---|---|---|"]
+    for s, by_arm in sorted(fid.items()):
+        for arm, vals in sorted(by_arm.items()):
+            cells = [f"{vals[k]['mean']:.2f} [{vals[k]['min']:.2f}, {vals[k]['max']:.2f}]" if k in vals else "–"
+                     for k in FIDELITY_KEYS]
+            lines.append(f"| {s} | {label(arm)} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def _token_share_lines(results: Sequence[RunResult]) -> list[str]:
+    """The method's own PO tokens against plain GRPO's and the nonzero rows' on the same pools."""
+    by: dict[tuple[str, str, str, float], list[RunResult]] = defaultdict(list)
+    for r in results:
+        last = r.evals[-1]
+        if last.po_tokens_plain and last.po_tokens_nonzero is not None and r.id.method != "sft":
+            by[(r.id.task, r.id.setting, r.id.arm, r.id.learning_rate)].append(r)
     if not by:
         return []
     lines = ["## Tokens per run, on the run's own pools (mean over seeds)", "",
-             "| setting | method | own tokens | plain GRPO on the same pools | nonzero rows only | own / plain | "
-             "rows fed / drawn | skipped pools |", "|---|---|---|---|---|---|---|---|"]
-    for (setting, label), rs in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][1] != "GRPO", kv[0][1])):
-        st = {k: float(np.mean([r["state"][k] for r in rs])) for k in
-              ("tokens", "tokens_plain", "tokens_nonzero", "rows_fed", "rows_drawn", "skipped")}
-        lines.append(f"| {setting} | {label} | {_fmt_tokens(st['tokens'])} | {_fmt_tokens(st['tokens_plain'])} | "
-                     f"{_fmt_tokens(st['tokens_nonzero'])} | {st['tokens'] / st['tokens_plain']:.2f} | "
-                     f"{st['rows_fed'] / max(st['rows_drawn'], 1):.2f} | {st['skipped']:.1f} |")
+             "| task/setting | method | lr | own PO tokens | plain GRPO on the same pools | nonzero rows only | "
+             "own / plain |", "|---|---|---|---|---|---|---|"]
+    for (task, setting, arm, lr), rs in sorted(by.items()):
+        own = np.mean([r.evals[-1].po_tokens for r in rs])
+        plain = np.mean([r.evals[-1].po_tokens_plain for r in rs])
+        nz = np.mean([r.evals[-1].po_tokens_nonzero for r in rs])
+        lines.append(f"| {task}/{setting} | {label(arm)} | {lr:g} | {own / 1e3:.1f}k | {plain / 1e3:.1f}k | {nz / 1e3:.1f}k | "
+                     f"{own / plain:.2f} |")
     return lines + [""]
 
 
-def _run_lines(results: list[dict[str, Any]]) -> list[str]:
-    """Every run with its exact specification, so that each number above can be traced to one."""
-    lines = ["## Runs", "", "Each run's full result (evaluations, diagnostics, TRL log) is `runs/<file>.json`; "
-             "the profile above plus the spec below is its whole configuration.", "",
-             "| group | setting | method | seed | spec | wall s |", "|---|---|---|---|---|---|"]
-    for r in sorted(results, key=lambda r: (r["spec"]["group"], r["setting"], r["label"], r["spec"]["seed"])):
-        spec = {k: v for k, v in r["spec"].items() if k not in ("group", "seed")}
-        if spec.get("loss_type") == "profile":  # resolved by the run itself
-            spec["loss_type"] = r.get("loss_type", "profile")
-        lines.append(f"| {r['spec']['group']} | {r['setting']} | {r['label']} | {r['spec']['seed']} | "
-                     f"`{json.dumps(spec)}` | {r.get('wall_seconds', float('nan')):.0f} |")
+def _run_lines(results: Sequence[RunResult]) -> list[str]:
+    lines = ["## Runs", "", "| group | task | setting | method | lr | seed | loss | spec | wall s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(results, key=lambda r: (r.id.group, r.id.task, r.id.setting, r.id.arm, r.id.learning_rate,
+                                             r.id.seed)):
+        i = r.id
+        lines.append(f"| {i.group} | {i.task} | {i.setting} | {label(i.arm)} | {i.learning_rate:g} | {i.seed} | "
+                     f"{i.loss_type} | `{json.dumps(r.spec, sort_keys=True)}` | {r.wall_seconds:.0f} |")
     return lines + [""]
 
 
-def _fmt_tokens(t: float) -> str:
-    return "not reached" if not np.isfinite(t) else f"{t / 1e3:.1f}k"
+def _cost_sentence(cost: float) -> str:
+    return (f"Total cost counts one generated token as {cost:.3g} of a policy-optimisation token. "
+            + ("The default, 1/3, assumes batched, compute-bound decoding: a decoded token costs ~2N FLOPs and a "
+               "trained token's forward+backward ~6N. Decoding is usually memory-bound, so per token it costs "
+               "more than that in wall-clock; a larger ratio moves the total-cost axis toward the rounds axis."
+               if cost == DEFAULT_GENERATION_COST else "The ratio was set by the profile."))
 
 
-def write_report(
-    results: list[dict[str, Any]], out: Path, *, profile: dict[str, Any], sft: dict[str, Any], command: str
-) -> dict[str, Path]:
-    """Write ``report.md``, ``report.html``, ``summary.json`` and the figures into ``out``."""
+def write_report(results: Sequence[RunResult], out: Path, *, command: str, profile: dict[str, Any] | None = None,
+                 sft: dict[str, Any] | None = None, baseline: str = "none", candidate: str = "p_star",
+                 generation_cost: float = DEFAULT_GENERATION_COST, target_fraction: float = 0.95) -> dict[str, Path]:
+    """Write ``report.md``, ``report.html``, ``summary.json`` and the figures into ``out``; return their paths."""
     if not results:
         raise ValueError("results must not be empty: no run has finished")
+    bad = [r for r in results if not isinstance(r, RunResult)]
+    if bad:
+        raise ValueError(f"results must be RunResult records, got {type(bad[0]).__name__}")
     out = Path(out)
-    summary = summarise(results)
-    settings = [s for s in ("GRPO", "GRPO+ZVF", "CISPO") if s in summary]
-    head = [r for r in results if r["spec"]["group"] in ("headline", "zvf", "cispo", "control")]
-    abl = [r for r in results if r["spec"]["group"] == "ablation" or
-           (r["spec"]["group"] == "headline" and r["spec"]["method"] in ("none", "p_star")
-            and r["spec"]["seed"] in {a["spec"]["seed"] for a in results if a["spec"]["group"] == "ablation"})]
-    figures = {"curves": out / "accuracy_vs_tokens.png"}
-    _plot(head, settings, figures["curves"])
-    if any(r["spec"]["group"] == "ablation" for r in results):
+    out.mkdir(parents=True, exist_ok=True)
+    secs = E.sections(results, baseline)
+    if not secs:
+        raise ValueError(f"baseline {baseline!r} has no runs: arms are {sorted({r.id.arm for r in results})}")
+    evs = [E.evaluate_section(s, baseline, candidate=candidate, target_fraction=target_fraction,
+                              generation_cost=generation_cost) for s in secs]
+    sft_runs = [r for r in results if r.id.method == "sft"]
+    figures = {axis: out / name for axis, name in FIGURES.items()}
+    for axis, path in figures.items():
+        _plot_axis(evs, axis, path, sft_runs)
+    ablations = [r for r in results if r.id.group == "ablation"]
+    abl_ref = [r for r in results if r.id.group == "headline" and r.id.arm in (baseline, candidate)
+               and (r.id.task, r.id.seed) in {(a.id.task, a.id.seed) for a in ablations}]  # same seeds, for reference
+    if ablations:
         figures["ablations"] = out / "ablations.png"
-        _plot([{**r, "setting": "ablations"} for r in abl], ["ablations"], figures["ablations"])
+        _plot_ablations(ablations + abl_ref, figures["ablations"])
 
-    if _plot_fidelity(results, out / "proxy_fidelity.png"):
-        figures["fidelity"] = out / "proxy_fidelity.png"
-    fidelity = fidelity_summary(results)
-
-    lines = ["# Cost-Aware GRPO against GRPO: accuracy against policy-optimisation tokens", ""]
-    lines += [f"Command: `{command}`", "",
-              f"Policy: tiny Qwen2 ({sft['parameters']:,} parameters) after SFT on demonstrations with injected "
-              f"mistakes: greedy accuracy {sft['greedy_accuracy']:.3f}, sampled (T=1) {sft['sampled_accuracy']:.3f}.",
-              "", "Profile: `" + json.dumps(profile) + "`", ""]
-    labels = sorted({lab for st in settings for lab in summary[st]["methods"]}, key=lambda x: x != "GRPO")
-    lines += ["## Best checkpoint accuracy (the paper's Table 1 form: peak of the seed-mean curve)", "",
-              "| method | " + " | ".join(settings) + " |", "|---|" + "---|" * len(settings)]
-    for label in labels:
-        cells = [f"{summary[st]['methods'][label]['peak']:.3f}" if label in summary[st]["methods"] else "–"
-                 for st in settings]
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    lines.append("")
-    for setting in settings:
-        s = summary[setting]
-        lines += [f"## {setting}", "",
-                  f"Baseline (GRPO) peak of the seed-mean curve: **{s['baseline_peak']:.3f}**. "
-                  f"AUC is the mean accuracy over the first {s['auc_upto_tokens'] / 1e3:.1f}k tokens.", "",
-                  "| method | seeds | peak acc. [95% CI] | tokens to GRPO peak [95% CI] | saving | tokens to 95% | saving | "
-                  "tokens to 90% | saving | AUC [95% CI] | PO wall s |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for label, row in sorted(s["methods"].items(), key=lambda kv: kv[0] != "GRPO"):
-            def sv(v):
-                return "–" if v is None else f"{100 * v:+.0f}%"
-            def tk(frac, row=row):
-                lo, hi = row[f"tokens_to_{frac}_ci"]
-                return f"{_fmt_tokens(row[f'tokens_to_{frac}'])} [{_fmt_tokens(lo)}, {_fmt_tokens(hi)}]"
-            lines.append(
-                f"| {label} | {row['seeds']} | {row['peak']:.3f} [{row['peak_ci'][0]:.3f}, {row['peak_ci'][1]:.3f}] | "
-                f"{tk(100)} | {sv(row['saving_100'])} | {tk(95)} | {sv(row['saving_95'])} | "
-                f"{tk(90)} | {sv(row['saving_90'])} | "
-                f"{row['auc']:.3f} [{row['auc_ci'][0]:.3f}, {row['auc_ci'][1]:.3f}] | {row['po_seconds']:.0f} |")
-        lines.append("")
-        lines += _target_lines(s)
-    lines += ["Savings are 1 − tokens(method)/tokens(GRPO) to reach the same accuracy; positive means fewer tokens. "
-              "Peaks and tokens are read off each method's seed-mean curve; CIs resample the seeds "
-              "(a CI bound 'not reached' means some resamples never reach the target). "
-              "The SFT-continuation control's x-axis is SFT tokens.", "",
-              "![accuracy vs tokens](accuracy_vs_tokens.png)", ""]
+    lines = ["# Cost-aware GRPO against GRPO: what a user gains, and from which effect", ""]
+    lines += [E.answer_paragraph(ev, baseline, candidate) + "\n" for ev in evs]
+    lines += [f"Command: `{command}`", ""]
+    if sft:
+        lines += [f"Policy: {sft.get('parameters', 0):,} parameters after SFT: greedy accuracy "
+                  f"{sft.get('greedy_accuracy', float('nan')):.3f}, sampled {sft.get('sampled_accuracy', float('nan')):.3f}.", ""]
+    if profile:
+        lines += ["Profile: `" + json.dumps(profile, default=str) + "`", ""]
+    lines += [_cost_sentence(generation_cost), ""]
+    for ev in evs:
+        lines += _section_lines(ev, baseline)
+    lines += ["## Accuracy against each axis", ""]
+    lines += [f"![accuracy vs {AXIS_TITLES[a]}]({FIGURES[a]})" + "\n" for a in AXES]
     lines += _token_share_lines(results)
-    if fidelity:
-        lines += ["## Proxy fidelity across training (paper Figure 3, G.8)", "",
-                  "Measured by the trainer on a random subset of each pool: the exact per-sequence gradient norm "
-                  "G_i of the loss as configured, against the proxy |A_i|. χ² is D_χ²(p̃*_true ‖ p̃_|A|) between "
-                  "cost-biased distributions, so J(p_|A|)/J(p*_true) = 1 + χ² (Theorem 4.2); "
-                  "J(p_|A|)/J(uniform) < 1 means sampling by |A|/√c is predicted to cost less than uniform "
-                  "sampling for the same gradient variance. The figure draws the headline runs.", "",
-                  "| setting | method | Pearson mean [min, max] | χ² mean [min, max] | J(p)/J(uniform) mean [min, max] |",
-                  "|---|---|---|---|---|"]
-        for setting, by_label in sorted(fidelity.items()):
-            for label, vals in sorted(by_label.items(), key=lambda kv: kv[0] != "GRPO"):
-                cells = [f"{vals[k]['mean']:.2f} [{vals[k]['min']:.2f}, {vals[k]['max']:.2f}]" if k in vals else "–"
-                         for k in FIDELITY_KEYS]
-                lines.append(f"| {setting} | {label} | " + " | ".join(cells) + " |")
-        lines += ["", "![proxy fidelity](proxy_fidelity.png)", ""]
-    if "ablations" in figures:
-        lines += ["## Ablations (proxy noise, G ≡ 1, α)", "", "![ablations](ablations.png)", ""]
+    lines += _fidelity_lines(results)
+    if ablations:
+        lines += ["## Ablations", "", "![ablations](ablations.png)", ""]
     lines += _run_lines(results)
     md = "\n".join(lines)
+    summary = {"baseline": baseline, "candidate": candidate, "generation_cost": generation_cost,
+               "sections": [_summary(ev) for ev in evs], "command": command, "profile": profile, "sft": sft}
     paths = {"markdown": out / "report.md", "html": out / "report.html", "summary": out / "summary.json"}
     paths["markdown"].write_text(md)
-    paths["summary"].write_text(json.dumps({"summary": summary, "profile": profile, "sft": sft, "command": command},
-                                           indent=2, default=str))
+    paths["summary"].write_text(json.dumps(summary, indent=2, default=str))
+    _write_html(md, figures, paths["html"])
+    return {**paths, **figures}
+
+
+def _summary(ev: E.Evidence) -> dict[str, Any]:
+    sec = ev.section
+
+    def comp(c: E.Comparison) -> dict[str, Any]:
+        return {"name": c.name, "from": list(c.a), "to": list(c.b), **{a: s.as_dict() for a, s in c.savings.items()},
+                "rounds_at": c.rounds_at, "accuracy_gap_at_equal_rounds": c.rounds_gap.as_dict() if c.rounds_gap else None}
+
+    return {"task": sec.task, "setting": sec.setting, "default_lr": sec.default_lr, "target": ev.target,
+            "start": ev.start, "informative": ev.informative,
+            "arms": {f"{a}@{lr:g}": st for (a, lr), st in _all_stats(ev).items()},
+            "tuned": list(ev.tuned) if ev.tuned else None, "tuned_note": ev.tuned_note,
+            "best": list(ev.best) if ev.best else None, "peaks": {f"{a}@{lr:g}": v for (a, lr), v in ev.peaks.items()},
+            "decomposition": [comp(c) for c in ev.decomposition],
+            "claims": [{"claim": n, **(comp(c) if c else {"absent": why})} for n, c, why in ev.claims],
+            "plateau": _plateau_dict(ev.plateau),
+            "tuned_plateau": None if ev.tuned_plateau is None else _plateau_dict(ev.tuned_plateau)}
+
+
+def _plateau_dict(p: E.Plateau) -> dict[str, Any]:
+    return {"plateaued": p.plateaued, "peak_index": p.peak_index, "n_points": p.n_points, "peak_late": p.peak_late,
+            "rise": p.rise.as_dict()}
+
+
+def _write_html(md: str, figures: dict[str, Path], path: Path) -> None:
     import markdown
 
     body = markdown.markdown(md, extensions=["tables"])
@@ -399,6 +338,5 @@ def write_report(
         body = body.replace(f'src="{f.name}"', f'src="data:image/png;base64,{data}" style="max-width:100%"')
     style = ("body{font-family:sans-serif;max-width:1400px;margin:auto}table{border-collapse:collapse}"
              "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}")
-    paths["html"].write_text(f"<!doctype html><meta charset='utf-8'><title>costaware reproduce</title>"
-                             f"<style>{style}</style><body>{body}</body>")
-    return {**paths, **figures}
+    path.write_text(f"<!doctype html><meta charset='utf-8'><title>costaware reproduce</title>"
+                    f"<style>{style}</style><body>{body}</body>")

@@ -1,0 +1,259 @@
+"""What one `costaware reproduce` runs: the :class:`Profile` (sizes, built by keyword) and its runs.
+
+A profile's fields come in groups (``Profile.help()`` prints them); the named profiles ``quick``,
+``default`` and ``full`` are keyword constructions over the defaults, so a reader sees only what
+differs. :func:`run_specs` turns a profile into the list of :class:`RunSpec` to train, each of which
+maps one to one onto a :class:`costaware.experiments.records.RunId`.
+
+>>> p = Profile(seeds=(0, 1), token_budget=1000)
+>>> [s.arm for s in run_specs(p) if s.seed == 0]
+['none', 'nonzero', 'p_star', 'p_star:raw', 'p_smooth', 'pods', 'none:lr2', 'none:lr4']
+>>> Profile(eval_k=0)
+Traceback (most recent call last):
+...
+ValueError: eval_k must be an integer >= 1, got 0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+# The headline methods, by registry id (grpo.plan.METHODS): GRPO, nonzero (GRPO's rows with A != 0,
+# renormalised: the effective-step control), p* (centred weights), p* with raw weights (GRPO's expected
+# step), p*_smooth(0.01) and PODS. ("p_star", "raw") is p* with raw weights.
+HEADLINE: tuple[tuple[str, str], ...] = (
+    ("none", "centred"), ("nonzero", "centred"), ("p_star", "centred"), ("p_star", "raw"),
+    ("p_smooth", "centred"), ("pods", "centred"),
+)  # fmt: skip
+METHOD_IDS = ("none", "nonzero", "p_star", "p_smooth", "pods", "inv_sqrt_cost", "variance", "uniform")
+GROUPS = ("headline", "lr_sweep", "zvf", "cispo", "ablation", "control")
+
+
+def _opt(default: Any, group: str, help_: str, **kw: Any) -> Any:
+    return field(default=default, metadata={"group": group, "help": help_}, **kw)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Sizes of one reproduction, grouped as ``Profile.help()`` prints them.
+
+    With ``token_budget > 0`` every run trains until its policy-optimisation (PO) tokens reach the
+    budget, with ``rounds`` as a cap (a policy whose pools are all skipped still ends), and is evaluated
+    ``eval_points`` times at equal token spacing. With ``token_budget == 0`` runs stop after ``rounds``
+    and evaluate every ``eval_every`` rounds.
+    """
+
+    # policy
+    hidden_size: int = _opt(96, "policy", "width of the tiny Qwen2")
+    num_layers: int = _opt(3, "policy", "decoder layers")
+    # task
+    task: str = _opt("arith", "task", "task family of the headline (experiments.tasks registry)")
+    second_task: str = _opt("", "task", "a second family the headline is also run on ('' = none)")
+    min_size: int = _opt(2, "task", "smallest task size (terms / digits)")
+    max_size: int = _opt(8, "task", "largest task size")
+    mistake_prob: float = _opt(0.15, "task", "per-step slip rate of the SFT demonstrations")
+    # sft warm-up
+    sft_steps: int = _opt(1200, "sft", "SFT steps of the shared warm-up")
+    sft_batch: int = _opt(64, "sft", "SFT rows per step")
+    sft_lr: float = _opt(3e-3, "sft", "SFT peak learning rate")
+    control_lr: float = _opt(3e-4, "sft", "learning rate of the SFT-continuation control")
+    # reinforcement learning
+    rounds: int = _opt(400, "rl", "generation rounds per run; a cap when token_budget > 0")
+    prompts_per_round: int = _opt(32, "rl", "prompts per generation round")
+    generations: int = _opt(8, "rl", "completions per prompt (the group size)")
+    steps_per_generation: int = _opt(2, "rl", "optimiser steps (mini-batches) per round")
+    learning_rate: float = _opt(1e-4, "rl", "GRPO learning rate")
+    lr_sweep: tuple[float, ...] = _opt((2.0, 4.0), "rl", "GRPO also at these multiples of the LR (x1 is GRPO)")
+    loss_type: str = _opt("grpo", "rl", "TRL loss_type of the GRPO setting")
+    pods_keep: int = _opt(5, "rl", "PODS rows kept per group")
+    token_budget: int = _opt(400_000, "rl", "PO tokens every run spends (0: stop after rounds)")
+    skipped_warn_rounds: int = _opt(5, "rl", "warn after this many consecutive rounds that fed no token")
+    # evaluation
+    eval_points: int = _opt(8, "eval", "evaluations at equal PO-token spacing (token budget)")
+    eval_every: int = _opt(5, "eval", "evaluate every this many rounds (no token budget)")
+    eval_prompts: int = _opt(320, "eval", "prompts of the reported held-out set")
+    validation_prompts: int = _opt(96, "eval", "prompts of the validation split (LR choice), disjoint")
+    eval_k: int = _opt(2, "eval", "samples per prompt (mean@k)")
+    diagnostics_rows: int = _opt(32, "eval", "rows whose exact gradient norm is measured (0: off)")
+    generation_cost: float = _opt(
+        1 / 3, "eval",
+        "cost of one generated token in PO tokens, for the total-cost axis. A PO token costs a forward and a "
+        "backward pass (about 6N FLOPs for N parameters), a generated token one forward with a KV cache (2N): "
+        "1/3. Decoding is memory-bound on GPUs, which makes it dearer per FLOP; pass your measured ratio.",
+    )  # fmt: skip
+    # runs
+    seeds: tuple[int, ...] = _opt((0, 1, 2, 3, 4), "runs", "seeds of the headline and the LR sweep")
+    setting_seeds: tuple[int, ...] = _opt((), "runs", "seeds of GRPO+ZVF and CISPO (GRPO and p* each)")
+    ablation_seeds: tuple[int, ...] = _opt((), "runs", "seeds of the ablations and the SFT control")
+
+    def __post_init__(self) -> None:
+        ints = {"hidden_size": 8, "num_layers": 1, "min_size": 1, "max_size": 1, "sft_steps": 1, "sft_batch": 1,
+                "rounds": 1, "prompts_per_round": 1, "generations": 2, "steps_per_generation": 1, "pods_keep": 1,
+                "token_budget": 0, "skipped_warn_rounds": 1, "eval_points": 1, "eval_every": 1, "eval_prompts": 1,
+                "validation_prompts": 0, "eval_k": 1, "diagnostics_rows": 0}  # fmt: skip
+        for name, low in ints.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        for name in ("sft_lr", "control_lr", "learning_rate", "generation_cost"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        if not 0.0 <= self.mistake_prob < 1.0:
+            raise ValueError(f"mistake_prob must lie in [0, 1), got {self.mistake_prob!r}")
+        if self.max_size < self.min_size:
+            raise ValueError(f"max_size must be >= min_size={self.min_size}, got {self.max_size!r}")
+        if (self.prompts_per_round * self.generations) % self.steps_per_generation:
+            raise ValueError(f"steps_per_generation must divide prompts_per_round x generations, "
+                             f"got {self.steps_per_generation!r}")  # fmt: skip
+        for name in ("seeds", "setting_seeds", "ablation_seeds"):
+            value = getattr(self, name)
+            if not isinstance(value, tuple) or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in value):
+                raise ValueError(f"{name} must be a tuple of integers >= 0, got {value!r}")
+            if len(set(value)) != len(value):
+                raise ValueError(f"{name} must not repeat a seed, got {value!r}")
+        if not self.seeds:
+            raise ValueError("seeds must hold at least one seed, got ()")
+        if not isinstance(self.lr_sweep, tuple) or any(not (math.isfinite(m) and m > 0) for m in self.lr_sweep):
+            raise ValueError(f"lr_sweep must be a tuple of finite multiples > 0, got {self.lr_sweep!r}")
+        if not isinstance(self.task, str) or not self.task or not isinstance(self.second_task, str):
+            raise ValueError(f"task must be a task family's name, got {self.task!r}")
+
+    def tasks(self) -> tuple[str, ...]:
+        return (self.task, self.second_task) if self.second_task else (self.task,)
+
+    @classmethod
+    def help(cls) -> str:
+        """Every field with its default and help, by group."""
+        lines, group = [], None
+        for f in dataclasses.fields(cls):
+            if f.metadata["group"] != group:
+                group = f.metadata["group"]
+                lines.append(f"[{group}]")
+            lines.append(f"  {f.name} = {f.default!r}: {f.metadata['help']}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run. ``lr_scale`` multiplies the profile's learning rate (the GRPO LR sweep)."""
+
+    group: str  # one of GROUPS
+    method: str  # a grpo.plan method id, or "sft" for the SFT-continuation control
+    seed: int
+    task: str = "arith"
+    weights: str = "centred"
+    lr_scale: float = 1.0
+    loss_type: str = "profile"  # "profile": the profile's loss_type; "cispo" for the CISPO setting
+    zvf: bool = False
+    alpha: float = 0.01
+    proxy_noise: float = 0.0
+    step_budget: str = "rows"  # "tokens": each step draws until it holds the baseline's tokens
+
+    @property
+    def setting(self) -> str:
+        return "grpo+zvf" if self.zvf else ("cispo" if self.loss_type == "cispo" else "grpo")
+
+    @property
+    def arm(self) -> str:
+        """A readable id for file names and logs (the report groups on RunId, not on this)."""
+        arm = self.method + (":raw" if self.weights == "raw" else "")
+        if self.method == "p_smooth" and self.alpha != 0.01:
+            arm += f":a{self.alpha:g}"
+        arm += f":noise{self.proxy_noise:g}" if self.proxy_noise else ""
+        arm += ":tokens" if self.step_budget == "tokens" else ""
+        return arm + (f":lr{self.lr_scale:g}" if self.lr_scale != 1.0 else "")
+
+    def resolved_loss_type(self, profile: Profile) -> str:
+        return "sft" if self.method == "sft" else (profile.loss_type if self.loss_type == "profile" else self.loss_type)
+
+
+def run_specs(profile: Profile, methods: list[str] | None = None, groups: tuple[str, ...] = GROUPS) -> list[RunSpec]:
+    """The runs of a reproduction: the headline and the LR sweep with every seed, the rest with fewer.
+
+    ``methods`` restricts the headline to these method ids ("p_star" keeps both weight modes).
+    """
+    head = [(m, w) for m, w in HEADLINE if methods is None or m in methods]
+    specs: list[RunSpec] = []
+    for task in profile.tasks():
+        for s in profile.seeds:
+            specs += [RunSpec("headline", m, s, task=task, weights=w) for m, w in head]
+            if methods is None or "none" in methods:
+                specs += [RunSpec("lr_sweep", "none", s, task=task, lr_scale=x) for x in profile.lr_sweep]
+    t = profile.task
+    for s in profile.setting_seeds:
+        specs += [RunSpec("zvf", m, s, task=t, zvf=True) for m in ("none", "p_star")]
+        specs += [RunSpec("cispo", m, s, task=t, loss_type="cispo") for m in ("none", "p_star")]
+    for s in profile.ablation_seeds:
+        specs += [
+            RunSpec("ablation", "p_star", s, task=t, proxy_noise=0.1),
+            RunSpec("ablation", "p_star", s, task=t, proxy_noise=1.0),
+            RunSpec("ablation", "inv_sqrt_cost", s, task=t),
+            RunSpec("ablation", "p_smooth", s, task=t, alpha=0.05),
+            RunSpec("ablation", "p_smooth", s, task=t, alpha=0.1),
+            RunSpec("ablation", "p_star", s, task=t, step_budget="tokens"),
+            RunSpec("control", "sft", s, task=t),
+        ]
+    return [spec for spec in specs if spec.group in groups]
+
+
+def get_task(name: str) -> Any:
+    """The task family ``name``: the project's registry when present, else the local arith adapter."""
+    try:
+        from costaware.experiments.tasks import get_task as registry
+    except ImportError:  # the registry is not in this checkout: arith only
+        registry = _local_get_task
+    return registry(name)
+
+
+class _ArithFamily:
+    """``experiments.arith`` behind the task-family protocol (name, alphabet, make_tasks, ...)."""
+
+    name = "arith"
+    default_sizes = (2, 12)
+
+    def __init__(self) -> None:
+        from costaware.experiments import arith
+
+        self._arith, self.alphabet = arith, arith.ALPHABET
+
+    def make_tasks(self, n: int, *, min_size: int, max_size: int, rng: Any = None) -> Any:
+        return self._arith.make_tasks(n, min_terms=min_size, max_terms=max_size, rng=rng)
+
+    def demonstrations(self, tasks: Any, *, mistake_prob: float = 0.0, rng: Any = None) -> list[str]:
+        return self._arith.demonstrations(tasks, mistake_prob=mistake_prob, rng=rng)
+
+    def is_correct(self, responses: list[str], answers: Any) -> Any:
+        return self._arith.is_correct(responses, answers)
+
+    def reward(self, completions: list[Any], answer: list[Any], **kwargs: Any) -> list[float]:
+        return self._arith.arith_reward(completions, answer, **kwargs)
+
+    def max_response_tokens(self, max_size: int) -> int:
+        return 4 * (max_size - 1) + 4  # 3 digits + comma per partial sum, with slack for slips
+
+
+def _local_get_task(name: str) -> Any:
+    if name != "arith":
+        raise ValueError(f"task must be one of ['arith'], got {name!r}")
+    return _ArithFamily()
+
+
+PROFILES: dict[str, Profile] = {
+    # CI: the whole pipeline in well under a minute; its numbers mean nothing.
+    "quick": Profile(
+        hidden_size=32, num_layers=1, min_size=2, max_size=6, sft_steps=120, sft_batch=32, rounds=12,
+        prompts_per_round=4, generations=4, pods_keep=2, token_budget=500, eval_points=3, eval_every=2,
+        eval_prompts=24, validation_prompts=8, eval_k=1, seeds=(0,), lr_sweep=(2.0,), setting_seeds=(0,),
+    ),  # fmt: skip
+    # The headline decomposition on one task, 5 seeds, a budget past GRPO's plateau (see the README).
+    "default": Profile(),
+    # Everything: a larger policy, the second task, GRPO+ZVF and CISPO with 3 seeds, the ablations.
+    "full": Profile(
+        hidden_size=128, num_layers=4, max_size=12, sft_steps=1500, rounds=800, token_budget=1_200_000,
+        eval_points=16, second_task="sort", setting_seeds=(0, 1, 2), ablation_seeds=(0, 1, 2),
+    ),  # fmt: skip
+}

@@ -1,0 +1,216 @@
+"""Typed records of one training run: what every experiment emits and the report reads.
+
+A run is identified by a :class:`RunId` (task, registry method name, weights mode, setting, learning
+rate, seed, ...). The report groups runs by ``RunId.arm`` (the method id with its non-default
+variant options) and never by display labels. Every count in an :class:`EvalPoint` is cumulative
+since the start of the run, so that one curve can be read against each of the report's x-axes:
+policy-optimisation tokens, generation rounds, and total cost.
+
+>>> rid = RunId(task="arith", method="p_star", seed=0, learning_rate=1e-4, loss_type="grpo", weights="raw")
+>>> rid.arm
+'p_star:raw'
+>>> run = RunResult(rid, (EvalPoint(rounds=0, po_tokens=0, generated_tokens=0, heldout_accuracy=0.25),))
+>>> RunResult.from_json(run.to_json()) == run
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SCHEMA_VERSION", "RunId", "EvalPoint", "ProxyFidelityPoint", "RunResult"]
+
+SCHEMA_VERSION = 1
+WEIGHT_MODES = ("centred", "raw")
+STEP_BUDGETS = ("rows", "tokens")
+DEFAULT_ALPHA = 0.01
+
+
+def _bad(name: str, value: Any, why: str) -> ValueError:
+    return ValueError(f"{name} {why}, got {value!r}")
+
+
+def _check_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _bad(name, value, "must be an int >= 0")
+
+
+def _check_float(name: str, value: Any, *, low: float = 0.0, high: float = math.inf, positive: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _bad(name, value, "must be a finite number")
+    if value < low or value > high or (positive and value <= 0):
+        bound = f"> {low}" if positive else f"in [{low}, {high}]"
+        raise _bad(name, value, f"must be {bound}")
+
+
+def _check_name(name: str, value: Any) -> None:
+    if not isinstance(value, str) or not value:
+        raise _bad(name, value, "must be a non-empty string")
+
+
+@dataclass(frozen=True)
+class RunId:
+    """Identity of one run. ``arm`` is the method id the report groups and names baselines by."""
+
+    task: str
+    method: str
+    seed: int
+    learning_rate: float
+    loss_type: str
+    weights: str = "centred"
+    setting: str = "grpo"
+    group: str = "headline"
+    alpha: float = DEFAULT_ALPHA
+    proxy_noise: float = 0.0
+    step_budget: str = "rows"
+
+    def __post_init__(self) -> None:
+        for name in ("task", "method", "loss_type", "setting", "group"):
+            _check_name(f"RunId.{name}", getattr(self, name))
+        if self.loss_type == "profile":  # the run resolves it; a record holds what ran
+            raise _bad("RunId.loss_type", self.loss_type, "must be the resolved TRL loss_type")
+        _check_int("RunId.seed", self.seed)
+        _check_float("RunId.learning_rate", self.learning_rate, positive=True)
+        if self.weights not in WEIGHT_MODES:
+            raise _bad("RunId.weights", self.weights, f"must be one of {WEIGHT_MODES}")
+        if self.step_budget not in STEP_BUDGETS:
+            raise _bad("RunId.step_budget", self.step_budget, f"must be one of {STEP_BUDGETS}")
+        _check_float("RunId.alpha", self.alpha, high=1.0)
+        _check_float("RunId.proxy_noise", self.proxy_noise)
+
+    @property
+    def arm(self) -> str:
+        """Method id with its non-default variant options, e.g. ``p_star``, ``p_star:raw``, ``p_smooth:a0.05``."""
+        arm = self.method
+        if self.weights == "raw":
+            arm += ":raw"
+        if self.method == "p_smooth" and self.alpha != DEFAULT_ALPHA:
+            arm += f":a{self.alpha:g}"
+        if self.proxy_noise:
+            arm += f":noise{self.proxy_noise:g}"
+        if self.step_budget == "tokens":
+            arm += ":tokens"
+        return arm
+
+
+@dataclass(frozen=True)
+class EvalPoint:
+    """One evaluation. Counts are cumulative since the start of the run; accuracies are in [0, 1]."""
+
+    rounds: int
+    po_tokens: int
+    generated_tokens: int
+    heldout_accuracy: float
+    validation_accuracy: float | None = None
+    step: int = 0
+    po_seconds: float = 0.0
+    po_tokens_plain: int | None = None
+    po_tokens_nonzero: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("rounds", "po_tokens", "generated_tokens", "step"):
+            _check_int(f"EvalPoint.{name}", getattr(self, name))
+        for name in ("po_tokens_plain", "po_tokens_nonzero"):
+            if getattr(self, name) is not None:
+                _check_int(f"EvalPoint.{name}", getattr(self, name))
+        _check_float("EvalPoint.heldout_accuracy", self.heldout_accuracy, high=1.0)
+        if self.validation_accuracy is not None:
+            _check_float("EvalPoint.validation_accuracy", self.validation_accuracy, high=1.0)
+        _check_float("EvalPoint.po_seconds", self.po_seconds)
+
+
+@dataclass(frozen=True)
+class ProxyFidelityPoint:
+    """The trainer's proxy diagnostics at one logged step (None: not measured at that step)."""
+
+    step: int
+    po_tokens: int
+    pearson: float | None = None
+    chi2: float | None = None
+    j_vs_uniform: float | None = None
+
+    def __post_init__(self) -> None:
+        _check_int("ProxyFidelityPoint.step", self.step)
+        _check_int("ProxyFidelityPoint.po_tokens", self.po_tokens)
+        if self.pearson is not None:
+            _check_float("ProxyFidelityPoint.pearson", self.pearson, low=-1.0, high=1.0)
+        for name in ("chi2", "j_vs_uniform"):
+            if getattr(self, name) is not None:
+                _check_float(f"ProxyFidelityPoint.{name}", getattr(self, name))
+
+
+_MONOTONE = ("rounds", "po_tokens", "generated_tokens", "step")
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One finished run: identity, evaluation curve, and what the report shows beside it.
+
+    ``po_seconds_controlled`` is True only when the PO seconds were measured under control (one
+    process, fixed threads); otherwise the report labels them as contended.
+    """
+
+    id: RunId
+    evals: tuple[EvalPoint, ...]
+    po_seconds_controlled: bool = False
+    wall_seconds: float = 0.0
+    fidelity: tuple[ProxyFidelityPoint, ...] = ()
+    counters: dict[str, float] = field(default_factory=dict)
+    spec: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, RunId):
+            raise _bad("RunResult.id", self.id, "must be a RunId")
+        object.__setattr__(self, "evals", tuple(self.evals))
+        object.__setattr__(self, "fidelity", tuple(self.fidelity))
+        if not self.evals:
+            raise _bad("RunResult.evals", self.evals, "must hold at least one EvalPoint")
+        for name in _MONOTONE:
+            seq = [getattr(e, name) for e in self.evals]
+            if any(b < a for a, b in zip(seq[:-1], seq[1:], strict=True)):
+                raise _bad(f"RunResult.evals[].{name}", seq, "must be non-decreasing")
+        _check_float("RunResult.wall_seconds", self.wall_seconds)
+        for k, v in self.counters.items():
+            _check_float(f"RunResult.counters[{k!r}]", v, low=-math.inf)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serialisable dict with the schema version; :meth:`from_json` inverts it."""
+        d = dataclasses.asdict(self)
+        d["evals"], d["fidelity"] = list(d["evals"]), list(d["fidelity"])
+        return {"schema_version": SCHEMA_VERSION, **d}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> RunResult:
+        """Build and validate a record from :meth:`to_json`'s output; unknown fields are an error."""
+        version = d.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise _bad("schema_version", version, f"must be {SCHEMA_VERSION}")
+        try:
+            return cls(
+                id=RunId(**d["id"]),
+                evals=tuple(EvalPoint(**e) for e in d["evals"]),
+                po_seconds_controlled=bool(d.get("po_seconds_controlled", False)),
+                wall_seconds=float(d.get("wall_seconds", 0.0)),
+                fidelity=tuple(ProxyFidelityPoint(**f) for f in d.get("fidelity", ())),
+                counters={k: float(v) for k, v in d.get("counters", {}).items()},
+                spec=dict(d.get("spec", {})),
+            )
+        except (KeyError, TypeError) as e:  # missing or unknown field: say which
+            raise ValueError(f"not a RunResult record: {e}") from e
+
+    def save(self, path: str | Path) -> Path:
+        """Write the record atomically: a killed writer leaves no half-written file."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_json()))
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> RunResult:
+        return cls.from_json(json.loads(Path(path).read_text()))

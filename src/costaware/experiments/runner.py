@@ -1,0 +1,219 @@
+"""How `costaware reproduce` runs its runs: checked arguments, one lock per ``--out``, worker processes
+that stop with their parent, and atomic, resumable results.
+
+- :func:`resolve` checks every argument and builds the profile and the run list *before any work*
+  (the SFT warm-up included): a bad value is a ``ValueError`` naming the option, which the CLI prints as
+  one line with exit status 2. An option given as 0 is never replaced by the profile's value.
+- :func:`out_lock` takes ``fcntl.flock`` on ``--out/.lock``: a second job on the same folder is refused.
+- Workers ignore SIGINT; the parent, on Ctrl-C or SIGTERM, terminates them at once, removes partial
+  files and exits 130. Each worker also watches its parent (``PR_SET_PDEATHSIG`` on Linux and a thread
+  polling ``os.getppid()``), so a SIGKILLed parent leaves no orphan training on.
+- A finished run is one ``runs/<name>.json`` written by tmp + ``os.replace``; a rerun skips it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import json
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from costaware.experiments.profile import GROUPS, HEADLINE, PROFILES, Profile, RunSpec, get_task, run_specs
+
+LOCK_NAME = ".lock"
+
+
+def key(obj: Any) -> str:
+    return hashlib.sha1(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def run_file(out: Path, spec: RunSpec, profile: Profile) -> Path:
+    """A run's result file, keyed by every field of its spec and profile: a changed default is a new run."""
+    name = f"{spec.task}-{spec.group}-{spec.setting}-{spec.arm.replace(':', '_')}-s{spec.seed}"
+    return out / "runs" / f"{name}-{key([dataclasses.asdict(spec), dataclasses.asdict(profile)])}.json"
+
+
+def resolve(args: argparse.Namespace) -> tuple[Profile, list[RunSpec]]:
+    """The profile and the runs the arguments ask for; every argument is checked here, before any work."""
+    if args.jobs is None or args.jobs < 1:
+        raise ValueError(f"--jobs must be an integer >= 1, got {args.jobs}")
+    changes: dict[str, Any] = {}
+    if args.seeds is not None:
+        bad = [s for s in args.seeds if s < 0]
+        if bad or len(set(args.seeds)) != len(args.seeds):
+            raise ValueError(f"--seeds must be distinct integers >= 0, got {' '.join(map(str, args.seeds))}")
+        changes["seeds"] = tuple(args.seeds)
+    if args.rounds is not None:
+        if args.rounds < 1:
+            raise ValueError(f"--rounds must be an integer >= 1, got {args.rounds}")
+        changes["rounds"] = args.rounds
+    if args.token_budget is not None:
+        if args.token_budget < 0:
+            raise ValueError(f"--token-budget must be an integer >= 0, got {args.token_budget}")
+        changes["token_budget"] = args.token_budget
+    if args.learning_rate is not None:
+        if not (math.isfinite(args.learning_rate) and args.learning_rate > 0):
+            raise ValueError(f"--learning-rate must be a finite number > 0, got {args.learning_rate}")
+        changes["learning_rate"] = args.learning_rate
+    if args.loss_type is not None:
+        from costaware.integrations.trl import SUPPORTED_LOSS_TYPES
+
+        if args.loss_type not in SUPPORTED_LOSS_TYPES:
+            raise ValueError(f"--loss-type must be one of {', '.join(SUPPORTED_LOSS_TYPES)}, got {args.loss_type!r}")
+        changes["loss_type"] = args.loss_type
+    if args.task is not None:
+        changes["task"] = args.task
+    known = sorted({m for m, _ in HEADLINE})
+    if args.methods is not None:
+        bad = [m for m in args.methods if m not in known]
+        if bad:
+            raise ValueError(f"--methods must be among {', '.join(known)}, got {' '.join(bad)}")
+        if "none" not in args.methods:  # the report measures every method against GRPO
+            args.methods = ["none", *args.methods]
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out must be a folder, got the file {str(out)!r}")
+    profile = dataclasses.replace(PROFILES[args.profile], **changes)
+    for name in profile.tasks():
+        try:
+            get_task(name)
+        except ValueError as e:
+            raise ValueError(f"--task {name!r} (profile {args.profile}) is not a task family here: {e}") from None
+    specs = run_specs(profile, args.methods, tuple(args.only or GROUPS))
+    if not any(s.method == "none" for s in specs):
+        raise ValueError(f"--only {' '.join(args.only or ())} selects no GRPO run ('none'), the baseline the "
+                         "report compares every method against")  # fmt: skip
+    from costaware.experiments.reproduce import trainer_args
+
+    for spec in {dataclasses.replace(s, seed=0) for s in specs if s.method != "sft"}:  # what TRL would refuse
+        trainer_args(spec, profile, out / "runs" / "check")
+    return profile, specs
+
+
+@contextlib.contextmanager
+def out_lock(out: Path) -> Iterator[None]:
+    """Hold ``out/.lock`` for the job; a second job on the same ``out`` gets a ValueError."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / LOCK_NAME, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(f"--out {str(out)!r} is in use by another costaware reproduce "
+                             f"(lock {out / LOCK_NAME} held); wait for it or choose another --out") from None
+        try:
+            handle.seek(0), handle.truncate(), handle.write(f"{os.getpid()}\n"), handle.flush()
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def remove_partial(out: Path) -> None:
+    """Temporary files of writes that did not finish (an interrupted job; we hold the lock)."""
+    for pattern in ("runs/*.tmp", "runs/.*.tmp", ".*.tmp", ".sft-*.tmp-*"):
+        for p in out.glob(pattern):
+            if p.is_dir():
+                import shutil
+
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+
+
+def _watch_parent(parent: int) -> None:
+    while True:
+        if os.getppid() != parent:
+            os._exit(1)
+        time.sleep(0.5)
+
+
+def worker_init(parent: int) -> None:
+    """In each worker: leave Ctrl-C to the parent, and die with it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent died before the prctl
+        os._exit(1)
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+
+
+def _run_one_star(job: tuple[Any, ...]) -> str:
+    from costaware.experiments.reproduce import run_one
+
+    return run_one(*job)
+
+
+def _raise_interrupt(signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def run_pool(jobs: list[tuple[Any, ...]], processes: int) -> None:
+    """Run ``run_one(*job)`` for every job in ``processes`` spawned workers; on any exit path the workers
+    are terminated (not waited for), so Ctrl-C and errors stop everything at once."""
+    import multiprocessing as mp
+
+    from tqdm import tqdm
+
+    pool = mp.get_context("spawn").Pool(processes, initializer=worker_init, initargs=(os.getpid(),))
+    try:
+        for _ in tqdm(pool.imap_unordered(_run_one_star, jobs), total=len(jobs), desc="runs"):
+            pass
+        pool.close()
+    finally:
+        pool.terminate()
+        pool.join()
+
+
+def reproduce(args: argparse.Namespace, *, command: str) -> int:
+    if args.show_profile:
+        print(Profile.help())
+        return 0
+    profile, specs = resolve(args)
+    out = Path(args.out)
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM cleans up like Ctrl-C
+    try:
+        with out_lock(out):
+            remove_partial(out)
+            try:
+                return _reproduce(profile, specs, out, args.jobs, command)
+            finally:
+                remove_partial(out)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _reproduce(profile: Profile, specs: list[RunSpec], out: Path, jobs: int, command: str) -> int:
+    from costaware.experiments.records import RunResult
+    from costaware.experiments.reproduce import warm_up
+    from costaware.report import grpo as report
+
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    sft_dirs = {}
+    for task in dict.fromkeys(s.task for s in specs):
+        print(f"[costaware] SFT warm-up ({task}) ...", flush=True)
+        sft_dirs[task] = warm_up(profile, task, out)
+    files = {spec: run_file(out, spec, profile) for spec in specs}
+    todo = [(dataclasses.asdict(s), dataclasses.asdict(profile), str(sft_dirs[s.task]), str(f))
+            for s, f in files.items() if not f.exists()]  # fmt: skip
+    print(f"[costaware] {len(specs)} runs, {len(specs) - len(todo)} already finished, {jobs} at a time", flush=True)
+    if todo:
+        run_pool(todo, min(jobs, len(todo)))
+    results = [RunResult.load(f) for f in files.values()]  # exactly this profile's runs
+    sft_info = json.loads((sft_dirs[profile.task] / "sft.json").read_text()) if profile.task in sft_dirs else None
+    paths = report.write_report(results, out, baseline="none", command=command, profile=dataclasses.asdict(profile),
+                                sft=sft_info, generation_cost=profile.generation_cost)  # fmt: skip
+    print(f"[costaware] report: {paths['markdown']}  {paths['html']}")
+    return 0

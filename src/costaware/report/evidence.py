@@ -1,0 +1,317 @@
+"""The evidence of the main job, computed: decomposition of the saving, verdicts, plateau, tuned baseline.
+
+DESIGN-NOTES "Evidence: controls and confounders": GRPO → nonzero isolates renormalisation,
+nonzero → p* (centred) and GRPO → p* (raw) isolate cost-aware sampling at a matched expected step,
+and a baseline at its validation-tuned learning rate guards against a weak baseline. Every sentence
+here is generated from the numbers; no label string is ever looked up (arms are ``RunId.arm`` ids).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from costaware.experiments.records import RunResult
+from costaware.report.curves import AXES, DEFAULT_GENERATION_COST, Estimate, gap_at, saving, seed_curves
+from costaware.report.labels import label
+
+__all__ = ["Section", "Plateau", "Comparison", "Evidence", "sections", "plateau", "evaluate_section",
+           "describe", "verdict_line", "answer_paragraph", "COST_AWARE"]
+
+Key = tuple[str, float]  # (arm, learning rate)
+COST_AWARE = ("p_star", "p_smooth", "inv_sqrt_cost")  # methods whose distribution uses the costs
+_EXCLUDED_GROUPS = ("ablation", "control")
+TUNED_STEP = "tuned baseline → best cost-aware method"  # a comparison of baselines, not an effect
+
+
+@dataclass(frozen=True)
+class Section:
+    """The runs of one task and setting, by (arm, learning rate); ``default_lr`` is the methods' LR."""
+
+    task: str
+    setting: str
+    arms: dict[Key, list[RunResult]]
+    default_lr: float
+
+    def name(self, key: Key) -> str:
+        return label(key[0], learning_rate=key[1], default_lr=self.default_lr)
+
+
+def sections(results: Sequence[RunResult], baseline: str) -> list[Section]:
+    """Group the non-ablation runs by (task, setting), each holding the ``baseline`` arm at least."""
+    by: dict[tuple[str, str], dict[Key, list[RunResult]]] = defaultdict(lambda: defaultdict(list))
+    for r in results:
+        if r.id.group not in _EXCLUDED_GROUPS and r.id.method != "sft":
+            by[(r.id.task, r.id.setting)][(r.id.arm, r.id.learning_rate)].append(r)
+    out = []
+    for (task, setting), arms in sorted(by.items(), key=lambda kv: (kv[0][1] != "grpo", kv[0])):  # headline first
+        if not any(a == baseline for a, _ in arms):
+            continue
+        others = [lr for (a, lr), runs in arms.items() if a != baseline for _ in runs]
+        lrs = others or [lr for (a, lr) in arms if a == baseline]
+        default_lr = max(set(lrs), key=lambda v: (lrs.count(v), -v))  # the methods' LR; ties: the smaller
+        out.append(Section(task, setting, {k: sorted(v, key=lambda r: r.id.seed) for k, v in arms.items()}, default_lr))
+    return out
+
+
+@dataclass(frozen=True)
+class Plateau:
+    """Has the seed-mean curve flattened? Either criterion suffices; ``rise`` is the last quarter's rise."""
+
+    n_points: int
+    peak_index: int
+    peak_late: bool
+    rise: Estimate
+    seeds: int
+
+    @property
+    def plateaued(self) -> bool:
+        return (not self.peak_late) or not (self.rise.lo > 0)
+
+    def text(self, name: str) -> str:
+        where = (f"its peak is at evaluation {self.peak_index + 1} of {self.n_points}"
+                 + (", among the last 20%" if self.peak_late else ", before the last 20%"))
+        rise = (f"over the last quarter of evaluations it rose by {self.rise.value:+.3f} "
+                f"[{self.rise.lo:+.3f}, {self.rise.hi:+.3f}] ({self.seeds} seed{'s' if self.seeds != 1 else ''})")
+        if self.plateaued:
+            return f"Plateau check: {name}'s seed-mean curve has flattened: {where}; {rise}."
+        return (f"Plateau check: **{name}'s seed-mean curve has NOT flattened**: {where}, and {rise}, a CI "
+                "above zero. Its peak is where its budget ran out, so savings to it say how much sooner a "
+                "method gets as far as the baseline did, not that it reaches a higher plateau.")
+
+
+def plateau(runs: Sequence[RunResult], *, late: float = 0.2, tail: float = 0.25, n_boot: int = 2000,
+            seed: int = 0) -> Plateau:
+    """Plateau check on the PO-token seed-mean curve, at as many points as a run has evaluations.
+
+    The peak is "late" if it is among the last ``late`` share of evaluations; the rise is the
+    least-squares slope over the last ``tail`` share times its span, with a bootstrap CI over seeds.
+    """
+    if not (0 < late < 1 and 0 < tail < 1):
+        raise ValueError(f"late and tail must be in (0, 1), got {late!r}, {tail!r}")
+    k = max(4, min(len(r.evals) for r in runs))
+    c = seed_curves(runs, "po_tokens", points=k)
+    mean = c.mean
+    peak = int(np.argmax(mean))
+    n_tail = max(2, math.ceil(tail * k))
+    xt = c.grid[-n_tail:]
+    span = float(xt[-1] - xt[0])
+
+    def rises(y: np.ndarray) -> np.ndarray:  # (..., k) -> (...)
+        yt = y[..., -n_tail:]
+        xc = xt - xt.mean()
+        denom = float((xc**2).sum()) or 1.0
+        return (yt * xc).sum(-1) / denom * span
+
+    picks = np.random.default_rng(seed).integers(0, len(runs), size=(n_boot, len(runs)))
+    boot = rises(c.boot_means(picks))
+    lo, hi = np.quantile(boot, [0.025, 0.975])
+    return Plateau(k, peak, peak >= k - math.ceil(late * k), Estimate(float(rises(mean)), float(lo), float(hi)),
+                   len(runs))
+
+
+def _peak(runs: Sequence[RunResult], metric: str) -> float:
+    return float(seed_curves(runs, "po_tokens", metric=metric).mean.max())
+
+
+def _has_validation(runs: Sequence[RunResult]) -> bool:
+    return all(e.validation_accuracy is not None for r in runs for e in r.evals)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Saving of ``b`` over ``a`` to the common target on each axis (positive: ``b`` needs less)."""
+
+    name: str
+    a: Key
+    b: Key
+    savings: dict[str, Estimate]
+    rounds_at: float = float("nan")  # the last round both reached
+    rounds_gap: Estimate | None = None  # accuracy of b minus a at rounds_at: equal rollouts
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Everything the report states about one section, computed."""
+
+    section: Section
+    baseline: Key
+    target: float
+    target_fraction: float
+    generation_cost: float
+    tuned: Key | None
+    tuned_note: str
+    best: Key | None
+    best_note: str
+    decomposition: list[Comparison]
+    claims: list[tuple[str, Comparison | None, str]]  # (claim, comparison or None, why absent)
+    plateau: Plateau
+    peaks: dict[Key, float] = field(default_factory=dict)
+    start: float = float("nan")  # highest seed-mean accuracy at the first evaluation among the arms compared
+    tuned_plateau: Plateau | None = None  # the same check on the tuned baseline, when it is another LR
+
+    @property
+    def informative(self) -> bool:
+        """False when the target is not above the starting accuracy: every arm 'reaches' it at x = 0."""
+        return bool(self.target > self.start)
+
+
+def _compare(sec: Section, name: str, a: Key, b: Key, target: float, cost: float, n_boot: int,
+             seed: int) -> Comparison:
+    ra, rb = sec.arms[a], sec.arms[b]
+    est = {axis: saving(seed_curves(ra, axis, generation_cost=cost), seed_curves(rb, axis, generation_cost=cost),
+                        target, n_boot=n_boot, seed=seed) for axis in AXES}
+    at, gap = gap_at(seed_curves(ra, "rounds"), seed_curves(rb, "rounds"), n_boot=n_boot, seed=seed)
+    return Comparison(name, a, b, est, at, gap)
+
+
+def evaluate_section(sec: Section, baseline: str, *, candidate: str = "p_star", target_fraction: float = 0.95,
+                     generation_cost: float = DEFAULT_GENERATION_COST, n_boot: int = 2000,
+                     seed: int = 0) -> Evidence:
+    """Target, tuned baseline, best cost-aware arm, decomposition, claims and plateau of one section.
+
+    The common target is ``target_fraction`` × the lowest seed-mean peak among the arms compared, so
+    that every seed-mean curve reaches it. The tuned baseline's LR and the best cost-aware arm are
+    chosen on VALIDATION accuracy; without a validation split there is no tuned baseline.
+    """
+    if not 0 < target_fraction <= 1:
+        raise ValueError(f"target_fraction must be in (0, 1], got {target_fraction!r}")
+    base: Key = (baseline, sec.default_lr)
+    if base not in sec.arms:
+        raise ValueError(f"baseline {baseline!r} has no runs at the default lr {sec.default_lr:g} in "
+                         f"{sec.task}/{sec.setting}")
+    lrs = sorted(lr for a, lr in sec.arms if a == baseline)
+    tuned, tuned_note = None, ""
+    if len(lrs) < 2:
+        tuned_note = f"no learning-rate sweep of {label(baseline)} was run"
+    elif not all(_has_validation(sec.arms[(baseline, lr)]) for lr in lrs):
+        tuned_note = "no validation accuracy was recorded, and the held-out set is never used to tune"
+    else:
+        val = {lr: _peak(sec.arms[(baseline, lr)], "validation") for lr in lrs}
+        tuned = (baseline, max(lrs, key=lambda lr: (val[lr], -lr)))
+        tuned_note = ("chosen on peak seed-mean validation accuracy: "
+                      + ", ".join(f"lr {lr:g}: {v:.3f}" for lr, v in val.items()))
+    ca = [k for k in sec.arms if k[0].split(":")[0] in COST_AWARE and k[1] == sec.default_lr]
+    best, best_note = None, ""
+    if ca:
+        metric = "validation" if all(_has_validation(sec.arms[k]) for k in ca) else "heldout"
+        best = max(ca, key=lambda k: _peak(sec.arms[k], metric))
+        best_note = ("chosen on peak seed-mean validation accuracy" if metric == "validation" else
+                     "chosen on held-out accuracy (no validation split recorded): an optimistic choice")
+    pairs = [("renormalisation", base, ("nonzero", sec.default_lr)),
+             ("cost-aware sampling at a matched step", ("nonzero", sec.default_lr), (candidate, sec.default_lr)),
+             (f"cost-aware sampling at {label(baseline)}'s step", base, (f"{candidate}:raw", sec.default_lr))]
+    if tuned is not None and best is not None:
+        pairs.append((TUNED_STEP, tuned, best))
+    pairs = [(n, a, b) for n, a, b in pairs if a in sec.arms and b in sec.arms]
+    cand = (candidate, sec.default_lr)
+    claim_pairs = [(f"{label(candidate)} beats {label(baseline)}", base), (f"{label(candidate)} beats nonzero",
+                   ("nonzero", sec.default_lr)), (f"{label(candidate)} beats tuned {label(baseline)}", tuned),
+                   (f"{label(candidate)} beats PODS", ("pods", sec.default_lr))]
+    used = {k for _, a, b in pairs for k in (a, b)} | {k for _, k in claim_pairs if k in sec.arms}
+    if cand in sec.arms:
+        used.add(cand)
+    peaks = {k: _peak(sec.arms[k], "heldout") for k in used}
+    target = target_fraction * min(peaks.values())
+    start = max(float(seed_curves(sec.arms[k], "po_tokens").mean[0]) for k in used)
+    flat = f"the target {target:.3f} is not above the starting accuracy {start:.3f}: no method improved enough"
+    args = (target, generation_cost, n_boot, seed)
+    decomposition = [_compare(sec, n, a, b, *args) for n, a, b in pairs] if target > start else []
+    claims: list[tuple[str, Comparison | None, str]] = []
+    for claim, other in claim_pairs:
+        if not target > start:
+            claims.append((claim, None, flat))
+        elif cand not in sec.arms:
+            claims.append((claim, None, f"{label(candidate)} was not run"))
+        elif other is None:
+            claims.append((claim, None, tuned_note))
+        elif other not in sec.arms:
+            claims.append((claim, None, f"{sec.name(other)} was not run"))
+        else:
+            claims.append((claim, _compare(sec, claim, other, cand, *args), ""))
+    return Evidence(sec, base, target, target_fraction, generation_cost, tuned, tuned_note, best, best_note,
+                    decomposition, claims, plateau(sec.arms[base], n_boot=n_boot, seed=seed), peaks, start,
+                    plateau(sec.arms[tuned], n_boot=n_boot, seed=seed) if tuned not in (None, base) else None)
+
+
+AXIS_WORDS = {"po_tokens": "PO tokens", "rounds": "generation rounds", "total_cost": "total cost"}
+
+
+def _pct(v: float) -> str:
+    if math.isnan(v):
+        return "undefined"
+    if math.isinf(v):
+        return "never reached" if v < 0 else "+100%"
+    return f"{100 * v:+.0f}%"
+
+
+def describe(est: Estimate, axis: str) -> str:
+    """In words, with the signed saving, its CI and whether the CI excludes zero.
+
+    >>> describe(Estimate(0.3, 0.12, 0.45), "po_tokens")
+    '30% fewer PO tokens (saving +30% [+12%, +45%], CI excludes zero)'
+    >>> describe(Estimate(-0.1, -0.3, 0.05), "rounds")
+    '10% more generation rounds (saving -10% [-30%, +5%], within noise)'
+    """
+    what = AXIS_WORDS[axis]
+    if math.isinf(est.value) and est.value < 0:
+        head = f"never reaches the target ({what})"
+    elif math.isnan(est.value):
+        head = f"neither reaches the target ({what})"
+    else:
+        less, more = ("lower", "higher") if axis == "total_cost" else ("fewer", "more")
+        head = f"{abs(100 * est.value):.0f}% {less if est.value >= 0 else more} {what}"
+    tail = "CI excludes zero" if est.excludes_zero else "within noise"
+    return f"{head} (saving {_pct(est.value)} [{_pct(est.lo)}, {_pct(est.hi)}], {tail})"
+
+
+def verdict_line(claim: str, comp: Comparison | None, absent: str, *, target: float) -> str:
+    """One computed verdict: yes / no / not shown, decided by the PO-token CI alone, then the other axes."""
+    if comp is None:
+        return f"- {claim}: **cannot say** ({absent})."
+    s = comp.savings["po_tokens"]
+    verdict = ("**yes**" if s.lo > 0 else "**no, it is worse**" if s.hi < 0 else "**not shown**")
+    rest = "; ".join(f"at {AXIS_WORDS[a]}: {describe(comp.savings[a], a)}" for a in AXES[1:])
+    g = comp.rounds_gap
+    gap = "" if g is None else (f" At equal rounds (round {comp.rounds_at:.0f}) its accuracy differs by {g.value:+.3f} "
+                                f"[{g.lo:+.3f}, {g.hi:+.3f}], {'CI excludes zero' if g.excludes_zero else 'within noise'}.")
+    return f"- {claim}: {verdict}. To reach {target:.3f}, it needs {describe(s, 'po_tokens')}; {rest}.{gap}"
+
+
+def answer_paragraph(ev: Evidence, baseline: str, candidate: str = "p_star") -> str:
+    """The report's first paragraph for one section: what a user gains on each axis, and from which effect."""
+    sec = ev.section
+    base_name, cand_name = label(baseline), label(candidate)
+    seeds = len(sec.arms[ev.baseline])
+    out = [f"**{sec.task} / {sec.setting}** ({seeds} seed{'s' if seeds != 1 else ''}; target accuracy {ev.target:.3f}, "
+           f"{100 * ev.target_fraction:.0f}% of the lowest seed-mean peak among the methods compared; "
+           f"a generated token costs {ev.generation_cost:.2g} PO tokens in the total cost)."]
+    if not ev.informative:
+        out.append(f"Nothing to compare: the target {ev.target:.3f} is not above the starting accuracy "
+                   f"{ev.start:.3f}, so every method reaches it at once; these runs are too short or too small "
+                   "to say anything about the methods.")
+        return " ".join(out)
+    first = ev.claims[0][1] if ev.claims else None
+    if first is not None:
+        out.append(f"Against {base_name}, {cand_name} needs "
+                   + "; ".join(describe(first.savings[a], a) for a in AXES) + ".")
+    if ev.decomposition:
+        out.append("By effect, in PO tokens: " + "; ".join(
+            f"{c.name} ({sec.name(c.a)} → {sec.name(c.b)}): {describe(c.savings['po_tokens'], 'po_tokens')}"
+            for c in ev.decomposition if c.name != TUNED_STEP) + ".")
+    if ev.tuned is not None and ev.best is not None:
+        tuned = next((c for c in ev.decomposition if c.name == TUNED_STEP), None)
+        if tuned is not None:
+            out.append(f"Against {sec.name(ev.tuned)}, tuned on validation accuracy, the best cost-aware "
+                       f"method ({sec.name(ev.best)}) needs {describe(tuned.savings['po_tokens'], 'po_tokens')}.")
+    else:
+        out.append(f"No tuned {base_name} baseline: {ev.tuned_note}.")
+    out.append(f"The {base_name} baseline {'has' if ev.plateau.plateaued else '**has not**'} plateaued"
+               + ("" if ev.tuned_plateau is None else
+                  f", the tuned one {'has' if ev.tuned_plateau.plateaued else '**has not**'}")
+               + " (see the plateau check).")
+    return " ".join(out)

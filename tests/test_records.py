@@ -1,0 +1,92 @@
+"""Run records: JSON round trip, validation that names the bad field, arms from registry names."""
+
+from __future__ import annotations
+
+import doctest
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from costaware.experiments import records
+from costaware.experiments.records import EvalPoint, ProxyFidelityPoint, RunId, RunResult
+
+
+def _rid(**kw):
+    base = dict(task="arith", method="p_star", seed=1, learning_rate=1e-4, loss_type="grpo")
+    return RunId(**{**base, **kw})
+
+
+def _run(**kw):
+    evals = (EvalPoint(0, 0, 0, 0.2, 0.25), EvalPoint(3, 1200, 900, 0.4, None, step=6, po_seconds=1.5,
+                                                      po_tokens_plain=2000, po_tokens_nonzero=1100))
+    return RunResult(_rid(**kw), evals, wall_seconds=3.0,
+                     fidelity=(ProxyFidelityPoint(2, 400, 0.5, 0.3, 0.7),), counters={"rows_fed": 12.0},
+                     spec={"group": "headline"})
+
+
+def test_doctests():
+    assert doctest.testmod(records).failed == 0
+
+
+def test_round_trip_through_json_text(tmp_path):
+    run = _run(weights="raw", setting="cispo", loss_type="cispo")
+    assert RunResult.from_json(json.loads(json.dumps(run.to_json()))) == run
+    assert RunResult.load(run.save(tmp_path / "r.json")) == run
+    assert not (tmp_path / "r.json.tmp").exists()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 10**7), st.integers(0, 10**7),
+                          st.floats(0, 1), st.one_of(st.none(), st.floats(0, 1))), min_size=1, max_size=8),
+       st.sampled_from(["none", "nonzero", "p_star", "p_smooth", "pods"]), st.sampled_from(["centred", "raw"]))
+def test_round_trip_property(points, method, weights):
+    cols = [sorted(c) for c in zip(*[p[:3] for p in points], strict=True)]  # monotone counts
+    evals = tuple(EvalPoint(r, t, g, a, v) for r, t, g, (_, _, _, a, v) in zip(*cols, points, strict=True))
+    run = RunResult(_rid(method=method, weights=weights), evals)
+    assert RunResult.from_json(json.loads(json.dumps(run.to_json()))) == run
+
+
+def test_arm_names_from_registry_and_options():
+    assert _rid(method="none").arm == "none"
+    assert _rid(weights="raw").arm == "p_star:raw"
+    assert _rid(method="p_smooth").arm == "p_smooth"
+    assert _rid(method="p_smooth", alpha=0.05).arm == "p_smooth:a0.05"
+    assert _rid(proxy_noise=0.1, step_budget="tokens").arm == "p_star:noise0.1:tokens"
+
+
+@pytest.mark.parametrize(("kw", "name"), [
+    (dict(weights="centered"), "weights"), (dict(learning_rate=0.0), "learning_rate"),
+    (dict(seed=-1), "seed"), (dict(loss_type="profile"), "loss_type"), (dict(task=""), "task"),
+    (dict(step_budget="steps"), "step_budget"), (dict(alpha=2.0), "alpha"),
+    (dict(learning_rate=float("nan")), "learning_rate"),
+])
+def test_run_id_validation_names_field(kw, name):
+    with pytest.raises(ValueError, match=name):
+        _rid(**kw)
+
+
+def test_eval_validation_names_field():
+    with pytest.raises(ValueError, match="heldout_accuracy"):
+        EvalPoint(0, 0, 0, 1.5)
+    with pytest.raises(ValueError, match="validation_accuracy"):
+        EvalPoint(0, 0, 0, 0.5, float("nan"))
+    with pytest.raises(ValueError, match="po_tokens"):
+        EvalPoint(0, -1, 0, 0.5)
+    with pytest.raises(ValueError, match="rounds"):
+        EvalPoint(1.5, 0, 0, 0.5)
+    with pytest.raises(ValueError, match="pearson"):
+        ProxyFidelityPoint(0, 0, pearson=1.5)
+
+
+def test_run_validation():
+    with pytest.raises(ValueError, match="evals"):
+        RunResult(_rid(), ())
+    with pytest.raises(ValueError, match="po_tokens"):
+        RunResult(_rid(), (EvalPoint(0, 10, 0, 0.1), EvalPoint(1, 5, 0, 0.1)))
+    d = _run().to_json()
+    with pytest.raises(ValueError, match="schema_version"):
+        RunResult.from_json({**d, "schema_version": 0})
+    with pytest.raises(ValueError, match="not a RunResult"):
+        RunResult.from_json({**d, "id": {**d["id"], "colour": "red"}})
