@@ -71,7 +71,7 @@ def _pad(rows: list[list[int]], value: int, left: bool) -> tuple[torch.Tensor, t
 def make_pool(tokenizer, profile, seed: int, constant_groups: float) -> Pool:
     rng = np.random.default_rng(seed)
     g = profile.generations
-    tasks = arith.make_tasks(profile.prompts_per_round, min_terms=profile.min_terms, max_terms=profile.max_terms, rng=rng)
+    tasks = arith.make_tasks(profile.prompts_per_round, min_terms=profile.min_size, max_terms=profile.max_size, rng=rng)
     rep = arith.ArithTasks(np.repeat(tasks.terms, g, 0), np.repeat(tasks.num_terms, g), [p for p in tasks.prompts for _ in range(g)],
                            np.repeat(tasks.answers, g))  # fmt: skip
     completions = arith.demonstrations(rep, mistake_prob=profile.mistake_prob, rng=rng)
@@ -159,7 +159,7 @@ def main() -> None:
     zero = np.mean([float((p.advantages == 0).float().mean()) for p in pools])
     print(f"profile {args.profile}: hidden {prof.hidden_size}, layers {prof.num_layers}, pool N = {n} "
           f"({prof.prompts_per_round} prompts x {prof.generations}), {spg} mini-batches, terms "
-          f"{prof.min_terms}..{prof.max_terms}, mistake_prob {prof.mistake_prob}; zero-advantage rows {zero:.2f}; "
+          f"{prof.min_size}..{prof.max_size}, mistake_prob {prof.mistake_prob}; zero-advantage rows {zero:.2f}; "
           f"threads {args.threads}")  # fmt: skip
     for m in METHODS:  # warm-up: allocator, autograd graph caches, optimiser state
         po_phase(models[m], opts[m], pools[0], m, spg, 0, dict.fromkeys(STAGES, 0.0))

@@ -3,10 +3,9 @@
     PYTHONPATH=src python scripts/probe_task_sft.py --task sort [--steps 800] [--hidden 64] [--layers 4]
 
 Trains a fresh policy (``policy.build_policy``) by SFT on the family's demonstrations, with the same
-optimiser and schedule as ``policy.sft`` (AdamW, 5% warm-up, linear decay, clip 1.0), then prints
+SFT loop as ``reproduce`` (``policy.sft``: AdamW, 5% warm-up, linear decay, clip 1.0), then prints
 greedy and sampled (temperature 1) accuracy per size on held-out prompts. RL has room when the sampled
-accuracy is well below 1 and above 0, and falls with the size. ``policy.sft`` itself draws arithmetic
-demonstrations only; this loop is the same with ``get_task(name)`` in their place.
+accuracy is well below 1 and above 0, and falls with the size.
 """
 
 from __future__ import annotations
@@ -19,30 +18,6 @@ import torch
 
 from costaware.experiments import policy
 from costaware.experiments.tasks import get_task
-
-
-def sft_task(model, tokenizer, task, *, steps, batch_size, lr, min_size, max_size, mistake_prob, seed):
-    rng = np.random.default_rng(seed)
-    torch.manual_seed(seed)
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.0)
-    warmup = max(1, steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: (s + 1) / warmup if s < warmup else max(0.0, (steps - s) / max(1, steps - warmup))
-    )
-    losses = []
-    for _ in range(steps):
-        tasks = task.make_tasks(batch_size, min_size=min_size, max_size=max_size, rng=rng)
-        demos = task.demonstrations(tasks, mistake_prob=mistake_prob, rng=rng)
-        loss = model(**policy.encode_demonstrations(tokenizer, tasks.prompts, demos)).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(float(loss.detach()))
-    model.eval()
-    return float(np.mean(losses[-20:]))
 
 
 def main() -> None:
@@ -67,10 +42,10 @@ def main() -> None:
     if missing:
         raise SystemExit(f"policy.build_policy's tokenizer lacks {sorted(missing)} for task {task.name!r}")
     start = time.perf_counter()
-    loss = sft_task(model, tok, task, steps=args.steps, batch_size=args.batch, lr=args.lr, min_size=args.min_size,
-                    max_size=args.max_size, mistake_prob=args.mistake_prob, seed=0)  # fmt: skip
+    out = policy.sft(model, tok, task, steps=args.steps, batch_size=args.batch, lr=args.lr, min_size=args.min_size,
+                     max_size=args.max_size, mistake_prob=args.mistake_prob, seed=0)  # fmt: skip
     print(f"task {task.name}: SFT {args.steps} steps x {args.batch} in {time.perf_counter() - start:.0f} s, "
-          f"final loss {loss:.3f} (hidden {args.hidden}, layers {args.layers}, mistake_prob {args.mistake_prob})")  # fmt: skip
+          f"final loss {out['final_loss']:.3f} (hidden {args.hidden}, layers {args.layers}, mistake_prob {args.mistake_prob})")  # fmt: skip
     rng = np.random.default_rng(10_000)
     print("size  tokens  greedy  sampled")
     for size in range(args.min_size, args.max_size + 1):

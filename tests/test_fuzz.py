@@ -265,8 +265,6 @@ def _plan(advantages, costs, num_minibatches, method, budget, rewards, group_siz
     return out
 
 
-@pytest.mark.xfail(reason="issue 13: plan.py defects (tiny-|A| token budget, PODS NaN, costs < 0.5) "
-                   "are fixed on another branch", strict=False)
 @settings(max_examples=2 * EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(
     st.tuples(

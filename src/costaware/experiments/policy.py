@@ -11,7 +11,7 @@ Everything is plain torch + transformers on the CPU:
   prompts with the same random numbers.
 
 Every task-specific step (making tasks, demonstrations, the verifier, the response budget) goes through a
-task-family object (``experiments.profile.get_task``), so a new family needs no change here.
+task-family object (``experiments.tasks.get_task``), so a new family needs no change here.
 
 >>> task = get_task("arith")                                                   # doctest: +SKIP
 >>> tok, model = build_policy(task.alphabet, hidden_size=64, num_layers=2, seed=0)  # doctest: +SKIP

@@ -200,48 +200,6 @@ def run_specs(profile: Profile, methods: list[str] | None = None, groups: tuple[
     return [spec for spec in specs if spec.group in groups]
 
 
-def get_task(name: str) -> Any:
-    """The task family ``name``: the project's registry when present, else the local arith adapter."""
-    try:
-        from costaware.experiments.tasks import get_task as registry
-    except ImportError:  # the registry is not in this checkout: arith only
-        registry = _local_get_task
-    return registry(name)
-
-
-class _ArithFamily:
-    """``experiments.arith`` behind the task-family protocol (name, alphabet, make_tasks, ...)."""
-
-    name = "arith"
-    default_sizes = (2, 12)
-
-    def __init__(self) -> None:
-        from costaware.experiments import arith
-
-        self._arith, self.alphabet = arith, arith.ALPHABET
-
-    def make_tasks(self, n: int, *, min_size: int, max_size: int, rng: Any = None) -> Any:
-        return self._arith.make_tasks(n, min_terms=min_size, max_terms=max_size, rng=rng)
-
-    def demonstrations(self, tasks: Any, *, mistake_prob: float = 0.0, rng: Any = None) -> list[str]:
-        return self._arith.demonstrations(tasks, mistake_prob=mistake_prob, rng=rng)
-
-    def is_correct(self, responses: list[str], answers: Any) -> Any:
-        return self._arith.is_correct(responses, answers)
-
-    def reward(self, completions: list[Any], answer: list[Any], **kwargs: Any) -> list[float]:
-        return self._arith.arith_reward(completions, answer, **kwargs)
-
-    def max_response_tokens(self, max_size: int) -> int:
-        return 4 * (max_size - 1) + 4  # 3 digits + comma per partial sum, with slack for slips
-
-
-def _local_get_task(name: str) -> Any:
-    if name != "arith":
-        raise ValueError(f"task must be one of ['arith'], got {name!r}")
-    return _ArithFamily()
-
-
 PROFILES: dict[str, Profile] = {
     # CI: the whole pipeline in well under a minute; its numbers mean nothing.
     "quick": Profile(

@@ -38,7 +38,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from costaware.experiments.profile import GROUPS, PROFILES, Profile, RunSpec, get_task
+from costaware.experiments.profile import GROUPS, PROFILES, Profile, RunSpec
+from costaware.experiments.tasks import get_task
 
 HELD_OUT_SEED, VALIDATION_SEED, TRAIN_SEED = 10_001, 10_002, 20_000
 

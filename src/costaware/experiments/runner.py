@@ -29,7 +29,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from costaware.experiments.profile import GROUPS, HEADLINE, PROFILES, Profile, RunSpec, get_task, run_specs
+from costaware.experiments.profile import GROUPS, HEADLINE, PROFILES, Profile, RunSpec, run_specs
+from costaware.experiments.tasks import get_task
 
 LOCK_NAME = ".lock"
 
