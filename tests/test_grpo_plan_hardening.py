@@ -65,7 +65,8 @@ def test_pods_never_feeds_a_nan_advantage(keep):
 @pytest.mark.parametrize(
     "kwargs,name",
     [
-        ({"num_minibatches": 2.0}, "num_minibatches"),
+        ({"num_minibatches": 2.5}, "num_minibatches"),  # integral floats (2.0) are accepted, as everywhere
+        ({"num_minibatches": 3}, "num_minibatches"),  # more steps than rows
         ({"num_minibatches": float("inf")}, "num_minibatches"),
         ({"num_minibatches": True}, "num_minibatches"),
         ({"num_minibatches": 1, "minibatch_size": float("nan")}, "minibatch_size"),
@@ -73,6 +74,7 @@ def test_pods_never_feeds_a_nan_advantage(keep):
     ],
 )
 def test_bad_scalars_are_value_errors_naming_the_argument(kwargs, name):
+    """The exception rule of costaware._checks: ValueError naming the argument."""
     with pytest.raises(ValueError, match=name):
         plan_minibatches([1.0, -1.0], [3, 4], **kwargs)
 

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from costaware import distributions as dist
+from costaware._checks import integer
 from costaware.alias import build_alias, draw
 from costaware.grpo.advantages import group_advantages
 from costaware.grpo.config import DISTRIBUTIONS, METHODS, SamplingConfig
@@ -90,7 +91,12 @@ class Plan:
 
 
 def _as_vector(x: Any, name: str, dtype: torch.dtype) -> torch.Tensor:
-    t = torch.as_tensor(x).detach().cpu()
+    if x is None or isinstance(x, (str, bytes, dict, set)):  # the container rule of costaware._checks
+        raise TypeError(f"{name} must be a 1-D array-like of numbers, got {type(x).__name__}")
+    try:
+        t = torch.as_tensor(x).detach().cpu()
+    except (TypeError, ValueError, RuntimeError) as exc:  # ragged lists, None inside, non-numbers
+        raise TypeError(f"{name} must be a 1-D array-like of numbers, got {x!r:.80}: {exc}") from None
     if t.ndim != 1:
         raise ValueError(f"{name} must be 1-D (one value per row), got shape {tuple(t.shape)}")
     if t.numel() == 0:
@@ -304,17 +310,12 @@ def plan_minibatches(
         i = int(torch.nonzero((cost <= 0) | (cost > _MAX_COST))[0])
         raise ValueError(f"costs must lie in (0, 2**53], got {cost[i].item()} at row {i}")
     n = adv.numel()
-    if isinstance(num_minibatches, bool) or not isinstance(num_minibatches, (int, np.integer)) or num_minibatches < 1:
-        raise ValueError(f"num_minibatches must be a positive integer, got {num_minibatches!r}")
-    num_minibatches = int(num_minibatches)
+    num_minibatches = integer(num_minibatches, "num_minibatches", minimum=1)  # the rule of costaware._checks
     if minibatch_size is None:
+        if n < num_minibatches:
+            raise ValueError(f"num_minibatches must be <= the pool's N={n} rows, got {num_minibatches}")
         minibatch_size = n // num_minibatches
-    if isinstance(minibatch_size, bool) or not isinstance(minibatch_size, (int, np.integer)) or minibatch_size < 1:
-        raise ValueError(
-            f"minibatch_size must be a positive integer, got {minibatch_size!r} "
-            f"(N={n}, num_minibatches={num_minibatches})"
-        )
-    minibatch_size = int(minibatch_size)
+    minibatch_size = integer(minibatch_size, "minibatch_size", minimum=1)
     cost_i = cost.round().clamp(min=1).to(torch.int64)  # a fractional cost still feeds one token
     abs_a = adv.abs().double()
     # float rounding of a row equal to its group's mean is not signal (see SamplingConfig.zero_tol)
