@@ -92,6 +92,9 @@ def test_eval_missing_or_corrupt_inputs(tmp_path):
     _one_line_error(_cli(*base, "--model", str(tmp_path / "none"), "--data", str(bad)), "eval", "bad.jsonl")
     _one_line_error(_cli(*base, "--model", str(tmp_path / "none"), "--data", str(data)), "eval", "none")
     _one_line_error(_cli(*base, "--model", str(tmp_path / "none")), "eval", "gsm8k")  # offline, no --data
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    _one_line_error(_cli("eval", "--benchmark", "gsm8k", "--out", str(a_file), "--model", str(tmp_path)), "eval", "--out")
 
 
 def test_debug_shows_the_traceback(tmp_path):

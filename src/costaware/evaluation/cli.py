@@ -85,6 +85,8 @@ def main(args: argparse.Namespace) -> int:
     from costaware.evaluation.verify import MathVerifier
 
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out must be a folder, got {str(out)!r}, which is a file")
     out.mkdir(parents=True, exist_ok=True)
     checkpoint = out / "progress.jsonl"
     if args.overwrite and checkpoint.exists():
