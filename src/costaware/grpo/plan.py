@@ -32,7 +32,7 @@ import torch
 from costaware import distributions as dist
 from costaware.alias import build_alias, draw
 from costaware.grpo.advantages import group_advantages
-from costaware.grpo.config import DISTRIBUTIONS, METHODS, SamplingConfig
+from costaware.grpo.config import ALPHA_AUTO_MAX, DISTRIBUTIONS, METHODS, PROXY_METHODS, SamplingConfig
 
 __all__ = ["METHODS", "SamplingConfig", "MiniBatch", "Plan", "plan_minibatches", "pods_select"]
 
@@ -56,7 +56,11 @@ class MiniBatch:
 
 @dataclass(frozen=True)
 class Plan:
-    """The mini-batches of one generation batch, with the token accounting around them."""
+    """The mini-batches of one generation batch, with the token accounting around them.
+
+    ``meta`` of a drawing plan holds ``draw_cap_hit``, and ``proxy``, ``beta`` and ``alpha``: the
+    proxy, β and smoothing α its p used (β and α are None for methods that do not use them).
+    """
 
     minibatches: tuple[MiniBatch, ...]
     method: str
@@ -267,6 +271,35 @@ def _split_unweighted(rows: torch.Tensor, costs: torch.Tensor, num_minibatches: 
     )
 
 
+def _drawing_probs(
+    config: SamplingConfig, g: np.ndarray, c: np.ndarray
+) -> tuple[np.ndarray, float | None, float | None]:
+    """p of a drawing method, with the β and α it used (None where the method has none).
+
+    β = 0 keeps the registry's p ∝ |A|/√c expression (so the paper's plans are unchanged bit for bit);
+    β ≠ 0 uses :func:`costaware.grpo.proxy.proxy_probs`, p ∝ |A|·c^(β−½) in log space.
+    """
+    if config.method not in PROXY_METHODS:
+        return DISTRIBUTIONS[config.method](g, c, config.alpha), None, None
+    beta = config.beta
+    if beta == 0.0:
+        base = DISTRIBUTIONS["p_star"](g, c, 0.0)
+    else:
+        from costaware.grpo.proxy import proxy_probs
+
+        base = proxy_probs(g, c, beta=beta)
+    if config.method == "p_star":
+        return base, beta, 0.0
+    alpha = config.alpha
+    if config.adaptive_alpha_max_weight is not None:
+        from costaware.grpo.proxy import adaptive_alpha
+
+        alpha = adaptive_alpha(
+            base, max_weight=config.adaptive_alpha_max_weight, alpha_min=config.alpha, alpha_max=ALPHA_AUTO_MAX
+        )
+    return dist.smoothed(base, alpha), beta, float(alpha)
+
+
 def plan_minibatches(
     advantages: Any,
     costs: Any,
@@ -374,7 +407,7 @@ def plan_minibatches(
         if not (proxy > 0).any():
             return Plan((), probs=None, advantages=adv, skipped="the noised proxy is zero on every row",
                         **common)
-    p = DISTRIBUTIONS[config.method](proxy.numpy(), cost.numpy(), config.alpha)
+    p, beta, alpha = _drawing_probs(config, proxy.numpy(), cost.numpy())
     w = torch.from_numpy(dist.importance_weights(p, None, config.weights))
     table = build_alias(p)  # built once per plan; every draw below reuses it
     rng = _numpy_rng(generator)
@@ -392,4 +425,4 @@ def plan_minibatches(
         )
     mbs = _split_weighted(torch.from_numpy(draws), w, cost_i, num_minibatches, config.merge_duplicates, n, sizes)
     return Plan(mbs, probs=torch.from_numpy(np.asarray(p)).to(torch.float32), advantages=adv, skipped=None,
-                meta={"draw_cap_hit": capped}, **common)
+                meta={"draw_cap_hit": capped, "proxy": config.proxy, "beta": beta, "alpha": alpha}, **common)
