@@ -102,7 +102,8 @@ def base_config():
 
 def test_config_defaults_and_hydra_key(base_config):
     cfg = read_trainer_config(base_config)
-    assert cfg == CostAwareConfig(method="p_star", seed=7)
+    # verl's default loss_agg_mode is token-mean (a token sum): proxy=auto resolves to the length-aware prior
+    assert cfg == CostAwareConfig(method="p_star", seed=7, proxy="length_aware", proxy_beta=1.0)
     assert cfg.merge_duplicates is False and cfg.weights == "centred"
     no_key = verl_config("algorithm.adv_estimator=grpo")
     assert read_trainer_config(no_key) is None
@@ -187,12 +188,18 @@ def test_resampling_keeps_every_field_aligned(method):
         assert torch.all(seq_adv[idx] != 0), "p* never draws a zero-advantage row"
 
 
-def test_p_star_weights_and_tokens_match_the_formula():
+@pytest.mark.parametrize(
+    "proxy,beta", [("advantage", None), ("length_aware", 1.0), ("length_aware", -0.3), ("auto", None)]
+)
+def test_p_star_weights_and_tokens_match_the_formula(proxy, beta):
+    """p ∝ |A|·c^(β−½): the paper's β = 0, a configured β, and auto under verl's default token-mean (β = 1)."""
     batch = grpo_batch(num_prompts=6, seed=3)
-    res = _resample(batch, CostAwareConfig(method="p_star"), minibatch_size=8, dp_size=2)
+    cfg = CostAwareConfig(method="p_star", proxy=proxy, proxy_beta=beta)
+    res = _resample(batch, cfg, minibatch_size=8, dp_size=2)
     adv = batch.batch["advantages"].sum(-1) / batch.batch["response_mask"].sum(-1)
     cost = batch.batch["attention_mask"].sum(-1).double()
-    p = adv.abs().double() / cost.sqrt()
+    b = {"advantage": 0.0, "auto": 1.0}.get(proxy, beta)
+    p = adv.abs().double() * cost ** (b - 0.5)
     p = p / p.sum()
     n_supp = int((p > 0).sum())
     torch.testing.assert_close(res.weights.double(), 1.0 / (n_supp * p[res.indices]), rtol=1e-5, atol=0)
@@ -531,7 +538,9 @@ def test_example_config_composes_and_validates():
         cfg = compose(
             config_name="cost_aware_grpo", overrides=["actor_rollout_ref.actor.policy_loss.loss_mode=cispo"]
         )
-    assert read_trainer_config(cfg) == CostAwareConfig(method="p_star", alpha=0.01, seed=0)
+    assert read_trainer_config(cfg) == CostAwareConfig(
+        method="p_star", alpha=0.01, seed=0, proxy="length_aware", proxy_beta=1.0  # token-mean: auto's prior
+    )
     assert cfg.actor_rollout_ref.rollout.name == "vllm"
     assert cfg.actor_rollout_ref.model.path == "Qwen/Qwen2.5-Math-1.5B-Instruct"
     assert cfg.trainer.use_v1 is True  # verl's default trainer is v1; both are patched
