@@ -123,9 +123,11 @@ class SamplingConfig:
         proxy_beta: β for ``"length_aware"``/``"calibrated"`` (required there, within
             :data:`costaware.grpo.proxy.BETA_BOUNDS`); must stay None (or 0) for ``"advantage"``.
         adaptive_alpha_max_weight: ``p_smooth`` only. When set (W > 1), each plan uses the smallest
-            α in [``alpha``, :data:`ALPHA_AUTO_MAX`] for which no row's raw weight 1/(n p_i) exceeds W
-            (:func:`costaware.grpo.proxy.adaptive_alpha`); ``alpha`` is then the floor. A single huge
-            weight is what makes a mini-batch noisy when the proxy underrates a row.
+            α in [``alpha``, :data:`ALPHA_AUTO_MAX`] for which no row with A ≠ 0 gets a raw weight
+            1/(n p_i) above W (:func:`costaware.grpo.proxy.adaptive_alpha`); ``alpha`` is the floor
+            (rows with A = 0 get weight 1/α: keep the floor > 0 when a KL term needs them).
+            ``Plan.meta["alpha"]`` records the α used. A single huge weight is what makes a
+            mini-batch noisy when the proxy underrates a row.
         max_draws_factor: the token budget stops each mini-batch after at most
             ``max_draws_factor × (baseline rows per mini-batch)`` draws (a documented fallback:
             the capped stopping time still depends only on past draws, so Wald's identity and
