@@ -111,6 +111,90 @@ def test_config_defaults_and_hydra_key(base_config):
     assert read_trainer_config(off) is None
 
 
+# -------------------------------------------------------------------------------- proxy (issue 11)
+
+
+def test_proxy_options_pass_through_to_the_core():
+    cfg = CostAwareConfig.from_mapping(
+        {"method": "p_smooth", "alpha": 0, "proxy": "length_aware", "proxy_beta": 1, "adaptive_alpha_max_weight": 8}
+    )
+    core = cfg.sampling_config()
+    assert (core.method, core.proxy, core.proxy_beta, core.adaptive_alpha_max_weight) == (
+        "p_smooth", "length_aware", 1.0, 8.0
+    )
+    assert CostAwareConfig(proxy="length_aware").sampling_config("seq-mean-token-mean").proxy_beta == 0.0  # prior
+    paper = CostAwareConfig(proxy="advantage").sampling_config()
+    assert (paper.proxy, paper.beta) == ("advantage", 0.0)
+
+
+@pytest.mark.parametrize(
+    "mode,proxy,beta",
+    [("token-mean", "length_aware", 1.0), ("seq-mean-token-sum", "length_aware", 1.0),
+     ("seq-mean-token-mean", "advantage", None)],
+)
+def test_proxy_auto_resolves_with_the_actors_loss_agg_mode(mode, proxy, beta):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # auto never warns
+        cfg = read_trainer_config(verl_config(
+            "actor_rollout_ref.actor.shuffle=false", f"actor_rollout_ref.actor.loss_agg_mode={mode}",
+            "+algorithm.cost_aware.method=p_star",
+        ))
+    assert (cfg.proxy, cfg.proxy_beta) == (proxy, beta)
+
+
+def test_the_papers_proxy_under_a_token_sum_loss_warns():
+    overrides = ("actor_rollout_ref.actor.shuffle=false", "+algorithm.cost_aware.proxy=advantage")
+    with pytest.warns(UserWarning, match="token-mean.*sums each row's token losses"):
+        cfg = read_trainer_config(verl_config(*overrides))
+    assert (cfg.proxy, cfg.proxy_beta) == ("advantage", None)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        read_trainer_config(verl_config(*overrides, "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean"))
+
+
+@pytest.mark.parametrize(
+    "mapping,match",
+    [
+        ({"proxy": "calibrated"}, "proxy='calibrated' is not supported in verl.*per-sequence gradient norms"),
+        ({"proxy": "bogus"}, "proxy must be one of.*bogus"),
+        ({"proxy": "length_aware", "proxy_beta": 9.0}, "proxy_beta must lie in.*9.0"),
+        ({"proxy": "length_aware", "proxy_beta": "1"}, "proxy_beta must be a finite number.*'1'"),
+        ({"proxy": "advantage", "proxy_beta": 0.5}, "proxy_beta=0.5"),
+        ({"proxy": "length_aware", "proxy_beta": 1.0, "method": "uniform"}, "method='uniform'"),
+        ({"adaptive_alpha_max_weight": 4.0}, "needs method='p_smooth'"),
+        ({"method": "p_smooth", "adaptive_alpha_max_weight": 0.5}, "adaptive_alpha_max_weight.*0.5"),
+    ],
+)
+def test_bad_proxy_options_are_refused_naming_the_value(mapping, match):
+    with pytest.raises(ValueError, match=match):
+        CostAwareConfig.from_mapping(mapping)
+    if mapping == {"proxy": "length_aware", "proxy_beta": 9.0}:
+        return
+    with pytest.raises(ValueError, match="proxy_beta=0.3 with proxy=auto"):
+        CostAwareConfig(proxy_beta=0.3).resolved("token-mean")
+
+
+def test_adaptive_alpha_reaches_the_resampled_weights():
+    from costaware.integrations.verl import plan_resampling
+
+    batch = grpo_batch(num_prompts=6, seed=3)
+    adv = batch.batch["advantages"].sum(-1) / batch.batch["response_mask"].sum(-1)
+    cost = batch.batch["attention_mask"].sum(-1)
+    kw = dict(method="p_smooth", alpha=0.0, proxy="length_aware", proxy_beta=1.0, weights="raw")
+    gen = torch.Generator().manual_seed(0)
+    fixed = plan_resampling(adv, cost, CostAwareConfig(**kw), minibatch_size=8, dp_size=2, generator=gen)
+    assert float(fixed.weights.max()) > 1.5  # without adaptive smoothing some weight exceeds the bound
+    cfg = CostAwareConfig(**kw, adaptive_alpha_max_weight=1.5)
+    res = plan_resampling(adv, cost, cfg, minibatch_size=8, dp_size=2, generator=torch.Generator().manual_seed(0))
+    # the raw weight 1/(n p) <= 1.5 on every drawn row with A != 0
+    assert float(res.weights[adv[res.indices] != 0].max()) <= 1.5 * (1 + 1e-5)
+
+
+
 @pytest.mark.parametrize(
     ("values", "message"),
     [

@@ -85,7 +85,7 @@ class CostAwareGRPOConfig(GRPOConfig):
     )
     cost_aware_calibration_rows: int = field(
         default=16,
-        metadata={"help": "[proxy] 'calibrated': rows (A ≠ 0) per process whose exact gradient norm the fit uses."},
+        metadata={"help": "[proxy] 'calibrated': rows (A ≠ 0) of the global pool whose exact gradient norm each fit uses."},
     )
     # -- [loss] -------------------------------------------------------------------------------------
     cost_aware_normaliser: str = field(

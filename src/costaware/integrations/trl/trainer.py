@@ -215,7 +215,7 @@ class CostAwareGRPOTrainer(GenerationMixin, GRPOTrainer):
             if plan.meta.get(key) is not None:
                 metrics[f"cost_aware/{'proxy_beta' if key == 'beta' else key}"].append(float(plan.meta[key]))
         if cal is not None and cal.due(int(self.cost_aware_counters.generations)):
-            self._calibrate(batch, plan, pool, offset)
+            self._calibrate(batch, plan, offset)
         interval = self.args.cost_aware_diagnostics_interval
         if interval and self.cost_aware_counters.generations % interval == 0:
             self._diagnostics(batch, plan.advantages[offset : offset + n])
@@ -298,29 +298,31 @@ class CostAwareGRPOTrainer(GenerationMixin, GRPOTrainer):
             )
 
     # -- calibration of the proxy -------------------------------------------------------------------
-    def _calibrate(self, batch: dict[str, Any], plan: Plan, pool: GlobalPool, offset: int) -> None:
-        """Fit β on exact gradient norms of rows with A ≠ 0 drawn on every process; update the calibrator.
+    def _calibrate(self, batch: dict[str, Any], plan: Plan, offset: int) -> None:
+        """Fit β on exact gradient norms of rows with A ≠ 0 of the global pool; update the calibrator.
 
-        Collective-safe: every process measures its own rows (possibly none) and takes part in one
-        gather of a fixed-shape table, then every process fits the same global rows, so β agrees.
+        The rows are drawn from the global pool with a seed every process shares, so the same rows are
+        measured whatever the number of processes; each process measures the ones it holds. Collective-
+        safe: every process (holding chosen rows or not) takes part in one gather of a fixed-shape
+        table, then every process fits the same rows in the same order, so β agrees on every rank.
         """
         start = time.perf_counter()
         n, k = batch["advantages"].shape[0], self.args.cost_aware_calibration_rows
-        local = plan.advantages[offset : offset + n].double()
-        abs_pool = pool.advantages.abs().double()
-        signal = torch.nonzero(local.abs() > self.sampling.zero_tol * abs_pool.max()).reshape(-1)
+        abs_pool = plan.advantages.abs().double()
+        signal = torch.nonzero(abs_pool > self.sampling.zero_tol * abs_pool.max()).reshape(-1)
         gen = torch.Generator().manual_seed(
-            (int(self.args.seed) * 7919 + int(self.cost_aware_counters.generations)) * 4099
-            + self.accelerator.process_index
+            int(self.args.seed) * 7919 + int(self.cost_aware_counters.generations) + 104_729
         )
-        idx = signal[torch.randperm(signal.numel(), generator=gen)[:k]]
+        chosen = torch.sort(signal[torch.randperm(signal.numel(), generator=gen)[:k]]).values
+        idx = chosen[(chosen >= offset) & (chosen < offset + n)] - offset
+        local = plan.advantages[offset : offset + n]
         # columns: valid, |A|, G, c, p (the plan's probability of the row); NaN G where a norm failed
         table = torch.zeros(k, 5, dtype=torch.float64)
         if idx.numel():
-            abs_a, norms, costs = self._measure_rows(batch, local.float(), idx)
-            table[: idx.numel()] = torch.stack(
-                [torch.ones_like(abs_a), abs_a, norms.double(), costs, plan.probs[offset + idx].double()], 1
-            )
+            abs_a, norms, costs = self._measure_rows(batch, local, idx)
+            # p = 0 (not used for the J ratios) when the plan drew nothing (a noised proxy of all zeros)
+            p = plan.probs[offset + idx].double() if plan.probs is not None else torch.zeros_like(abs_a)
+            table[: idx.numel()] = torch.stack([torch.ones_like(abs_a), abs_a, norms.double(), costs, p], 1)
         rows = self.accelerator.gather(table.to(self.accelerator.device)).cpu()
         rows = rows[rows[:, 0] > 0]
         cal = self.cost_aware_calibrator
