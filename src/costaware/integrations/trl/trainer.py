@@ -215,7 +215,7 @@ class CostAwareGRPOTrainer(GenerationMixin, GRPOTrainer):
             if plan.meta.get(key) is not None:
                 metrics[f"cost_aware/{'proxy_beta' if key == 'beta' else key}"].append(float(plan.meta[key]))
         if cal is not None and cal.due(int(self.cost_aware_counters.generations)):
-            self._calibrate(batch, plan, offset)
+            self._calibrate(batch, plan, pool, offset)
         interval = self.args.cost_aware_diagnostics_interval
         if interval and self.cost_aware_counters.generations % interval == 0:
             self._diagnostics(batch, plan.advantages[offset : offset + n])
@@ -298,7 +298,7 @@ class CostAwareGRPOTrainer(GenerationMixin, GRPOTrainer):
             )
 
     # -- calibration of the proxy -------------------------------------------------------------------
-    def _calibrate(self, batch: dict[str, Any], plan: Plan, offset: int) -> None:
+    def _calibrate(self, batch: dict[str, Any], plan: Plan, pool: GlobalPool, offset: int) -> None:
         """Fit β on exact gradient norms of rows with A ≠ 0 of the global pool; update the calibrator.
 
         The rows are drawn from the global pool with a seed every process shares, so the same rows are
@@ -314,15 +314,24 @@ class CostAwareGRPOTrainer(GenerationMixin, GRPOTrainer):
             int(self.args.seed) * 7919 + int(self.cost_aware_counters.generations) + 104_729
         )
         chosen = torch.sort(signal[torch.randperm(signal.numel(), generator=gen)[:k]]).values
+        if chosen.numel() == 0:  # no signal anywhere (known to every process alike): nothing to fit
+            return
         idx = chosen[(chosen >= offset) & (chosen < offset + n)] - offset
         local = plan.advantages[offset : offset + n]
+        # TRL's loss gathers its clip metrics on every call, so every process must run as many single-row
+        # losses as the busiest one: the others repeat a row of their own, whose norm is discarded
+        bounds = rank_offsets(pool.rank_sizes)
+        busiest = max(int(((chosen >= lo) & (chosen < hi)).sum()) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True))
         # columns: valid, |A|, G, c, p (the plan's probability of the row); NaN G where a norm failed
         table = torch.zeros(k, 5, dtype=torch.float64)
-        if idx.numel():
-            abs_a, norms, costs = self._measure_rows(batch, local, idx)
+        if busiest:
+            fill = torch.zeros(busiest - idx.numel(), dtype=idx.dtype)
+            abs_a, norms, costs = self._measure_rows(batch, local, torch.cat([idx, fill]))
+            abs_a, norms, costs = abs_a[: idx.numel()], norms[: idx.numel()], costs[: idx.numel()]
             # p = 0 (not used for the J ratios) when the plan drew nothing (a noised proxy of all zeros)
             p = plan.probs[offset + idx].double() if plan.probs is not None else torch.zeros_like(abs_a)
-            table[: idx.numel()] = torch.stack([torch.ones_like(abs_a), abs_a, norms.double(), costs, p], 1)
+            if idx.numel():
+                table[: idx.numel()] = torch.stack([torch.ones_like(abs_a), abs_a, norms.double(), costs, p], 1)
         rows = self.accelerator.gather(table.to(self.accelerator.device)).cpu()
         rows = rows[rows[:, 0] > 0]
         cal = self.cost_aware_calibrator
