@@ -198,6 +198,8 @@ def _plan_of(trainer, batch, rewards):
 
 def _generation(trainer):
     trainer.model.train()
+    # set by the training loop; the calibration of the default proxy (dapo: calibrated) runs TRL's loss in _split
+    trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps
     inputs = next(iter(trainer.get_train_dataloader()))
     return trainer._generate_filtered(inputs)
 
@@ -230,6 +232,8 @@ def test_merging_duplicates_leaves_the_gradient_unchanged(tmp_path, loss_type, b
         loss_type=loss_type,
         beta=beta,
         cost_aware_normaliser=normaliser,
+        # the paper's p, fixed: no calibrator state between the splits, and it draws duplicates on this pool
+        cost_aware_proxy="advantage",
         **_loss_type_kwargs(loss_type),
     )
     batch, rewards = _generation(trainer)
@@ -328,16 +332,18 @@ def test_raw_weighted_plans_are_unbiased_for_the_baseline_gradient(tmp_path, los
         cost_aware_weights="raw",
         loss_type=loss_type,
         cost_aware_normaliser="pool",
+        cost_aware_proxy="length_aware",  # a fixed β (the family's prior): every plan from the same p
         beta=beta,
     )
+    drawing = trainer.sampling
     batch, rewards = _generation(trainer)
     batch["advantages"] = batch["advantages"].clone()
     batch["advantages"][:4] = 0.0  # one group without signal, as a constant-reward group
     lengths = batch["completion_mask"].sum(1)
     assert lengths.unique().numel() > 2  # unequal lengths: the normalisers differ
-    trainer.sampling = dataclasses.replace(trainer.sampling, method="none")
+    trainer.sampling = dataclasses.replace(trainer.sampling, method="none", proxy="advantage", proxy_beta=None)
     full = _total_grad(trainer, trainer._split(batch, rewards))
-    trainer.sampling = dataclasses.replace(trainer.sampling, method=method)
+    trainer.sampling = drawing
     draws = torch.stack([_total_grad(trainer, trainer._split(batch, rewards)) for _ in range(300)])
     mean = draws.mean(0)
     spread = draws.std(0).norm() / 300**0.5  # standard error of the mean, as a norm
@@ -471,7 +477,7 @@ def test_bad_pools_are_refused(tmp_path):
     wide = dict(batch, advantages=batch["advantages"].unsqueeze(1).expand(-1, 3))
     with pytest.raises(ValueError, match=r"advantages must be \(N,\).*3"):
         trainer._split(wide, rewards)
-    trainer.sampling = dataclasses.replace(trainer.sampling, method="pods")
+    trainer.sampling = dataclasses.replace(trainer.sampling, method="pods", proxy="advantage", proxy_beta=None)
     with pytest.raises(ValueError, match="rewards has 7 rows"):
         trainer._split(batch, rewards[:7])
 
