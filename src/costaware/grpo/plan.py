@@ -164,17 +164,18 @@ def _numpy_rng(gen: torch.Generator | None) -> np.random.Generator:
 
 def _draw_until_tokens(
     table: tuple[np.ndarray, np.ndarray], p: np.ndarray, costs: np.ndarray, budget: int, cap: int,
-    rng: np.random.Generator,
+    rng: np.random.Generator, min_draws: int = 1,
 ) -> tuple[np.ndarray, bool]:
-    """i.i.d. draws from p until their summed cost first reaches ``budget``, or ``cap`` draws."""
+    """i.i.d. draws from p until their summed cost first reaches ``budget`` with at least ``min_draws``
+    draws (one per mini-batch, so that none is empty), or ``cap`` draws. Still a stopping time."""
     per_draw = float(p @ costs)
     out: list[np.ndarray] = []
     spent = taken = 0
-    while spent < budget and taken < cap:
+    while (spent < budget or taken < min_draws) and taken < cap:
         k = min(cap - taken, max(16, int(1.2 * (budget - spent) / per_draw) + 16))
         d = draw(*table, k, rng)
         cum = np.cumsum(costs[d]) + spent
-        hit = np.flatnonzero(cum >= budget)
+        hit = np.flatnonzero((cum >= budget) & (taken + np.arange(1, k + 1) >= min_draws))
         if hit.size:
             d = d[: hit[0] + 1]
         out.append(d)
@@ -421,7 +422,7 @@ def plan_minibatches(
         )
     else:
         draws, capped = _draw_until_tokens(
-            table, p, cost_i.numpy(), common["tokens_plain"], cap * num_minibatches, rng
+            table, p, cost_i.numpy(), common["tokens_plain"], cap * num_minibatches, rng, num_minibatches
         )
     mbs = _split_weighted(torch.from_numpy(draws), w, cost_i, num_minibatches, config.merge_duplicates, n, sizes)
     return Plan(mbs, probs=torch.from_numpy(np.asarray(p)).to(torch.float32), advantages=adv, skipped=None,
