@@ -36,7 +36,8 @@ def test_token_budget_matches_the_baseline_tokens(n, k, seed, merge):
                 assert mb.tokens >= min(share, support_tokens) - 1e-9
             assert mb.tokens - costs.max() < share
     if not merge:  # drawn tokens over the plan reach the pool's tokens, overshooting by less than one row
-        assert plan.tokens < plan.tokens_plain + costs.max()
+        # (unless one draw per mini-batch, the minimum that leaves none empty, overshot on its own)
+        assert plan.tokens < plan.tokens_plain + costs.max() or plan.rows_drawn == k
         assert plan.meta["draw_cap_hit"] or plan.tokens_plain <= plan.tokens
 
 

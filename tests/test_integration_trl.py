@@ -198,6 +198,8 @@ def _plan_of(trainer, batch, rewards):
 
 def _generation(trainer):
     trainer.model.train()
+    # set by the training loop; the calibration of the default proxy (dapo: calibrated) runs TRL's loss in _split
+    trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps
     inputs = next(iter(trainer.get_train_dataloader()))
     return trainer._generate_filtered(inputs)
 
@@ -230,6 +232,8 @@ def test_merging_duplicates_leaves_the_gradient_unchanged(tmp_path, loss_type, b
         loss_type=loss_type,
         beta=beta,
         cost_aware_normaliser=normaliser,
+        # the paper's p, fixed: no calibrator state between the splits, and it draws duplicates on this pool
+        cost_aware_proxy="advantage",
         **_loss_type_kwargs(loss_type),
     )
     batch, rewards = _generation(trainer)
@@ -328,16 +332,18 @@ def test_raw_weighted_plans_are_unbiased_for_the_baseline_gradient(tmp_path, los
         cost_aware_weights="raw",
         loss_type=loss_type,
         cost_aware_normaliser="pool",
+        cost_aware_proxy="length_aware",  # a fixed β (the family's prior): every plan from the same p
         beta=beta,
     )
+    drawing = trainer.sampling
     batch, rewards = _generation(trainer)
     batch["advantages"] = batch["advantages"].clone()
     batch["advantages"][:4] = 0.0  # one group without signal, as a constant-reward group
     lengths = batch["completion_mask"].sum(1)
     assert lengths.unique().numel() > 2  # unequal lengths: the normalisers differ
-    trainer.sampling = dataclasses.replace(trainer.sampling, method="none")
+    trainer.sampling = dataclasses.replace(trainer.sampling, method="none", proxy="advantage", proxy_beta=None)
     full = _total_grad(trainer, trainer._split(batch, rewards))
-    trainer.sampling = dataclasses.replace(trainer.sampling, method=method)
+    trainer.sampling = drawing
     draws = torch.stack([_total_grad(trainer, trainer._split(batch, rewards)) for _ in range(300)])
     mean = draws.mean(0)
     spread = draws.std(0).norm() / 300**0.5  # standard error of the mean, as a norm
@@ -471,6 +477,81 @@ def test_bad_pools_are_refused(tmp_path):
     wide = dict(batch, advantages=batch["advantages"].unsqueeze(1).expand(-1, 3))
     with pytest.raises(ValueError, match=r"advantages must be \(N,\).*3"):
         trainer._split(wide, rewards)
-    trainer.sampling = dataclasses.replace(trainer.sampling, method="pods")
+    trainer.sampling = dataclasses.replace(trainer.sampling, method="pods", proxy="advantage", proxy_beta=None)
     with pytest.raises(ValueError, match="rewards has 7 rows"):
         trainer._split(batch, rewards[:7])
+
+
+# ------------------------------------------------------------------------------------ proxy (issue 11)
+
+
+def test_calibrated_proxy_logs_beta_and_round_trips_through_a_checkpoint(tmp_path):
+    """dapo (token sum), unequal lengths, a fit every generation: β logged and finite, the first pool
+    planned with the prior, the calibrator saved beside the counters and restored on resume."""
+    from costaware.grpo.proxy import BetaCalibrator
+    from costaware.integrations.trl.trainer import CALIBRATOR_FILE
+
+    kw = dict(cost_aware_method="p_star", cost_aware_proxy="calibrated", cost_aware_calibration_interval=1,
+              cost_aware_calibration_rows=6, save_strategy="steps", save_steps=2)
+    trainer = _trainer(tmp_path, **kw)
+    assert trainer.sampling.proxy == "calibrated" and trainer.cost_aware_calibrator.beta == 1.0  # dapo prior
+    trainer.train()
+    cal = trainer.cost_aware_calibrator
+    assert cal.updates == trainer.cost_aware_state["generations"] == 2
+    logs = [h for h in trainer.state.log_history if "cost_aware/beta_hat" in h]
+    assert logs, "no calibration logged"
+    first = next(h for h in trainer.state.log_history if "cost_aware/proxy_beta" in h)
+    assert first["cost_aware/proxy_beta"] == 1.0  # the pool that is measured uses the earlier β
+    for h in logs:
+        for key in ("beta", "beta_hat", "beta_stderr", "beta_low", "beta_high", "beta_rows",
+                    "predicted_j_vs_optimal", "predicted_j_vs_uniform", "calibration_seconds"):
+            assert math.isfinite(h[f"cost_aware/{key}"]), key
+        assert -0.5 <= h["cost_aware/beta"] <= 2.0
+        assert h["cost_aware/beta_low"] <= h["cost_aware/beta_hat"] <= h["cost_aware/beta_high"]
+        assert h["cost_aware/predicted_j_vs_optimal"] >= 1.0 - 1e-9
+    assert any(math.isfinite(h.get("cost_aware/calibration_share_of_po", math.nan)) for h in trainer.state.log_history)
+    with open(tmp_path / "checkpoint-4" / CALIBRATOR_FILE) as f:
+        state = json.load(f)
+    assert BetaCalibrator.from_dict(state["calibrator"]) == cal
+    assert state["seconds"] == trainer.cost_aware_calibration_seconds > 0
+    resumed = _trainer(tmp_path, **dict(kw, max_steps=6))
+    resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-4"))
+    assert resumed.cost_aware_calibrator.updates == cal.updates + 1  # restored, then one more fit
+    first_resumed = [h for h in resumed.state.log_history if "cost_aware/proxy_beta" in h][-1]
+    assert first_resumed["cost_aware/proxy_beta"] == pytest.approx(cal.beta)  # planned with the restored β
+
+
+def test_proxy_auto_resolves_per_loss_type_and_warns_on_the_papers_under_token_sum(tmp_path):
+    assert CostAwareGRPOConfig(**_kwargs(tmp_path)).sampling_config().proxy == "calibrated"  # dapo
+    grpo = CostAwareGRPOConfig(**_kwargs(tmp_path, loss_type="grpo")).sampling_config()
+    assert (grpo.proxy, grpo.beta) == ("advantage", 0.0)
+    fixed = CostAwareGRPOConfig(**_kwargs(tmp_path, cost_aware_proxy="length_aware")).sampling_config()
+    assert (fixed.proxy, fixed.proxy_beta) == ("length_aware", 1.0)  # the token-sum prior
+    with pytest.warns(UserWarning, match="sums each row's token losses"):
+        CostAwareGRPOConfig(**_kwargs(tmp_path, cost_aware_proxy="advantage"))
+    import warnings as w
+
+    with w.catch_warnings():
+        w.simplefilter("error")
+        CostAwareGRPOConfig(**_kwargs(tmp_path, cost_aware_proxy="advantage", loss_type="grpo"))
+        CostAwareGRPOConfig(**_kwargs(tmp_path))
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("cost_aware_proxy", "bogus"),
+        ("cost_aware_proxy_beta", 7.0),
+        ("cost_aware_adaptive_alpha_max_weight", 0.5),
+        ("cost_aware_calibration_interval", 0),
+        ("cost_aware_calibration_rows", 2),
+    ],
+)
+def test_bad_proxy_options_are_refused_naming_the_value(tmp_path, field, value):
+    extra = {"cost_aware_proxy": "length_aware"} if field == "cost_aware_proxy_beta" else {}
+    if field == "cost_aware_adaptive_alpha_max_weight":
+        extra = {"cost_aware_method": "p_smooth"}
+    with pytest.raises(ValueError, match=str(value)):
+        CostAwareGRPOConfig(**_kwargs(tmp_path, **{field: value}, **extra))
+    with pytest.raises(ValueError, match="fitted"):
+        CostAwareGRPOConfig(**_kwargs(tmp_path, cost_aware_proxy="calibrated", cost_aware_proxy_beta=0.5))

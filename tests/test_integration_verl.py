@@ -102,12 +102,97 @@ def base_config():
 
 def test_config_defaults_and_hydra_key(base_config):
     cfg = read_trainer_config(base_config)
-    assert cfg == CostAwareConfig(method="p_star", seed=7)
+    # verl's default loss_agg_mode is token-mean (a token sum): proxy=auto resolves to the length-aware prior
+    assert cfg == CostAwareConfig(method="p_star", seed=7, proxy="length_aware", proxy_beta=1.0)
     assert cfg.merge_duplicates is False and cfg.weights == "centred"
     no_key = verl_config("algorithm.adv_estimator=grpo")
     assert read_trainer_config(no_key) is None
     off = verl_config("actor_rollout_ref.actor.shuffle=false", "+algorithm.cost_aware.enable=false")
     assert read_trainer_config(off) is None
+
+
+# -------------------------------------------------------------------------------- proxy (issue 11)
+
+
+def test_proxy_options_pass_through_to_the_core():
+    cfg = CostAwareConfig.from_mapping(
+        {"method": "p_smooth", "alpha": 0, "proxy": "length_aware", "proxy_beta": 1, "adaptive_alpha_max_weight": 8}
+    )
+    core = cfg.sampling_config()
+    assert (core.method, core.proxy, core.proxy_beta, core.adaptive_alpha_max_weight) == (
+        "p_smooth", "length_aware", 1.0, 8.0
+    )
+    assert CostAwareConfig(proxy="length_aware").sampling_config("seq-mean-token-mean").proxy_beta == 0.0  # prior
+    paper = CostAwareConfig(proxy="advantage").sampling_config()
+    assert (paper.proxy, paper.beta) == ("advantage", 0.0)
+
+
+@pytest.mark.parametrize(
+    "mode,proxy,beta",
+    [("token-mean", "length_aware", 1.0), ("seq-mean-token-sum", "length_aware", 1.0),
+     ("seq-mean-token-mean", "advantage", None)],
+)
+def test_proxy_auto_resolves_with_the_actors_loss_agg_mode(mode, proxy, beta):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # auto never warns
+        cfg = read_trainer_config(verl_config(
+            "actor_rollout_ref.actor.shuffle=false", f"actor_rollout_ref.actor.loss_agg_mode={mode}",
+            "+algorithm.cost_aware.method=p_star",
+        ))
+    assert (cfg.proxy, cfg.proxy_beta) == (proxy, beta)
+
+
+def test_the_papers_proxy_under_a_token_sum_loss_warns():
+    overrides = ("actor_rollout_ref.actor.shuffle=false", "+algorithm.cost_aware.proxy=advantage")
+    with pytest.warns(UserWarning, match="token-mean.*sums each row's token losses"):
+        cfg = read_trainer_config(verl_config(*overrides))
+    assert (cfg.proxy, cfg.proxy_beta) == ("advantage", None)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        read_trainer_config(verl_config(*overrides, "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean"))
+
+
+@pytest.mark.parametrize(
+    "mapping,match",
+    [
+        ({"proxy": "calibrated"}, "proxy='calibrated' is not supported in verl.*per-sequence gradient norms"),
+        ({"proxy": "bogus"}, "proxy must be one of.*bogus"),
+        ({"proxy": "length_aware", "proxy_beta": 9.0}, "proxy_beta must lie in.*9.0"),
+        ({"proxy": "length_aware", "proxy_beta": "1"}, "proxy_beta must be a finite number.*'1'"),
+        ({"proxy": "advantage", "proxy_beta": 0.5}, "proxy_beta=0.5"),
+        ({"proxy": "length_aware", "proxy_beta": 1.0, "method": "uniform"}, "method='uniform'"),
+        ({"adaptive_alpha_max_weight": 4.0}, "needs method='p_smooth'"),
+        ({"method": "p_smooth", "adaptive_alpha_max_weight": 0.5}, "adaptive_alpha_max_weight.*0.5"),
+    ],
+)
+def test_bad_proxy_options_are_refused_naming_the_value(mapping, match):
+    with pytest.raises(ValueError, match=match):
+        CostAwareConfig.from_mapping(mapping)
+    if mapping == {"proxy": "length_aware", "proxy_beta": 9.0}:
+        return
+    with pytest.raises(ValueError, match="proxy_beta=0.3 with proxy=auto"):
+        CostAwareConfig(proxy_beta=0.3).resolved("token-mean")
+
+
+def test_adaptive_alpha_reaches_the_resampled_weights():
+    from costaware.integrations.verl import plan_resampling
+
+    batch = grpo_batch(num_prompts=6, seed=3)
+    adv = batch.batch["advantages"].sum(-1) / batch.batch["response_mask"].sum(-1)
+    cost = batch.batch["attention_mask"].sum(-1)
+    kw = dict(method="p_smooth", alpha=0.0, proxy="length_aware", proxy_beta=1.0, weights="raw")
+    gen = torch.Generator().manual_seed(0)
+    fixed = plan_resampling(adv, cost, CostAwareConfig(**kw), minibatch_size=8, dp_size=2, generator=gen)
+    assert float(fixed.weights.max()) > 1.5  # without adaptive smoothing some weight exceeds the bound
+    cfg = CostAwareConfig(**kw, adaptive_alpha_max_weight=1.5)
+    res = plan_resampling(adv, cost, cfg, minibatch_size=8, dp_size=2, generator=torch.Generator().manual_seed(0))
+    # the raw weight 1/(n p) <= 1.5 on every drawn row with A != 0
+    assert float(res.weights[adv[res.indices] != 0].max()) <= 1.5 * (1 + 1e-5)
+
 
 
 @pytest.mark.parametrize(
@@ -187,12 +272,18 @@ def test_resampling_keeps_every_field_aligned(method):
         assert torch.all(seq_adv[idx] != 0), "p* never draws a zero-advantage row"
 
 
-def test_p_star_weights_and_tokens_match_the_formula():
+@pytest.mark.parametrize(
+    "proxy,beta", [("advantage", None), ("length_aware", 1.0), ("length_aware", -0.3), ("auto", None)]
+)
+def test_p_star_weights_and_tokens_match_the_formula(proxy, beta):
+    """p ∝ |A|·c^(β−½): the paper's β = 0, a configured β, and auto under verl's default token-mean (β = 1)."""
     batch = grpo_batch(num_prompts=6, seed=3)
-    res = _resample(batch, CostAwareConfig(method="p_star"), minibatch_size=8, dp_size=2)
+    cfg = CostAwareConfig(method="p_star", proxy=proxy, proxy_beta=beta)
+    res = _resample(batch, cfg, minibatch_size=8, dp_size=2)
     adv = batch.batch["advantages"].sum(-1) / batch.batch["response_mask"].sum(-1)
     cost = batch.batch["attention_mask"].sum(-1).double()
-    p = adv.abs().double() / cost.sqrt()
+    b = {"advantage": 0.0, "auto": 1.0}.get(proxy, beta)
+    p = adv.abs().double() * cost ** (b - 0.5)
     p = p / p.sum()
     n_supp = int((p > 0).sum())
     torch.testing.assert_close(res.weights.double(), 1.0 / (n_supp * p[res.indices]), rtol=1e-5, atol=0)
@@ -531,7 +622,9 @@ def test_example_config_composes_and_validates():
         cfg = compose(
             config_name="cost_aware_grpo", overrides=["actor_rollout_ref.actor.policy_loss.loss_mode=cispo"]
         )
-    assert read_trainer_config(cfg) == CostAwareConfig(method="p_star", alpha=0.01, seed=0)
+    assert read_trainer_config(cfg) == CostAwareConfig(
+        method="p_star", alpha=0.01, seed=0, proxy="length_aware", proxy_beta=1.0  # token-mean: auto's prior
+    )
     assert cfg.actor_rollout_ref.rollout.name == "vllm"
     assert cfg.actor_rollout_ref.model.path == "Qwen/Qwen2.5-Math-1.5B-Instruct"
     assert cfg.trainer.use_v1 is True  # verl's default trainer is v1; both are patched

@@ -82,6 +82,10 @@ EXTRAS = [
     ),
     _case("bnpo-nonzero-rank1", zero="rank1", loss_type="bnpo", cost_aware_method="nonzero"),
     _case("dapo-pods", loss_type="dapo", cost_aware_method="pods"),
+    # issue 11: β fitted every pool from rows of the global pool; the same β on every rank (else the
+    # second pool's plans, and the parameters, would differ from one process's)
+    _case("dapo-calibrated-every1-rank1", zero="rank1", loss_type="dapo", cost_aware_proxy="calibrated",
+          cost_aware_calibration_interval=1, cost_aware_calibration_rows=6),
 ]
 # method none against stock GRPOTrainer, both on 2 processes: exactly stock's split and loss
 NONE_VS_STOCK = [

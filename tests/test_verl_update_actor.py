@@ -310,10 +310,13 @@ def run_v1(agg: str, data: dict, loss_fn, monkeypatch):
 
 
 def expected_grads(wg, config, model: Bigram, data: dict) -> list[torch.Tensor]:
-    """sum_i w_i grad(pg_i - c ent_i + beta kl_i) per mini-batch, w_i = 1/(n p_i), p from the formula."""
+    """sum_i w_i grad(pg_i - c ent_i + beta kl_i) per mini-batch, w_i = 1/(n p_i), p from the formula
+    p ∝ |A| c^(beta_proxy - 1/2) smoothed (the proxy verl's default proxy=auto gives the loss mode)."""
     adv = data["advantages"].sum(-1) / data["response_mask"].sum(-1)
     cost = data["attention_mask"].sum(-1).double()
-    p_star = adv.abs().double() / cost.sqrt()
+    # proxy=auto: the token-sum modes sample with the length-aware prior beta = 1, p ∝ |A| c^(1/2)
+    beta = 0.0 if config.loss_agg_mode == "seq-mean-token-mean" else 1.0
+    p_star = adv.abs().double() * cost ** (beta - 0.5)
     p = (1 - ALPHA) * p_star / p_star.sum() + ALPHA / len(adv)
     w = 1.0 / (len(adv) * p)  # full support: centred = raw
     policy_loss = get_policy_loss_fn(config.policy_loss.get("loss_mode", "vanilla"))

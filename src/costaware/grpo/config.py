@@ -15,6 +15,12 @@ The registry maps a method name to what it is:
 True
 >>> SamplingConfig("p_star").full_support   # rows with A = 0 get p = 0
 False
+>>> SamplingConfig("p_star", proxy="length_aware", proxy_beta=1.0).proxy_beta
+1.0
+>>> resolve_proxy("auto", None, loss_type="dapo", method="p_star")   # token-sum loss: fitted online
+('calibrated', 1.0)
+>>> resolve_proxy("auto", None, loss_type="grpo", method="p_star")   # sequence-mean: the paper's
+('advantage', 0.0)
 """
 
 from __future__ import annotations
@@ -35,6 +41,11 @@ __all__ = [
     "FULL_SUPPORT",
     "SamplingConfig",
     "plan_seed",
+    "PROXIES",
+    "PROXY_METHODS",
+    "ALPHA_AUTO_MAX",
+    "resolve_proxy",
+    "paper_proxy_warning",
 ]
 
 
@@ -71,6 +82,13 @@ SUBSET = ("nonzero", "pods")
 METHODS = ("none", "p_star", "p_smooth", "inv_sqrt_cost", "variance", "uniform", "nonzero", "pods")
 # Methods under which every row of the pool can reach the loss (needed for a KL term on A = 0 rows).
 FULL_SUPPORT = ("none", "inv_sqrt_cost", "uniform")
+# Gradient-norm proxies G_i ≈ |A_i| · c_i^β (costaware.grpo.proxy): "advantage" is the paper's (β = 0),
+# "length_aware" a fixed β, "calibrated" a β the engine fits online and passes in as proxy_beta.
+PROXIES = ("advantage", "length_aware", "calibrated")
+# The methods whose p is built from the proxy; the others ignore it (so a β there is refused).
+PROXY_METHODS = ("p_star", "p_smooth")
+# Adaptive smoothing never mixes in more than this much uniform: beyond it p_smooth is mostly uniform.
+ALPHA_AUTO_MAX = 0.5
 
 
 def _real(x: object) -> bool:
@@ -98,6 +116,18 @@ class SamplingConfig:
             rounding (|A| ~ 1e-8 in float32, ~1e-16 in float64) on rows equal to their group's
             mean; without the tolerance those rows hold p ~ 1e-9 and a token budget would need
             ~1e9 draws to feed them. 0 keeps exact zeros only.
+        proxy: the gradient-norm proxy behind ``p_star``/``p_smooth``, p ∝ |A|·c^(β−½): one of
+            :data:`PROXIES`. ``"advantage"`` is the paper's (β = 0, right for sequence-mean losses);
+            ``"length_aware"`` uses ``proxy_beta``; ``"calibrated"`` is ``"length_aware"`` with a β
+            the engine fits online (:class:`costaware.grpo.proxy.BetaCalibrator`) and sets per pool.
+        proxy_beta: β for ``"length_aware"``/``"calibrated"`` (required there, within
+            :data:`costaware.grpo.proxy.BETA_BOUNDS`); must stay None (or 0) for ``"advantage"``.
+        adaptive_alpha_max_weight: ``p_smooth`` only. When set (W > 1), each plan uses the smallest
+            α in [``alpha``, :data:`ALPHA_AUTO_MAX`] for which no row with A ≠ 0 gets a raw weight
+            1/(n p_i) above W (:func:`costaware.grpo.proxy.adaptive_alpha`); ``alpha`` is the floor
+            (rows with A = 0 get weight 1/α: keep the floor > 0 when a KL term needs them).
+            ``Plan.meta["alpha"]`` records the α used. A single huge weight is what makes a
+            mini-batch noisy when the proxy underrates a row.
         max_draws_factor: the token budget stops each mini-batch after at most
             ``max_draws_factor × (baseline rows per mini-batch)`` draws (a documented fallback:
             the capped stopping time still depends only on past draws, so Wald's identity and
@@ -114,6 +144,9 @@ class SamplingConfig:
     pods_keep: int | None = None
     zero_tol: float = 1e-6
     max_draws_factor: float = 64.0
+    proxy: str = "advantage"
+    proxy_beta: float | None = None
+    adaptive_alpha_max_weight: float | None = None
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -137,6 +170,49 @@ class SamplingConfig:
             raise ValueError(f"zero_tol must lie in [0, 1), got {self.zero_tol!r}")
         if not (_real(self.max_draws_factor) and self.max_draws_factor >= 1.0):
             raise ValueError(f"max_draws_factor must be a finite number >= 1, got {self.max_draws_factor!r}")
+        self._check_proxy()
+
+    def _check_proxy(self) -> None:
+        from costaware.grpo.proxy import BETA_BOUNDS
+
+        if self.proxy not in PROXIES:
+            raise ValueError(f"proxy must be one of {PROXIES}, got {self.proxy!r}")
+        beta = self.proxy_beta
+        if beta is not None and not _real(beta):
+            raise ValueError(f"proxy_beta must be a finite number or None, got {beta!r}")
+        if self.proxy == "advantage" and beta not in (None, 0, 0.0):
+            raise ValueError(
+                f"proxy_beta={beta!r} with proxy='advantage' (the paper's, beta 0); use proxy='length_aware'"
+            )
+        if self.proxy != "advantage":
+            if beta is None:
+                raise ValueError(f"proxy={self.proxy!r} needs proxy_beta (a number), got None")
+            lo, hi = BETA_BOUNDS
+            if not lo <= beta <= hi:
+                raise ValueError(f"proxy_beta must lie in [{lo}, {hi}] (BETA_BOUNDS), got {beta!r}")
+            if self.method not in PROXY_METHODS:
+                raise ValueError(
+                    f"proxy={self.proxy!r} with method={self.method!r}: only {PROXY_METHODS} build p from the "
+                    "proxy; use proxy='advantage'"
+                )
+        w = self.adaptive_alpha_max_weight
+        if w is not None:
+            if not (_real(w) and w > 1.0):
+                raise ValueError(f"adaptive_alpha_max_weight must be a finite number > 1 or None, got {w!r}")
+            if self.method != "p_smooth":
+                raise ValueError(
+                    f"adaptive_alpha_max_weight={w!r} with method={self.method!r}: adaptive smoothing needs "
+                    "method='p_smooth'"
+                )
+            if self.alpha > ALPHA_AUTO_MAX:
+                raise ValueError(
+                    f"alpha={self.alpha!r} is the floor of adaptive smoothing and must be <= {ALPHA_AUTO_MAX}"
+                )
+
+    @property
+    def beta(self) -> float:
+        """The β the plan uses: 0 for the paper's proxy, else ``proxy_beta``."""
+        return 0.0 if self.proxy == "advantage" or self.proxy_beta is None else float(self.proxy_beta)
 
     @property
     def full_support(self) -> bool:
@@ -159,3 +235,51 @@ def plan_seed(seed: int, generation: int, salt: int = 0) -> int:
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
             raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
     return ((int(seed) * 1_000_003 + int(generation)) * 1_009 + int(salt)) % (2**63 - 1)
+
+
+def resolve_proxy(
+    proxy: str, proxy_beta: float | None, *, loss_type: str, method: str
+) -> tuple[str, float]:
+    """An engine's proxy option -> (proxy, β) for :class:`SamplingConfig`, given the loss it runs.
+
+    ``"auto"`` (the engines' default) gives ``"advantage"`` (the paper's, β = 0) for sequence-mean
+    losses and ``"calibrated"`` for token-sum losses (:func:`costaware.grpo.proxy.loss_family`), and
+    ``"advantage"`` for methods that ignore the proxy. The token-sum default rests on the per-pool J
+    measurements quoted in ``LossFamily.source`` (J(p_|A|)/J(uniform) 0.75-0.82 under dapo), not yet
+    on a training-curve comparison. ``"length_aware"``/``"calibrated"`` without a β start from the loss
+    family's prior β.
+    """
+    from costaware.grpo.proxy import loss_family
+
+    if proxy not in ("auto", *PROXIES):
+        raise ValueError(f"proxy must be one of {('auto', *PROXIES)}, got {proxy!r}")
+    fam = loss_family(loss_type)
+    if proxy == "auto":
+        if method not in PROXY_METHODS or proxy_beta is not None:
+            if proxy_beta is not None:
+                raise ValueError(
+                    f"proxy_beta={proxy_beta!r} with proxy='auto'; set proxy='length_aware' for a fixed beta"
+                )
+            return "advantage", 0.0
+        proxy = "calibrated" if fam.name == "token_sum" else "advantage"
+    if proxy == "advantage":
+        if proxy_beta not in (None, 0, 0.0):
+            raise ValueError(
+                f"proxy_beta={proxy_beta!r} with proxy='advantage' (the paper's, beta 0); use proxy='length_aware'"
+            )
+        return "advantage", 0.0
+    return proxy, float(fam.prior_beta if proxy_beta is None else proxy_beta)
+
+
+def paper_proxy_warning(proxy: str, *, loss_type: str, method: str) -> str | None:
+    """The warning text when the user chose the paper's proxy under a token-sum loss, else None."""
+    from costaware.grpo.proxy import loss_family
+
+    if proxy != "advantage" or method not in PROXY_METHODS or loss_family(loss_type).name != "token_sum":
+        return None
+    return (
+        f"proxy='advantage' (the paper's p ∝ |A|/√c) with loss {loss_type!r}: this loss sums each row's "
+        "token losses, so a row's gradient norm grows with its length (measured G ∝ |A|·c^β, β ≈ 0.6-1.6) "
+        "and |A|/√c samples short rows more than the optimum does; proxy='auto' (calibrated) or "
+        "'length_aware' fits this loss"
+    )

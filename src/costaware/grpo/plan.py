@@ -33,7 +33,7 @@ from costaware import distributions as dist
 from costaware._checks import integer
 from costaware.alias import build_alias, draw
 from costaware.grpo.advantages import group_advantages
-from costaware.grpo.config import DISTRIBUTIONS, METHODS, SamplingConfig
+from costaware.grpo.config import ALPHA_AUTO_MAX, DISTRIBUTIONS, METHODS, PROXY_METHODS, SamplingConfig
 
 __all__ = ["METHODS", "SamplingConfig", "MiniBatch", "Plan", "plan_minibatches", "pods_select"]
 
@@ -57,7 +57,11 @@ class MiniBatch:
 
 @dataclass(frozen=True)
 class Plan:
-    """The mini-batches of one generation batch, with the token accounting around them."""
+    """The mini-batches of one generation batch, with the token accounting around them.
+
+    ``meta`` of a drawing plan holds ``draw_cap_hit``, and ``proxy``, ``beta`` and ``alpha``: the
+    proxy, β and smoothing α its p used (β and α are None for methods that do not use them).
+    """
 
     minibatches: tuple[MiniBatch, ...]
     method: str
@@ -166,17 +170,18 @@ def _numpy_rng(gen: torch.Generator | None) -> np.random.Generator:
 
 def _draw_until_tokens(
     table: tuple[np.ndarray, np.ndarray], p: np.ndarray, costs: np.ndarray, budget: int, cap: int,
-    rng: np.random.Generator,
+    rng: np.random.Generator, min_draws: int = 1,
 ) -> tuple[np.ndarray, bool]:
-    """i.i.d. draws from p until their summed cost first reaches ``budget``, or ``cap`` draws."""
+    """i.i.d. draws from p until their summed cost first reaches ``budget`` with at least ``min_draws``
+    draws (one per mini-batch, so that none is empty), or ``cap`` draws. Still a stopping time."""
     per_draw = float(p @ costs)
     out: list[np.ndarray] = []
     spent = taken = 0
-    while spent < budget and taken < cap:
+    while (spent < budget or taken < min_draws) and taken < cap:
         k = min(cap - taken, max(16, int(1.2 * (budget - spent) / per_draw) + 16))
         d = draw(*table, k, rng)
         cum = np.cumsum(costs[d]) + spent
-        hit = np.flatnonzero(cum >= budget)
+        hit = np.flatnonzero((cum >= budget) & (taken + np.arange(1, k + 1) >= min_draws))
         if hit.size:
             d = d[: hit[0] + 1]
         out.append(d)
@@ -271,6 +276,35 @@ def _split_unweighted(rows: torch.Tensor, costs: torch.Tensor, num_minibatches: 
         for c in rows.tensor_split(num_minibatches)
         if c.numel()
     )
+
+
+def _drawing_probs(
+    config: SamplingConfig, g: np.ndarray, c: np.ndarray
+) -> tuple[np.ndarray, float | None, float | None]:
+    """p of a drawing method, with the β and α it used (None where the method has none).
+
+    β = 0 keeps the registry's p ∝ |A|/√c expression (so the paper's plans are unchanged bit for bit);
+    β ≠ 0 uses :func:`costaware.grpo.proxy.proxy_probs`, p ∝ |A|·c^(β−½) in log space.
+    """
+    if config.method not in PROXY_METHODS:
+        return DISTRIBUTIONS[config.method](g, c, config.alpha), None, None
+    beta = config.beta
+    if beta == 0.0:
+        base = DISTRIBUTIONS["p_star"](g, c, 0.0)
+    else:
+        from costaware.grpo.proxy import proxy_probs
+
+        base = proxy_probs(g, c, beta=beta)
+    if config.method == "p_star":
+        return base, beta, 0.0
+    alpha = config.alpha
+    if config.adaptive_alpha_max_weight is not None:
+        from costaware.grpo.proxy import adaptive_alpha
+
+        alpha = adaptive_alpha(
+            base, max_weight=config.adaptive_alpha_max_weight, alpha_min=config.alpha, alpha_max=ALPHA_AUTO_MAX
+        )
+    return dist.smoothed(base, alpha), beta, float(alpha)
 
 
 def plan_minibatches(
@@ -375,7 +409,7 @@ def plan_minibatches(
         if not (proxy > 0).any():
             return Plan((), probs=None, advantages=adv, skipped="the noised proxy is zero on every row",
                         **common)
-    p = DISTRIBUTIONS[config.method](proxy.numpy(), cost.numpy(), config.alpha)
+    p, beta, alpha = _drawing_probs(config, proxy.numpy(), cost.numpy())
     w = torch.from_numpy(dist.importance_weights(p, None, config.weights))
     table = build_alias(p)  # built once per plan; every draw below reuses it
     rng = _numpy_rng(generator)
@@ -389,8 +423,8 @@ def plan_minibatches(
         )
     else:
         draws, capped = _draw_until_tokens(
-            table, p, cost_i.numpy(), common["tokens_plain"], cap * num_minibatches, rng
+            table, p, cost_i.numpy(), common["tokens_plain"], cap * num_minibatches, rng, num_minibatches
         )
     mbs = _split_weighted(torch.from_numpy(draws), w, cost_i, num_minibatches, config.merge_duplicates, n, sizes)
     return Plan(mbs, probs=torch.from_numpy(np.asarray(p)).to(torch.float32), advantages=adv, skipped=None,
-                meta={"draw_cap_hit": capped}, **common)
+                meta={"draw_cap_hit": capped, "proxy": config.proxy, "beta": beta, "alpha": alpha}, **common)

@@ -1,17 +1,19 @@
 """``CostAwareGRPOConfig``: TRL's ``GRPOConfig`` plus the Cost-Aware GRPO options, with grouped help.
 
 Every option's help starts with its group: ``[sampling]`` (how the plan draws rows), ``[loss]`` (how
-the drawn rows' losses are normalised), ``[zvf]`` (DAPO zero-variance filtering), ``[diagnostics]``
+the drawn rows' losses are normalised), ``[proxy]`` (the gradient-norm proxy behind p and its online
+calibration), ``[zvf]`` (DAPO zero-variance filtering), ``[diagnostics]``
 and ``[monitoring]``.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from costaware.grpo.config import METHODS, SamplingConfig
+from costaware.grpo.config import METHODS, PROXIES, SamplingConfig, paper_proxy_warning, resolve_proxy
 from costaware.grpo.factors import NORMALISERS, TRL_LOSS_FAMILY
 
 __all__ = ["CostAwareGRPOConfig", "SUPPORTED_LOSS_TYPES"]
@@ -58,6 +60,33 @@ class CostAwareGRPOConfig(GRPOConfig):
         default=64.0,
         metadata={"help": "[sampling] budget='tokens': at most this × (baseline rows per step) draws per step."},
     )
+    # -- [proxy] ------------------------------------------------------------------------------------
+    cost_aware_proxy: str = field(
+        default="auto",
+        metadata={
+            "help": f"[proxy] Gradient-norm proxy G ≈ |A|·c^β behind p_star/p_smooth, p ∝ |A|·c^(β-½): 'auto' or "
+            f"one of {PROXIES}. 'auto': 'advantage' (the paper's, β=0) for sequence-mean losses (grpo, sapo), "
+            "'calibrated' (β fitted online) for token-sum losses (dapo, cispo, bnpo, dr_grpo, luspo, vespo)."
+        },
+    )
+    cost_aware_proxy_beta: float | None = field(
+        default=None,
+        metadata={"help": "[proxy] 'length_aware': the fixed β (default: the loss family's prior β)."},
+    )
+    cost_aware_adaptive_alpha_max_weight: float | None = field(
+        default=None,
+        metadata={
+            "help": "[proxy] p_smooth: choose α per pool, the smallest in [cost_aware_alpha, 0.5] keeping every "
+            "weight 1/(n p_i) <= this (None = fixed α)."
+        },
+    )
+    cost_aware_calibration_interval: int = field(
+        default=8, metadata={"help": "[proxy] 'calibrated': fit β every k generation batches."}
+    )
+    cost_aware_calibration_rows: int = field(
+        default=16,
+        metadata={"help": "[proxy] 'calibrated': rows (A ≠ 0) of the global pool whose exact gradient norm each fit uses."},
+    )
     # -- [loss] -------------------------------------------------------------------------------------
     cost_aware_normaliser: str = field(
         default="draws",
@@ -90,15 +119,20 @@ class CostAwareGRPOConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        sampling = self.sampling_config()  # validates every field SamplingConfig holds
         if self.loss_type not in SUPPORTED_LOSS_TYPES:
             raise ValueError(f"loss_type must be one of {SUPPORTED_LOSS_TYPES} here, got {self.loss_type!r}")
+        sampling = self.sampling_config()  # validates every field SamplingConfig holds
         if self.cost_aware_normaliser not in NORMALISERS:
             raise ValueError(f"cost_aware_normaliser must be one of {NORMALISERS}, got {self.cost_aware_normaliser!r}")
         _int_at_least("cost_aware_zvf_max_rounds", self.cost_aware_zvf_max_rounds, 1)
         _int_at_least("cost_aware_diagnostics_interval", self.cost_aware_diagnostics_interval, 0)
         _int_at_least("cost_aware_diagnostics_rows", self.cost_aware_diagnostics_rows, 2)
         _int_at_least("cost_aware_warn_after_skips", self.cost_aware_warn_after_skips, 0)
+        _int_at_least("cost_aware_calibration_interval", self.cost_aware_calibration_interval, 1)
+        _int_at_least("cost_aware_calibration_rows", self.cost_aware_calibration_rows, 3)
+        message = paper_proxy_warning(self.cost_aware_proxy, loss_type=self.loss_type, method=self.cost_aware_method)
+        if message is not None:  # only when chosen explicitly: 'auto' resolves to 'calibrated' here
+            warnings.warn(message, UserWarning, stacklevel=3)
         drawing = self.cost_aware_method != "none"
         if drawing and (self.entropy_coef != 0.0 or self.use_adaptive_entropy):
             raise ValueError(
@@ -123,7 +157,16 @@ class CostAwareGRPOConfig(GRPOConfig):
             )
 
     def sampling_config(self) -> SamplingConfig:
-        """The engine-neutral :class:`SamplingConfig` these options describe."""
+        """The engine-neutral :class:`SamplingConfig` these options describe, the proxy resolved for
+        ``loss_type`` (under ``'calibrated'`` ``proxy_beta`` is the starting β: the loss family's prior)."""
+        if self.cost_aware_proxy == "calibrated" and self.cost_aware_proxy_beta is not None:
+            raise ValueError(
+                f"cost_aware_proxy_beta={self.cost_aware_proxy_beta!r} with cost_aware_proxy='calibrated' (β is "
+                "fitted); use cost_aware_proxy='length_aware' for a fixed β"
+            )
+        proxy, beta = resolve_proxy(
+            self.cost_aware_proxy, self.cost_aware_proxy_beta, loss_type=self.loss_type, method=self.cost_aware_method
+        )
         return SamplingConfig(
             method=self.cost_aware_method,
             alpha=self.cost_aware_alpha,
@@ -134,4 +177,7 @@ class CostAwareGRPOConfig(GRPOConfig):
             pods_keep=self.cost_aware_pods_keep,
             zero_tol=self.cost_aware_zero_tol,
             max_draws_factor=self.cost_aware_max_draws_factor,
+            proxy=proxy,
+            proxy_beta=None if proxy == "advantage" else beta,
+            adaptive_alpha_max_weight=self.cost_aware_adaptive_alpha_max_weight,
         )

@@ -49,14 +49,25 @@ Counters (:class:`~costaware.grpo.accounting.Counters`) come from the global pla
 totals over processes, and count every forward/backward: ×``num_iterations`` (TRL re-runs each plan
 that many times). They are logged once per log as single values (TRL averages lists per log).
 ``po_seconds`` is this process's wall time (processes run in step).
+
+Proxy (``cost_aware_proxy``, see :mod:`costaware.grpo.proxy`): p_star/p_smooth sample with
+p ∝ |A|·c^(β−½). Under ``"calibrated"`` (the default for token-sum losses) a
+:class:`~costaware.grpo.proxy.BetaCalibrator` holds β: every ``cost_aware_calibration_interval``
+generation batches, each process measures exact per-row gradient norms (the diagnostics' hook,
+``per_row_grad_norms``) on ``cost_aware_calibration_rows`` of its rows with A ≠ 0, every process gathers
+every process's (|A|, G, c) and runs the same fit, so β is the same on every rank. The pool that is
+measured is planned with the β of earlier rounds; the new β serves the next pools. The calibrator is
+saved beside the counters in every checkpoint (``CALIBRATOR_FILE``).
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -70,12 +81,15 @@ from costaware.grpo.config import SUBSET, plan_seed
 from costaware.grpo.diagnostics import per_sequence_grad_norms, proxy_fidelity
 from costaware.grpo.factors import TRL_LOSS_FAMILY, global_tokens, row_factors, step_normalisers
 from costaware.grpo.plan import Plan, plan_minibatches
+from costaware.grpo.proxy import BetaCalibrator, fit_beta, predicted_j_ratios
 from costaware.grpo.shard import ShardStep, rank_offsets, shard_minibatches
 from costaware.integrations.trl.batch import MULTIMODAL, index_rows, loss_mask, trim_padding
 from costaware.integrations.trl.config import CostAwareGRPOConfig
 from costaware.integrations.trl.zvf import GenerationMixin
 
-__all__ = ["CostAwareGRPOTrainer", "GlobalPool"]
+__all__ = ["CALIBRATOR_FILE", "CostAwareGRPOTrainer", "GlobalPool"]
+
+CALIBRATOR_FILE = "cost_aware_calibrator.json"  # beside accounting's STATE_FILE in each checkpoint
 
 _WEIGHT_KEY = "cost_aware_weight"  # (k,) per-row loss factor folded into advantages
 _SKIP_KEY = "cost_aware_skip"
@@ -129,6 +143,13 @@ class CostAwareGRPOTrainer(GenerationMixin, GRPOTrainer):
         # (model, loss_fn, rows) -> (k,) exact per-row gradient norms, for the diagnostics; a probe that
         # wants the gradients themselves replaces this attribute (examples/proxy_fidelity_probe.py)
         self.per_row_grad_norms = per_sequence_grad_norms
+        # β of the 'calibrated' proxy (None for the other proxies) and the wall time its fits took
+        self.cost_aware_calibrator: BetaCalibrator | None = None
+        self.cost_aware_calibration_seconds = 0.0
+        if self.sampling.proxy == "calibrated":
+            self.cost_aware_calibrator = BetaCalibrator.for_loss(
+                self.loss_type, every=self.args.cost_aware_calibration_interval
+            )
         self.add_callback(_OptimizerTimer(self))
 
     @property
@@ -175,17 +196,26 @@ class CostAwareGRPOTrainer(GenerationMixin, GRPOTrainer):
         spg, procs, rank = self.args.steps_per_generation, self.accelerator.num_processes, self.accelerator.process_index
         n = adv.shape[0]
         pool = self._gather_pool(batch, rewards)
+        sampling, cal = self.sampling, self.cost_aware_calibrator
+        if cal is not None:  # β from the rounds so far (the same on every process)
+            sampling = replace(sampling, proxy_beta=cal.beta)
         plan = plan_minibatches(
             pool.advantages,
             pool.costs,
             num_minibatches=spg,
             minibatch_size=self.args.per_device_train_batch_size * procs,  # the baseline's rows per step
-            config=self.sampling,
+            config=sampling,
             rewards=pool.rewards if self.sampling.method == "pods" else None,
             group_size=self.num_generations,
             generator=torch.Generator().manual_seed(plan_seed(int(self.args.seed), int(self.cost_aware_counters.generations))),
         )
         offset = int(rank_offsets(pool.rank_sizes)[rank])
+        metrics = self._metrics["train"]
+        for key in ("beta", "alpha"):
+            if plan.meta.get(key) is not None:
+                metrics[f"cost_aware/{'proxy_beta' if key == 'beta' else key}"].append(float(plan.meta[key]))
+        if cal is not None and cal.due(int(self.cost_aware_counters.generations)):
+            self._calibrate(batch, plan, pool, offset)
         interval = self.args.cost_aware_diagnostics_interval
         if interval and self.cost_aware_counters.generations % interval == 0:
             self._diagnostics(batch, plan.advantages[offset : offset + n])
@@ -267,20 +297,72 @@ class CostAwareGRPOTrainer(GenerationMixin, GRPOTrainer):
                 stacklevel=2,
             )
 
-    # -- diagnostics --------------------------------------------------------------------------------
-    def _diagnostics(self, batch: dict[str, Any], advantages: torch.Tensor) -> None:
-        """Pearson(|A|, ‖∇ℓ_i‖) and the cost-biased χ² on a random subset of rows (paper Fig. 3, G.8)."""
-        n = batch["advantages"].shape[0]
-        k = min(self.args.cost_aware_diagnostics_rows, n)
+    # -- calibration of the proxy -------------------------------------------------------------------
+    def _calibrate(self, batch: dict[str, Any], plan: Plan, pool: GlobalPool, offset: int) -> None:
+        """Fit β on exact gradient norms of rows with A ≠ 0 of the global pool; update the calibrator.
+
+        The rows are drawn from the global pool with a seed every process shares, so the same rows are
+        measured whatever the number of processes; each process measures the ones it holds. Collective-
+        safe: every process (holding chosen rows or not) takes part in one gather of a fixed-shape
+        table, then every process fits the same rows in the same order, so β agrees on every rank.
+        """
+        start = time.perf_counter()
+        n, k = batch["advantages"].shape[0], self.args.cost_aware_calibration_rows
+        abs_pool = plan.advantages.abs().double()
+        signal = torch.nonzero(abs_pool > self.sampling.zero_tol * abs_pool.max()).reshape(-1)
         gen = torch.Generator().manual_seed(
-            int(self.args.seed) * 7919 + int(self.cost_aware_counters.generations)
+            int(self.args.seed) * 7919 + int(self.cost_aware_counters.generations) + 104_729
         )
-        idx = torch.randperm(n, generator=gen)[:k]
+        chosen = torch.sort(signal[torch.randperm(signal.numel(), generator=gen)[:k]]).values
+        if chosen.numel() == 0:  # no signal anywhere (known to every process alike): nothing to fit
+            return
+        idx = chosen[(chosen >= offset) & (chosen < offset + n)] - offset
+        local = plan.advantages[offset : offset + n]
+        # TRL's loss gathers its clip metrics on every call, so every process must run as many single-row
+        # losses as the busiest one: the others repeat a row of their own, whose norm is discarded
+        bounds = rank_offsets(pool.rank_sizes)
+        busiest = max(int(((chosen >= lo) & (chosen < hi)).sum()) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True))
+        # columns: valid, |A|, G, c, p (the plan's probability of the row); NaN G where a norm failed
+        table = torch.zeros(k, 5, dtype=torch.float64)
+        if busiest:
+            fill = torch.zeros(busiest - idx.numel(), dtype=idx.dtype)
+            abs_a, norms, costs = self._measure_rows(batch, local, torch.cat([idx, fill]))
+            abs_a, norms, costs = abs_a[: idx.numel()], norms[: idx.numel()], costs[: idx.numel()]
+            # p = 0 (not used for the J ratios) when the plan drew nothing (a noised proxy of all zeros)
+            p = plan.probs[offset + idx].double() if plan.probs is not None else torch.zeros_like(abs_a)
+            if idx.numel():
+                table[: idx.numel()] = torch.stack([torch.ones_like(abs_a), abs_a, norms.double(), costs, p], 1)
+        rows = self.accelerator.gather(table.to(self.accelerator.device)).cpu()
+        rows = rows[rows[:, 0] > 0]
+        cal = self.cost_aware_calibrator
+        assert cal is not None
+        metrics = self._metrics["train"]
+        if rows.shape[0]:
+            abs_a, g, c, p = (rows[:, i].numpy() for i in range(1, 5))
+            cal.update(fit_beta(abs_a, g, c, level=cal.level))
+            usable = torch.isfinite(rows[:, 2]) & (rows[:, 2] > 0) & (rows[:, 4] > 0)
+            if bool(usable.any()):
+                for key, value in predicted_j_ratios(p, g, c).items():
+                    metrics[f"cost_aware/predicted_{key}"].append(value)
+        for key, value in cal.metrics().items():
+            if math.isfinite(value):
+                metrics[f"cost_aware/{key}"].append(value)
+        seconds = time.perf_counter() - start
+        self.cost_aware_calibration_seconds += seconds
+        metrics["cost_aware/calibration_seconds"].append(seconds)
+
+    # -- diagnostics --------------------------------------------------------------------------------
+    def _measure_rows(
+        self, batch: dict[str, Any], advantages: torch.Tensor, idx: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(|A|, exact ‖∇ℓ_i‖, c) of local rows ``idx`` under the trainer's own loss, as float64 CPU.
+
+        TRL's metrics are left as they were (the single-row losses must not enter them).
+        """
+        n = batch["advantages"].shape[0]
         rows = index_rows(batch, idx, n)
         rows["advantages"] = advantages[idx].to(rows["advantages"])
         abs_a = rows["advantages"].abs().double().cpu()
-        if not (abs_a > 0).any():
-            return
         per_row = {key: v for key, v in rows.items() if isinstance(v, torch.Tensor) and v.ndim >= 1}
         scalars = {key: v for key, v in rows.items() if key not in per_row}
         saved = {key: list(v) for key, v in self._metrics["train"].items()}
@@ -291,9 +373,22 @@ class CostAwareGRPOTrainer(GenerationMixin, GRPOTrainer):
         norms = self.per_row_grad_norms(self.model, row_loss, per_row)
         self._metrics["train"].clear()
         self._metrics["train"].update(saved)  # the k single-row losses must not enter TRL's metrics
+        costs = (rows["prompt_mask"].sum(1) + rows["completion_mask"].sum(1)).clamp(min=1).double().cpu()
+        return abs_a, torch.as_tensor(norms).double().cpu(), costs
+
+    def _diagnostics(self, batch: dict[str, Any], advantages: torch.Tensor) -> None:
+        """Pearson(|A|, ‖∇ℓ_i‖) and the cost-biased χ² on a random subset of rows (paper Fig. 3, G.8)."""
+        n = batch["advantages"].shape[0]
+        k = min(self.args.cost_aware_diagnostics_rows, n)
+        gen = torch.Generator().manual_seed(
+            int(self.args.seed) * 7919 + int(self.cost_aware_counters.generations)
+        )
+        idx = torch.randperm(n, generator=gen)[:k]
+        if not (advantages[idx] != 0).any():
+            return
+        abs_a, norms, costs = self._measure_rows(batch, advantages, idx)
         if not (norms > 0).any():
             return
-        costs = (rows["prompt_mask"].sum(1) + rows["completion_mask"].sum(1)).clamp(min=1).double().cpu()
         out = proxy_fidelity(abs_a, norms, costs)
         for key in ("pearson", "chi2", "j_vs_uniform"):
             if math.isfinite(out[key]):
@@ -368,6 +463,9 @@ class CostAwareGRPOTrainer(GenerationMixin, GRPOTrainer):
             for key, value in self.cost_aware_counters.metrics().items():
                 metrics[key] = [value]
             metrics[f"{METRIC_PREFIX}/tokens"] = [self.cost_aware_counters.tokens]  # experiments' x-axis
+            if self.cost_aware_calibrator is not None and self.cost_aware_counters.po_seconds > 0:
+                share = self.cost_aware_calibration_seconds / self.cost_aware_counters.po_seconds
+                metrics[f"{METRIC_PREFIX}/calibration_share_of_po"] = [share]
         super().log(logs, start_time)
 
     def _save_checkpoint(self, model, trial):  # type: ignore[override]
@@ -375,6 +473,15 @@ class CostAwareGRPOTrainer(GenerationMixin, GRPOTrainer):
         if self.args.should_save:
             folder = f"{self._get_output_dir(trial=trial)}/checkpoint-{self.state.global_step}"
             save_counters(self.cost_aware_counters, folder)
+            if self.cost_aware_calibrator is not None:
+                state = {
+                    "calibrator": self.cost_aware_calibrator.to_dict(),
+                    "seconds": self.cost_aware_calibration_seconds,
+                }
+                path = os.path.join(folder, CALIBRATOR_FILE)
+                with open(f"{path}.tmp", "w") as handle:
+                    json.dump(state, handle)
+                os.replace(f"{path}.tmp", path)  # atomic, like the counters
 
     def _load_optimizer_and_scheduler(self, checkpoint):  # type: ignore[override]
         super()._load_optimizer_and_scheduler(checkpoint)
@@ -382,3 +489,9 @@ class CostAwareGRPOTrainer(GenerationMixin, GRPOTrainer):
             saved = load_counters(checkpoint)
             if saved is not None:
                 self.cost_aware_counters = saved
+            path = os.path.join(checkpoint, CALIBRATOR_FILE)
+            if self.cost_aware_calibrator is not None and os.path.isfile(path):
+                with open(path) as handle:
+                    state = json.load(handle)
+                self.cost_aware_calibrator = BetaCalibrator.from_dict(state["calibrator"])
+                self.cost_aware_calibration_seconds = float(state["seconds"])

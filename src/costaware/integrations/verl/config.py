@@ -11,12 +11,18 @@ ValueError: algorithm.cost_aware.alpha must be in [0, 1], got 2.0
 
 from __future__ import annotations
 
+import logging
 import math
+import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 CONFIG_KEY = "algorithm.cost_aware"
+# verl's default actor.loss_agg_mode: a token sum over the global token count
+DEFAULT_LOSS_AGG_MODE = "token-mean"
+VERL_PROXIES = ("auto", "advantage", "length_aware")
+logger = logging.getLogger(__name__)
 
 # Methods whose plan fills every mini-batch the baseline runs with exactly minibatch_size rows: verl's
 # workers split the actor batch into fixed-size mini-batches (ppo_mini_batch_size * rollout.n), so only
@@ -42,6 +48,16 @@ class CostAwareConfig:
     merge_duplicates: must stay false in verl (see README: fixed mini-batch sizes leave nothing to save).
     seed: draws at step t use a generator seeded from (seed, t), so a resumed run repeats them.
     balance_dp: reorder each mini-batch so that data-parallel ranks get near-equal token counts.
+    proxy: gradient-norm proxy behind p_star/p_smooth, p ∝ |A|·c^(beta-1/2): ``auto`` (default),
+        ``advantage`` (the paper's, beta 0) or ``length_aware`` (fixed ``proxy_beta``). ``auto`` is
+        ``advantage`` under ``loss_agg_mode=seq-mean-token-mean`` and ``length_aware`` with the loss
+        family's prior beta (1.0) under the token-sum modes (verl's default ``token-mean`` among them);
+        that default rests on the per-pool J measurements in ``costaware.grpo.proxy`` (LossFamily.source).
+        ``calibrated`` is refused: fitting beta needs exact per-sequence gradient norms, which only the
+        actor workers could compute and the driver, where the plan is drawn, does not have.
+    proxy_beta: ``length_aware``'s beta (default: the loss family's prior).
+    adaptive_alpha_max_weight: ``p_smooth`` only: per step, the smallest alpha in [alpha, 0.5] keeping
+        every weight 1/(n p_i) <= this value (None: fixed alpha).
     """
 
     enable: bool = True
@@ -52,6 +68,9 @@ class CostAwareConfig:
     merge_duplicates: bool = False
     seed: int = 0
     balance_dp: bool = True
+    proxy: str = "auto"
+    proxy_beta: float | None = None
+    adaptive_alpha_max_weight: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("enable", "merge_duplicates", "balance_dp"):
@@ -82,6 +101,39 @@ class CostAwareConfig:
             )
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"{CONFIG_KEY}.seed must be a non-negative integer, got {self.seed!r}")
+        if self.proxy == "calibrated":
+            raise ValueError(
+                f"{CONFIG_KEY}.proxy='calibrated' is not supported in verl, got {self.proxy!r}: fitting beta needs "
+                "exact per-sequence gradient norms, which only the actor workers could compute, while the plan is "
+                "drawn on the driver; use proxy=auto or length_aware (a fixed beta, default the loss family's prior)"
+            )
+        if not isinstance(self.proxy, str) or self.proxy not in VERL_PROXIES:
+            raise ValueError(f"{CONFIG_KEY}.proxy must be one of {VERL_PROXIES}, got {self.proxy!r}")
+        for name in ("proxy_beta", "adaptive_alpha_max_weight"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
+            ):
+                raise ValueError(f"{CONFIG_KEY}.{name} must be a finite number or null, got {value!r}")
+        self.sampling_config()  # the core checks the proxy options (beta bounds, method, weight > 1)
+
+    def resolved(self, loss_agg_mode: str = DEFAULT_LOSS_AGG_MODE) -> CostAwareConfig:
+        """This config with ``proxy`` and ``proxy_beta`` fixed for the actor's ``loss_agg_mode``."""
+        from costaware.grpo.config import resolve_proxy
+
+        proxy = self.proxy
+        if proxy == "auto":
+            from costaware.grpo.config import PROXY_METHODS
+            from costaware.grpo.proxy import loss_family
+
+            token_sum = loss_family(loss_agg_mode).name == "token_sum"
+            proxy = "length_aware" if token_sum and self.method in PROXY_METHODS else "advantage"
+            if self.proxy_beta is not None:
+                raise ValueError(
+                    f"{CONFIG_KEY}.proxy_beta={self.proxy_beta!r} with proxy=auto; set proxy=length_aware"
+                )
+        proxy, beta = resolve_proxy(proxy, self.proxy_beta, loss_type=loss_agg_mode, method=self.method)
+        return replace(self, proxy=proxy, proxy_beta=None if proxy == "advantage" else beta)
 
     @property
     def full_support(self) -> bool:
@@ -111,14 +163,25 @@ class CostAwareConfig:
         values = dict(mapping)
         if isinstance(values.get("alpha"), int) and not isinstance(values.get("alpha"), bool):
             values["alpha"] = float(values["alpha"])
-        if isinstance(values.get("proxy_noise"), int) and not isinstance(values.get("proxy_noise"), bool):
-            values["proxy_noise"] = float(values["proxy_noise"])
+        for name in ("alpha", "proxy_noise", "proxy_beta", "adaptive_alpha_max_weight"):
+            if isinstance(values.get(name), int) and not isinstance(values.get(name), bool):
+                values[name] = float(values[name])
         return cls(**values)
 
-    def sampling_config(self) -> Any:
-        """The engine-neutral ``costaware.grpo.plan.SamplingConfig`` this maps to (budget='rows')."""
+    def sampling_config(self, loss_agg_mode: str = DEFAULT_LOSS_AGG_MODE) -> Any:
+        """The engine-neutral ``costaware.grpo.plan.SamplingConfig`` this maps to (budget='rows').
+
+        ``proxy=auto`` is resolved for ``loss_agg_mode`` (:meth:`resolved`; :func:`read_trainer_config`
+        resolves it with the actor's own mode, so the default here only serves a config built by hand).
+        """
         from costaware.grpo.plan import SamplingConfig
 
+        cfg = self.resolved(loss_agg_mode) if self.proxy == "auto" else self
+        proxy, beta = cfg.proxy, cfg.proxy_beta
+        if proxy == "length_aware" and beta is None:
+            from costaware.grpo.proxy import loss_family
+
+            beta = loss_family(loss_agg_mode).prior_beta
         return SamplingConfig(
             method=self.method,
             alpha=self.alpha,
@@ -126,6 +189,9 @@ class CostAwareConfig:
             weights=self.weights,
             merge_duplicates=False,
             budget="rows",
+            proxy=proxy,
+            proxy_beta=beta,
+            adaptive_alpha_max_weight=self.adaptive_alpha_max_weight,
         )
 
 
@@ -151,6 +217,22 @@ def read_trainer_config(config: Any) -> CostAwareConfig | None:
     if not cfg.enable:
         return None
     actor = "actor_rollout_ref.actor"
+    mode = _get(config, f"{actor}.loss_agg_mode", DEFAULT_LOSS_AGG_MODE)
+    try:
+        from costaware.grpo.proxy import loss_family
+
+        loss_family(mode)
+    except ValueError:
+        raise ValueError(
+            f"{CONFIG_KEY} does not know {actor}.loss_agg_mode={mode!r} (it decides the proxy's beta)"
+        ) from None
+    from costaware.grpo.config import paper_proxy_warning
+
+    message = paper_proxy_warning(cfg.proxy, loss_type=mode, method=cfg.method)
+    if message is not None:  # only when chosen explicitly: 'auto' resolves to 'length_aware' here
+        warnings.warn(message, UserWarning, stacklevel=2)
+        logger.warning("costaware: %s", message)
+    cfg = cfg.resolved(mode)
     epochs = _get(config, f"{actor}.ppo_epochs", 1)
     if epochs != 1:
         raise ValueError(
