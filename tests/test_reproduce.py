@@ -246,6 +246,15 @@ def test_ctrl_c_stops_every_worker_then_resume_finishes_the_quick_profile(tmp_pa
     assert "interrupted" in proc.stdout.read()
     _assert_nothing_partial(out)
     done_before = len(list((out / "runs").glob("*.json")))
+    # --report-only trains nothing: a report of the finished runs, or a one-line error when none finished
+    code = main(["reproduce", "--quick", "--out", str(out), "--report-only"])
+    said = capsys.readouterr()
+    if done_before:
+        assert code == 0 and f"report from {done_before} of {len(run_specs(PROFILES['quick']))} runs" in said.out
+        assert (out / "report.md").exists()
+    else:
+        assert code == 2 and "no run of this profile has finished" in said.err
+    assert len(list((out / "runs").glob("*.json"))) == done_before
     # resume: finishes what is left and writes the report
     assert main(["reproduce", "--quick", "--out", str(out), "--jobs", "2"]) == 0
     assert f"{done_before} already finished" in capsys.readouterr().out

@@ -369,4 +369,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--task", help="task family of the headline (default: the profile's, arith)")
     p.add_argument("--only", nargs="+", choices=GROUPS, help="run and report only these groups of runs")
     p.add_argument("--show-profile", action="store_true", help="print the profile's fields by group and exit")
+    p.add_argument("--report-only", action="store_true",
+                   help="train nothing: write the report from this profile's runs finished so far (an interrupted "
+                        "job), and list the missing ones")  # fmt: skip
     p.set_defaults(func=main)

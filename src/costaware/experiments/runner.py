@@ -189,18 +189,28 @@ def reproduce(args: argparse.Namespace, *, command: str) -> int:
         with out_lock(out):
             remove_partial(out)
             try:
-                return _reproduce(profile, specs, out, args.jobs, command)
+                return _reproduce(profile, specs, out, args.jobs, command,
+                                  report_only=bool(getattr(args, "report_only", False)))
             finally:
                 remove_partial(out)
     finally:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _reproduce(profile: Profile, specs: list[RunSpec], out: Path, jobs: int, command: str) -> int:
+def _reproduce(profile: Profile, specs: list[RunSpec], out: Path, jobs: int, command: str, *,
+               report_only: bool = False) -> int:
     from costaware.experiments.records import RunResult
     from costaware.experiments.reproduce import warm_up
     from costaware.report import grpo as report
 
+    if report_only:  # an interrupted job: report what finished, say what did not, train nothing
+        files = {spec: run_file(out, spec, profile) for spec in specs}
+        missing = [f.name for f in files.values() if not f.exists()]
+        if len(missing) == len(files):
+            raise ValueError(f"--report-only: no run of this profile has finished in {str(out)!r}")
+        print(f"[costaware] report from {len(files) - len(missing)} of {len(files)} runs; missing: "
+              + (", ".join(missing) if missing else "none"), flush=True)  # fmt: skip
+        specs = [s for s, f in files.items() if f.exists()]
     (out / "runs").mkdir(parents=True, exist_ok=True)
     sft_dirs = {}
     for task in dict.fromkeys(s.task for s in specs):
