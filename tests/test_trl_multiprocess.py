@@ -86,7 +86,13 @@ EXTRAS = [
     # second pool's plans, and the parameters, would differ from one process's)
     _case("dapo-calibrated-every1-rank1", zero="rank1", loss_type="dapo", cost_aware_proxy="calibrated",
           cost_aware_calibration_interval=1, cost_aware_calibration_rows=6),
+    # proxy-fidelity diagnostics on rows of the global pool: a rank whose own rows are all A = 0 still
+    # joins every collective of the single-row losses (it used to return early and leave the other waiting)
+    _case("grpo-diagnostics-rank1", zero="rank1", loss_type="grpo", cost_aware_diagnostics_interval=1,
+          cost_aware_diagnostics_rows=6),
+    _case("dapo-diagnostics", loss_type="dapo", cost_aware_diagnostics_interval=1, cost_aware_diagnostics_rows=5),
 ]
+DIAGNOSED = [c["name"] for c in EXTRAS if c["config"].get("cost_aware_diagnostics_interval")]
 # method none against stock GRPOTrainer, both on 2 processes: exactly stock's split and loss
 NONE_VS_STOCK = [
     _case(
@@ -268,6 +274,19 @@ def test_counters_are_summed_over_ranks_and_epochs(runs, case):
     assert _total(ref, "generations") == pools
     if case["zero"] == "all":
         assert _total(ref, "skipped") == pools and _total(ref, "tokens") == 0
+
+
+@pytest.mark.parametrize("name", DIAGNOSED)
+def test_diagnostics_log_the_same_fidelity_on_every_rank(runs, name):
+    two, one = runs
+    ranks, (ref,) = _get(two, name), _get(one, name)
+
+    def logged(r):
+        return [h["cost_aware/pearson"] for h in r["logged"] if "cost_aware/pearson" in h]
+
+    assert logged(ranks[0]), "no cost_aware/pearson was logged: the diagnostics did not run"
+    assert logged(ranks[0]) == logged(ranks[1])  # the same global rows, gathered: the same numbers
+    assert logged(ranks[0]) == pytest.approx(logged(ref), rel=1e-4)  # and the same rows as one process
 
 
 @pytest.mark.parametrize("lt", ["grpo", "dapo", "bnpo", "cispo", "dapo-rank1"])

@@ -218,7 +218,7 @@ class CostAwareGRPOTrainer(GenerationMixin, GRPOTrainer):
             self._calibrate(batch, plan, pool, offset)
         interval = self.args.cost_aware_diagnostics_interval
         if interval and self.cost_aware_counters.generations % interval == 0:
-            self._diagnostics(batch, plan.advantages[offset : offset + n])
+            self._diagnostics(batch, plan, pool, offset)
         iters = self.num_iterations
         if self.sampling.method == "none" and n == self.args.per_device_train_batch_size * spg:
             # exactly stock TRL's split (same global RNG draw, same chunks)
@@ -307,7 +307,7 @@ class CostAwareGRPOTrainer(GenerationMixin, GRPOTrainer):
         table, then every process fits the same rows in the same order, so β agrees on every rank.
         """
         start = time.perf_counter()
-        n, k = batch["advantages"].shape[0], self.args.cost_aware_calibration_rows
+        k = self.args.cost_aware_calibration_rows
         abs_pool = plan.advantages.abs().double()
         signal = torch.nonzero(abs_pool > self.sampling.zero_tol * abs_pool.max()).reshape(-1)
         gen = torch.Generator().manual_seed(
@@ -316,24 +316,7 @@ class CostAwareGRPOTrainer(GenerationMixin, GRPOTrainer):
         chosen = torch.sort(signal[torch.randperm(signal.numel(), generator=gen)[:k]]).values
         if chosen.numel() == 0:  # no signal anywhere (known to every process alike): nothing to fit
             return
-        idx = chosen[(chosen >= offset) & (chosen < offset + n)] - offset
-        local = plan.advantages[offset : offset + n]
-        # TRL's loss gathers its clip metrics on every call, so every process must run as many single-row
-        # losses as the busiest one: the others repeat a row of their own, whose norm is discarded
-        bounds = rank_offsets(pool.rank_sizes)
-        busiest = max(int(((chosen >= lo) & (chosen < hi)).sum()) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True))
-        # columns: valid, |A|, G, c, p (the plan's probability of the row); NaN G where a norm failed
-        table = torch.zeros(k, 5, dtype=torch.float64)
-        if busiest:
-            fill = torch.zeros(busiest - idx.numel(), dtype=idx.dtype)
-            abs_a, norms, costs = self._measure_rows(batch, local, torch.cat([idx, fill]))
-            abs_a, norms, costs = abs_a[: idx.numel()], norms[: idx.numel()], costs[: idx.numel()]
-            # p = 0 (not used for the J ratios) when the plan drew nothing (a noised proxy of all zeros)
-            p = plan.probs[offset + idx].double() if plan.probs is not None else torch.zeros_like(abs_a)
-            if idx.numel():
-                table[: idx.numel()] = torch.stack([torch.ones_like(abs_a), abs_a, norms.double(), costs, p], 1)
-        rows = self.accelerator.gather(table.to(self.accelerator.device)).cpu()
-        rows = rows[rows[:, 0] > 0]
+        rows = self._measure_global(batch, plan, pool, offset, chosen)
         cal = self.cost_aware_calibrator
         assert cal is not None
         metrics = self._metrics["train"]
@@ -376,18 +359,51 @@ class CostAwareGRPOTrainer(GenerationMixin, GRPOTrainer):
         costs = (rows["prompt_mask"].sum(1) + rows["completion_mask"].sum(1)).clamp(min=1).double().cpu()
         return abs_a, torch.as_tensor(norms).double().cpu(), costs
 
-    def _diagnostics(self, batch: dict[str, Any], advantages: torch.Tensor) -> None:
-        """Pearson(|A|, ‖∇ℓ_i‖) and the cost-biased χ² on a random subset of rows (paper Fig. 3, G.8)."""
+    def _measure_global(
+        self, batch: dict[str, Any], plan: Plan, pool: GlobalPool, offset: int, chosen: torch.Tensor
+    ) -> torch.Tensor:
+        """Rows (1, |A|, G, c, p) of the global pool's rows ``chosen``, gathered from the processes holding them.
+
+        ``chosen`` (global indices) must be the same on every process. Collective-safe: TRL's loss gathers
+        its clip metrics on every call, so every process runs as many single-row losses as the busiest one
+        (the others repeat a row of their own, whose norm is discarded), then every process joins one
+        gather of a fixed-shape table; every process returns the same rows in the same order. p is the
+        plan's probability of the row (0 when the plan drew nothing); G is NaN where a norm failed.
+        """
         n = batch["advantages"].shape[0]
-        k = min(self.args.cost_aware_diagnostics_rows, n)
+        idx = chosen[(chosen >= offset) & (chosen < offset + n)] - offset
+        local = plan.advantages[offset : offset + n]
+        bounds = rank_offsets(pool.rank_sizes)
+        busiest = max(int(((chosen >= lo) & (chosen < hi)).sum()) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True))
+        table = torch.zeros(chosen.numel(), 5, dtype=torch.float64)
+        if busiest:
+            fill = torch.zeros(busiest - idx.numel(), dtype=idx.dtype)
+            abs_a, norms, costs = self._measure_rows(batch, local, torch.cat([idx, fill]))
+            abs_a, norms, costs = abs_a[: idx.numel()], norms[: idx.numel()], costs[: idx.numel()]
+            p = plan.probs[offset + idx].double() if plan.probs is not None else torch.zeros_like(abs_a)
+            if idx.numel():
+                table[: idx.numel()] = torch.stack([torch.ones_like(abs_a), abs_a, norms.double(), costs, p], 1)
+        rows = self.accelerator.gather(table.to(self.accelerator.device)).cpu()
+        return rows[rows[:, 0] > 0]
+
+    def _diagnostics(self, batch: dict[str, Any], plan: Plan, pool: GlobalPool, offset: int) -> None:
+        """Pearson(|A|, ‖∇ℓ_i‖) and the cost-biased χ² on a random subset of the global pool (paper Fig. 3, G.8).
+
+        The rows are drawn from the global pool with a seed every process shares, and measured through
+        :meth:`_measure_global`, so every process joins the same collectives (a process whose rows all
+        have A = 0 included) and logs the same numbers.
+        """
+        total = plan.advantages.numel()
+        k = min(self.args.cost_aware_diagnostics_rows, total)
         gen = torch.Generator().manual_seed(
             int(self.args.seed) * 7919 + int(self.cost_aware_counters.generations)
         )
-        idx = torch.randperm(n, generator=gen)[:k]
-        if not (advantages[idx] != 0).any():
+        chosen = torch.sort(torch.randperm(total, generator=gen)[:k]).values
+        if not bool((plan.advantages[chosen] != 0).any()):  # global knowledge: every process returns here
             return
-        abs_a, norms, costs = self._measure_rows(batch, advantages, idx)
-        if not (norms > 0).any():
+        rows = self._measure_global(batch, plan, pool, offset, chosen)
+        abs_a, norms, costs = rows[:, 1], rows[:, 2], rows[:, 3]
+        if not bool((norms > 0).any()):
             return
         out = proxy_fidelity(abs_a, norms, costs)
         for key in ("pearson", "chi2", "j_vs_uniform"):
