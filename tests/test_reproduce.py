@@ -46,15 +46,24 @@ def test_default_profile_runs_the_decomposition_with_five_seeds():
     assert len(p.seeds) >= 5 and p.token_budget > 0 and p.rounds * p.prompts_per_round > 0
     for s in p.seeds:
         arms = {x.arm for x in specs if x.seed == s}
-        assert arms == {"none", "nonzero", "p_star", "p_star:raw", "p_smooth", "pods", "none:lr2", "none:lr4"}
+        assert arms == {"none", "nonzero", "p_star", "p_star:raw", "p_smooth", "pods", "none:lr0.5", "none:lr2"}
     assert {x.group for x in specs} == {"headline", "lr_sweep"}  # the rest is in --profile full
     full = run_specs(PROFILES["full"])
     assert {x.task for x in full if x.group == "headline"} == {"arith", "sort"}
-    for group in ("zvf", "cispo"):
+    for group in ("zvf", "cispo", "dapo", "proxy"):
         assert len({x.seed for x in full if x.group == group}) >= 3
+    for loss in ("cispo", "dapo"):  # issue 11: calibrated ('auto') and the paper's proxy, with the controls
+        assert {x.arm for x in full if x.group == loss} == {"none", "nonzero", "p_star", "p_star:advantage"}
+        assert {x.setting for x in full if x.group == loss} == {loss}
+    assert {(x.arm, x.setting) for x in full if x.group == "proxy"} == {("p_star:calibrated", "grpo")}
     assert {x.method for x in full if x.group == "control"} == {"sft"}
     assert {x.arm for x in full if x.group == "ablation"} >= {"p_star:noise0.1", "inv_sqrt_cost", "p_smooth:a0.05"}
     assert len({x for x in full}) == len(full)  # no run twice
+    # the full profile differs from the default only in which runs it holds: it reuses the default's runs
+    from costaware.experiments.runner import run_file
+
+    default_files = {run_file(Path("o"), x, p) for x in specs}
+    assert default_files <= {run_file(Path("o"), x, PROFILES["full"]) for x in full}
 
 
 def test_run_specs_methods_and_groups_select():

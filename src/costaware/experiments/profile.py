@@ -7,7 +7,7 @@ maps one to one onto a :class:`costaware.experiments.records.RunId`.
 
 >>> p = Profile(seeds=(0, 1), token_budget=1000)
 >>> [s.arm for s in run_specs(p) if s.seed == 0]
-['none', 'nonzero', 'p_star', 'p_star:raw', 'p_smooth', 'pods', 'none:lr2', 'none:lr4']
+['none', 'nonzero', 'p_star', 'p_star:raw', 'p_smooth', 'pods', 'none:lr0.5', 'none:lr2']
 >>> Profile(eval_k=0)
 Traceback (most recent call last):
 ...
@@ -29,7 +29,12 @@ HEADLINE: tuple[tuple[str, str], ...] = (
     ("p_smooth", "centred"), ("pods", "centred"),
 )  # fmt: skip
 METHOD_IDS = ("none", "nonzero", "p_star", "p_smooth", "pods", "inv_sqrt_cost", "variance", "uniform")
-GROUPS = ("headline", "lr_sweep", "zvf", "cispo", "ablation", "control")
+GROUPS = ("headline", "lr_sweep", "zvf", "cispo", "dapo", "proxy", "ablation", "control")
+# The settings with a token-sum loss (issue 11): GRPO, nonzero, p* with the calibrated proxy (what 'auto'
+# resolves to for these losses) and p* with the paper's |A| proxy, so the proxy's effect is measured.
+TOKEN_SUM_SETTINGS = ("cispo", "dapo")
+PROXY_ARMS: tuple[tuple[str, str], ...] = (("none", "auto"), ("nonzero", "auto"), ("p_star", "auto"),
+                                           ("p_star", "advantage"))
 
 
 def _opt(default: Any, group: str, help_: str, **kw: Any) -> Any:
@@ -53,10 +58,10 @@ class Profile:
     task: str = _opt("arith", "task", "task family of the headline (experiments.tasks registry)")
     second_task: str = _opt("", "task", "a second family the headline is also run on ('' = none)")
     min_size: int = _opt(2, "task", "smallest task size (terms / digits)")
-    max_size: int = _opt(8, "task", "largest task size")
-    mistake_prob: float = _opt(0.15, "task", "per-step slip rate of the SFT demonstrations")
+    max_size: int = _opt(6, "task", "largest task size")
+    mistake_prob: float = _opt(0.1, "task", "per-step slip rate of the SFT demonstrations")
     # sft warm-up
-    sft_steps: int = _opt(1200, "sft", "SFT steps of the shared warm-up")
+    sft_steps: int = _opt(600, "sft", "SFT steps of the shared warm-up")
     sft_batch: int = _opt(64, "sft", "SFT rows per step")
     sft_lr: float = _opt(3e-3, "sft", "SFT peak learning rate")
     control_lr: float = _opt(3e-4, "sft", "learning rate of the SFT-continuation control")
@@ -65,11 +70,12 @@ class Profile:
     prompts_per_round: int = _opt(32, "rl", "prompts per generation round")
     generations: int = _opt(8, "rl", "completions per prompt (the group size)")
     steps_per_generation: int = _opt(2, "rl", "optimiser steps (mini-batches) per round")
-    learning_rate: float = _opt(1e-4, "rl", "GRPO learning rate")
-    lr_sweep: tuple[float, ...] = _opt((2.0, 4.0), "rl", "GRPO also at these multiples of the LR (x1 is GRPO)")
+    learning_rate: float = _opt(2e-4, "rl", "GRPO learning rate")
+    warmup_rounds: int = _opt(5, "rl", "linear LR warm-up over this many generation rounds (the same for every method)")
+    lr_sweep: tuple[float, ...] = _opt((0.5, 2.0), "rl", "GRPO also at these multiples of the LR (x1 is GRPO)")
     loss_type: str = _opt("grpo", "rl", "TRL loss_type of the GRPO setting")
     pods_keep: int = _opt(5, "rl", "PODS rows kept per group")
-    token_budget: int = _opt(400_000, "rl", "PO tokens every run spends (0: stop after rounds)")
+    token_budget: int = _opt(150_000, "rl", "PO tokens every run spends (0: stop after rounds)")
     skipped_warn_rounds: int = _opt(5, "rl", "warn after this many consecutive rounds that fed no token")
     # evaluation
     eval_points: int = _opt(8, "eval", "evaluations at equal PO-token spacing (token budget)")
@@ -86,12 +92,14 @@ class Profile:
     )  # fmt: skip
     # runs
     seeds: tuple[int, ...] = _opt((0, 1, 2, 3, 4), "runs", "seeds of the headline and the LR sweep")
-    setting_seeds: tuple[int, ...] = _opt((), "runs", "seeds of GRPO+ZVF and CISPO (GRPO and p* each)")
+    setting_seeds: tuple[int, ...] = _opt(
+        (), "runs", "seeds of GRPO+ZVF (GRPO, p*), of the CISPO and DAPO settings (GRPO, nonzero, p* with the "
+        "calibrated and with the paper's proxy) and of p* with the calibrated proxy under the headline loss")
     ablation_seeds: tuple[int, ...] = _opt((), "runs", "seeds of the ablations and the SFT control")
 
     def __post_init__(self) -> None:
         ints = {"hidden_size": 8, "num_layers": 1, "min_size": 1, "max_size": 1, "sft_steps": 1, "sft_batch": 1,
-                "rounds": 1, "prompts_per_round": 1, "generations": 2, "steps_per_generation": 1, "pods_keep": 1,
+                "rounds": 1, "warmup_rounds": 0, "prompts_per_round": 1, "generations": 2, "steps_per_generation": 1, "pods_keep": 1,
                 "token_budget": 0, "skipped_warn_rounds": 1, "eval_points": 1, "eval_every": 1, "eval_prompts": 1,
                 "validation_prompts": 0, "eval_k": 1, "diagnostics_rows": 0}  # fmt: skip
         for name, low in ints.items():
@@ -147,15 +155,16 @@ class RunSpec:
     task: str = "arith"
     weights: str = "centred"
     lr_scale: float = 1.0
-    loss_type: str = "profile"  # "profile": the profile's loss_type; "cispo" for the CISPO setting
+    loss_type: str = "profile"  # "profile": the profile's loss_type; "cispo"/"dapo" for those settings
     zvf: bool = False
     alpha: float = 0.01
     proxy_noise: float = 0.0
     step_budget: str = "rows"  # "tokens": each step draws until it holds the baseline's tokens
+    proxy: str = "auto"  # the TRL adapter's cost_aware_proxy ("auto": by the loss family)
 
     @property
     def setting(self) -> str:
-        return "grpo+zvf" if self.zvf else ("cispo" if self.loss_type == "cispo" else "grpo")
+        return "grpo+zvf" if self.zvf else ("grpo" if self.loss_type == "profile" else self.loss_type)
 
     @property
     def arm(self) -> str:
@@ -165,6 +174,7 @@ class RunSpec:
             arm += f":a{self.alpha:g}"
         arm += f":noise{self.proxy_noise:g}" if self.proxy_noise else ""
         arm += ":tokens" if self.step_budget == "tokens" else ""
+        arm += f":{self.proxy}" if self.proxy != "auto" else ""
         return arm + (f":lr{self.lr_scale:g}" if self.lr_scale != 1.0 else "")
 
     def resolved_loss_type(self, profile: Profile) -> str:
@@ -177,16 +187,22 @@ def run_specs(profile: Profile, methods: list[str] | None = None, groups: tuple[
     ``methods`` restricts the headline to these method ids ("p_star" keeps both weight modes).
     """
     head = [(m, w) for m, w in HEADLINE if methods is None or m in methods]
-    specs: list[RunSpec] = []
-    for task in profile.tasks():
+
+    def headline(task: str) -> list[RunSpec]:
+        out: list[RunSpec] = []
         for s in profile.seeds:
-            specs += [RunSpec("headline", m, s, task=task, weights=w) for m, w in head]
+            out += [RunSpec("headline", m, s, task=task, weights=w) for m, w in head]
             if methods is None or "none" in methods:
-                specs += [RunSpec("lr_sweep", "none", s, task=task, lr_scale=x) for x in profile.lr_sweep]
+                out += [RunSpec("lr_sweep", "none", s, task=task, lr_scale=x) for x in profile.lr_sweep]
+        return out
+
     t = profile.task
+    specs = headline(t)  # first, so that an interrupted job has its headline (the order is the run order)
     for s in profile.setting_seeds:
         specs += [RunSpec("zvf", m, s, task=t, zvf=True) for m in ("none", "p_star")]
-        specs += [RunSpec("cispo", m, s, task=t, loss_type="cispo") for m in ("none", "p_star")]
+        for loss in TOKEN_SUM_SETTINGS:
+            specs += [RunSpec(loss, m, s, task=t, loss_type=loss, proxy=x) for m, x in PROXY_ARMS]
+        specs.append(RunSpec("proxy", "p_star", s, task=t, proxy="calibrated"))  # beside the headline's p*
     for s in profile.ablation_seeds:
         specs += [
             RunSpec("ablation", "p_star", s, task=t, proxy_noise=0.1),
@@ -197,6 +213,8 @@ def run_specs(profile: Profile, methods: list[str] | None = None, groups: tuple[
             RunSpec("ablation", "p_star", s, task=t, step_budget="tokens"),
             RunSpec("control", "sft", s, task=t),
         ]
+    if profile.second_task:
+        specs += headline(profile.second_task)
     return [spec for spec in specs if spec.group in groups]
 
 
@@ -206,12 +224,11 @@ PROFILES: dict[str, Profile] = {
         hidden_size=32, num_layers=1, min_size=2, max_size=6, sft_steps=120, sft_batch=32, rounds=12,
         prompts_per_round=4, generations=4, pods_keep=2, token_budget=500, eval_points=3, eval_every=2,
         eval_prompts=24, validation_prompts=8, eval_k=1, seeds=(0,), lr_sweep=(2.0,), setting_seeds=(0,),
+        warmup_rounds=0,
     ),  # fmt: skip
-    # The headline decomposition on one task, 5 seeds, a budget past GRPO's plateau (see the README).
+    # The headline decomposition on one task, 5 seeds, in about 20 minutes on 2 cores (see the README).
     "default": Profile(),
-    # Everything: a larger policy, the second task, GRPO+ZVF and CISPO with 3 seeds, the ablations.
-    "full": Profile(
-        hidden_size=128, num_layers=4, max_size=12, sft_steps=1500, rounds=800, token_budget=1_200_000,
-        eval_points=16, second_task="sort", setting_seeds=(0, 1, 2), ablation_seeds=(0, 1, 2),
-    ),  # fmt: skip
+    # The default's runs (reused: same run keys) plus GRPO+ZVF, the CISPO and DAPO settings and the
+    # calibrated proxy with 3 seeds, the ablations with 3 seeds, and the headline on the second task.
+    "full": Profile(second_task="sort", setting_seeds=(0, 1, 2), ablation_seeds=(0, 1, 2)),
 }

@@ -68,9 +68,10 @@ class RunId:
     alpha: float = DEFAULT_ALPHA
     proxy_noise: float = 0.0
     step_budget: str = "rows"
+    proxy: str = "auto"  # the gradient-norm proxy behind p*: "auto" resolves by the loss family
 
     def __post_init__(self) -> None:
-        for name in ("task", "method", "loss_type", "setting", "group"):
+        for name in ("task", "method", "loss_type", "setting", "group", "proxy"):
             _check_name(f"RunId.{name}", getattr(self, name))
         if self.loss_type == "profile":  # the run resolves it; a record holds what ran
             raise _bad("RunId.loss_type", self.loss_type, "must be the resolved TRL loss_type")
@@ -95,6 +96,8 @@ class RunId:
             arm += f":noise{self.proxy_noise:g}"
         if self.step_budget == "tokens":
             arm += ":tokens"
+        if self.proxy != "auto":
+            arm += f":{self.proxy}"
         return arm
 
 

@@ -186,12 +186,20 @@ def trainer_args(spec: RunSpec, profile: Profile, workdir: Path) -> Any:
     from costaware.integrations.trl import CostAwareGRPOConfig
 
     spg = profile.steps_per_generation
+    with warnings.catch_warnings():
+        if spec.proxy == "advantage":  # the paper's proxy under a token-sum loss is the deliberate comparison arm
+            warnings.filterwarnings("ignore", message="proxy='advantage'", category=UserWarning)
+        return _config(CostAwareGRPOConfig, spec, profile, workdir, spg)
+
+
+def _config(CostAwareGRPOConfig: Any, spec: RunSpec, profile: Profile, workdir: Path, spg: int) -> Any:
     return CostAwareGRPOConfig(
         output_dir=str(workdir), cost_aware_method=spec.method, cost_aware_alpha=spec.alpha,
         cost_aware_weights=spec.weights, cost_aware_proxy_noise=spec.proxy_noise, cost_aware_zvf=spec.zvf,
-        cost_aware_budget=spec.step_budget, cost_aware_pods_keep=min(profile.pods_keep, profile.generations),
+        cost_aware_budget=spec.step_budget, cost_aware_proxy=spec.proxy, cost_aware_pods_keep=min(profile.pods_keep, profile.generations),
         loss_type=spec.resolved_loss_type(profile), beta=0.0, learning_rate=profile.learning_rate * spec.lr_scale,
-        lr_scheduler_type="constant", num_generations=profile.generations,
+        lr_scheduler_type="constant_with_warmup" if profile.warmup_rounds else "constant",
+        warmup_steps=profile.warmup_rounds * spg, num_generations=profile.generations,
         per_device_train_batch_size=profile.prompts_per_round * profile.generations // spg,
         steps_per_generation=spg, max_steps=profile.rounds * spg,
         max_completion_length=get_task(spec.task).max_response_tokens(profile.max_size) + 1, temperature=1.0,
@@ -337,7 +345,8 @@ def run_one(spec_d: dict[str, Any], profile_d: dict[str, Any], sft_dir: str, out
     lr = profile.control_lr if spec.method == "sft" else profile.learning_rate * spec.lr_scale
     rid = RunId(task=spec.task, method=spec.method, seed=spec.seed, learning_rate=lr,
                 loss_type=spec.resolved_loss_type(profile), weights=spec.weights, setting=spec.setting,
-                group=spec.group, alpha=spec.alpha, proxy_noise=spec.proxy_noise, step_budget=spec.step_budget)
+                group=spec.group, alpha=spec.alpha, proxy_noise=spec.proxy_noise, step_budget=spec.step_budget,
+                proxy=spec.proxy)
     RunResult(id=rid, evals=tuple(out["evals"]), wall_seconds=time.perf_counter() - start, fidelity=out["fidelity"],
               counters=out["counters"], spec=asdict(spec)).save(out_file)  # fmt: skip
     shutil.rmtree(Path(out_file).with_suffix(""), ignore_errors=True)  # the trainer's empty output_dir

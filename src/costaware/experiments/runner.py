@@ -39,10 +39,17 @@ def key(obj: Any) -> str:
     return hashlib.sha1(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
+# Profile fields that choose WHICH runs a job holds, not what one run does (the spec carries its task,
+# seed and LR multiple): left out of a run's key, so `--profile full` reuses the default profile's runs.
+NOT_IN_RUN_KEY = ("task", "second_task", "seeds", "setting_seeds", "ablation_seeds", "lr_sweep")
+
+
 def run_file(out: Path, spec: RunSpec, profile: Profile) -> Path:
-    """A run's result file, keyed by every field of its spec and profile: a changed default is a new run."""
+    """A run's result file, keyed by its spec and every profile field that changes what the run does:
+    a changed default is a new run."""
     name = f"{spec.task}-{spec.group}-{spec.setting}-{spec.arm.replace(':', '_')}-s{spec.seed}"
-    return out / "runs" / f"{name}-{key([dataclasses.asdict(spec), dataclasses.asdict(profile)])}.json"
+    fields = {k: v for k, v in dataclasses.asdict(profile).items() if k not in NOT_IN_RUN_KEY}
+    return out / "runs" / f"{name}-{key([dataclasses.asdict(spec), fields])}.json"
 
 
 def resolve(args: argparse.Namespace) -> tuple[Profile, list[RunSpec]]:

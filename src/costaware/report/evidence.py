@@ -209,12 +209,18 @@ def evaluate_section(sec: Section, baseline: str, *, candidate: str = "p_star", 
         pairs.append((TUNED_STEP, tuned, best))
     pairs = [(n, a, b) for n, a, b in pairs if a in sec.arms and b in sec.arms]
     cand = (candidate, sec.default_lr)
-    claim_pairs = [(f"{label(candidate)} beats {label(baseline)}", base), (f"{label(candidate)} beats nonzero",
-                   ("nonzero", sec.default_lr)), (f"{label(candidate)} beats tuned {label(baseline)}", tuned),
-                   (f"{label(candidate)} beats PODS", ("pods", sec.default_lr))]
-    used = {k for _, a, b in pairs for k in (a, b)} | {k for _, k in claim_pairs if k in sec.arms}
-    if cand in sec.arms:
-        used.add(cand)
+    # (claim, earlier, later): the saving of `later` over `earlier`; `earlier` None = not run (tuned_note says why)
+    claim_pairs: list[tuple[str, Key | None, Key]] = [
+        (f"{label(candidate)} beats {label(baseline)}", base, cand),
+        (f"{label(candidate)} beats nonzero", ("nonzero", sec.default_lr), cand),
+        (f"{label(candidate)} beats tuned {label(baseline)}", tuned, cand),
+        (f"{label(candidate)} beats PODS", ("pods", sec.default_lr), cand)]
+    paper, calibrated = (f"{candidate}:advantage", sec.default_lr), (f"{candidate}:calibrated", sec.default_lr)
+    if paper in sec.arms:  # a token-sum setting: p* ('auto' = calibrated proxy) against the paper's proxy
+        claim_pairs.append((f"{label(candidate)} beats {label(paper[0])}", paper, cand))
+    if calibrated in sec.arms:  # the headline loss: is the calibrated proxy at least as good as the paper's?
+        claim_pairs.append((f"{label(calibrated[0])} beats {label(candidate)}", cand, calibrated))
+    used = {k for _, a, b in pairs for k in (a, b)} | {k for _, a, b in claim_pairs for k in (a, b) if k in sec.arms}
     peaks = {k: _peak(sec.arms[k], "heldout") for k in used}
     target = target_fraction * min(peaks.values())
     start = max(float(seed_curves(sec.arms[k], "po_tokens").mean[0]) for k in used)
@@ -222,17 +228,17 @@ def evaluate_section(sec: Section, baseline: str, *, candidate: str = "p_star", 
     args = (target, generation_cost, n_boot, seed)
     decomposition = [_compare(sec, n, a, b, *args) for n, a, b in pairs] if target > start else []
     claims: list[tuple[str, Comparison | None, str]] = []
-    for claim, other in claim_pairs:
+    for claim, other, later in claim_pairs:
         if not target > start:
             claims.append((claim, None, flat))
-        elif cand not in sec.arms:
-            claims.append((claim, None, f"{label(candidate)} was not run"))
+        elif later not in sec.arms:
+            claims.append((claim, None, f"{sec.name(later)} was not run"))
         elif other is None:
             claims.append((claim, None, tuned_note))
         elif other not in sec.arms:
             claims.append((claim, None, f"{sec.name(other)} was not run"))
         else:
-            claims.append((claim, _compare(sec, claim, other, cand, *args), ""))
+            claims.append((claim, _compare(sec, claim, other, later, *args), ""))
     return Evidence(sec, base, target, target_fraction, generation_cost, tuned, tuned_note, best, best_note,
                     decomposition, claims, plateau(sec.arms[base], n_boot=n_boot, seed=seed), peaks, start,
                     plateau(sec.arms[tuned], n_boot=n_boot, seed=seed) if tuned not in (None, base) else None)

@@ -77,6 +77,20 @@ def _arm_row(name: str, st: dict[str, Any]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def _proxy_sentence(sec: E.Section) -> str:
+    """Which gradient-norm proxy 'p*' used here: 'auto' resolves by the section's loss (grpo.config)."""
+    from costaware.grpo.config import resolve_proxy
+
+    losses = {r.id.loss_type for runs in sec.arms.values() for r in runs if r.id.method == "p_star" and r.id.proxy == "auto"}
+    if len(losses) != 1:
+        return ""
+    loss = losses.pop()
+    proxy, beta = resolve_proxy("auto", None, loss_type=loss, method="p_star")
+    what = ("the paper's |A|" if proxy == "advantage" else
+            f"{proxy} (β fitted online from the prior {beta:g}; this loss sums token losses)")
+    return f" Under loss `{loss}`, p* uses proxy 'auto' = {what}."
+
+
 def _upto(ev: E.Evidence) -> float:
     return float(min(r.evals[-1].po_tokens for r in ev.section.arms[ev.baseline]))
 
@@ -94,7 +108,7 @@ def _section_lines(ev: E.Evidence, baseline: str) -> list[str]:
     lines = [f"## {sec.task} / {sec.setting}", "",
              f"Common target: **{ev.target:.3f}** ({100 * ev.target_fraction:.0f}% of the lowest seed-mean peak "
              f"among the methods compared). AUC is the mean accuracy over the first {upto / 1e3:.1f}k PO tokens. "
-             f"Total cost = generated tokens × {ev.generation_cost:.3g} + PO tokens.", "",
+             f"Total cost = generated tokens × {ev.generation_cost:.3g} + PO tokens." + _proxy_sentence(sec), "",
              f"| method | seeds | peak [95% CI] | PO tokens to target | rounds to target | total cost to target | "
              f"AUC | {clock} |", "|---|---|---|---|---|---|---|---|"]
     order = sorted(sec.arms, key=lambda k: (k[0] != baseline, k[0], k[1]))

@@ -15,7 +15,8 @@ LABELS = {
     "uniform": "uniform",
     "sft": "SFT continuation",
 }
-_OPTIONS = {"raw": "raw weights", "tokens": "tokens/step matched"}
+_OPTIONS = {"raw": "raw weights", "tokens": "tokens/step matched", "advantage": "paper's proxy |A|",
+            "calibrated": "calibrated proxy", "length_aware": "length-aware proxy"}
 
 
 def label(arm: str, *, learning_rate: float | None = None, default_lr: float | None = None) -> str:
