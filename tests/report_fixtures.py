@@ -16,12 +16,12 @@ def make_runs(method: str, *, seeds=range(5), weights: str = "centred", po_per_r
               budget: float = 300_000.0, n_evals: int = 13, noise: float = 0.004, lr: float = LR,
               val_shift: float = 0.0, task: str = "arith", setting: str = "grpo", group: str = "headline",
               linear: bool = False, controlled: bool = False, alpha: float = 0.01, proxy_noise: float = 0.0,
-              fidelity: bool = False, salt: int = 0) -> list[RunResult]:
+              fidelity: bool = False, salt: int = 0, proxy: str = "auto") -> list[RunResult]:
     """One arm's runs. Accuracy is a function of generation rounds: start + (peak − start)(1 − e^{−r/scale})
     (``linear``: a straight rise that never flattens); evaluations at equal PO-token spacing, as `reproduce`."""
     out = []
     for s in seeds:
-        rng = np.random.default_rng(1000 * s + salt + zlib.crc32(f'{method}{weights}'.encode()) % 997)
+        rng = np.random.default_rng(1000 * s + salt + zlib.crc32(f'{method}{weights}{proxy if proxy != "auto" else ""}'.encode()) % 997)
         tokens = np.linspace(0, budget, n_evals)
         rounds = np.floor(tokens / po_per_round).astype(int)
         progress = rounds / scale
@@ -35,7 +35,7 @@ def make_runs(method: str, *, seeds=range(5), weights: str = "centred", po_per_r
                       for r, t, a, v in zip(rounds, tokens, acc, val, strict=True))
         fid = (ProxyFidelityPoint(step=4, po_tokens=20_000, pearson=0.6, chi2=0.3, j_vs_uniform=0.7),) if fidelity else ()
         rid = RunId(task=task, method=method, seed=s, learning_rate=lr, loss_type="grpo", weights=weights,
-                    setting=setting, group=group, alpha=alpha, proxy_noise=proxy_noise)
+                    setting=setting, group=group, alpha=alpha, proxy_noise=proxy_noise, proxy=proxy)
         out.append(RunResult(rid, evals, po_seconds_controlled=controlled, wall_seconds=10.0, fidelity=fid,
                              spec={"method": method, "seed": s}))
     return out

@@ -268,3 +268,31 @@ def test_no_improvement_is_said_not_scored():
     assert all(c is None and "not above the starting accuracy" in why for _, c, why in ev.claims)
     assert "Nothing to compare" in evidence.answer_paragraph(ev, "none")
     assert "**cannot say**" in _verdict(ev, "p* beats GRPO")
+
+
+# -- issue 11: the proxy's own claims -----------------------------------------------------------------
+
+
+def _token_sum(calibrated_scale: float, paper_scale: float, seeds=range(3)):
+    kw = dict(setting="dapo", group="dapo", seeds=seeds)
+    return (make_runs("none", **kw) + make_runs("nonzero", po_per_round=3750, **kw)
+            + make_runs("p_star", po_per_round=3000, scale=calibrated_scale, **kw)
+            + make_runs("p_star", po_per_round=3000, scale=paper_scale, proxy="advantage", **kw))
+
+
+def test_calibrated_proxy_claim_in_a_token_sum_setting():
+    """p* ('auto' = calibrated) against p* with the paper's proxy, in both directions."""
+    win = _evidence(_token_sum(calibrated_scale=10.0, paper_scale=20.0))
+    assert "**yes**" in _verdict(win, "p* beats p* (paper's proxy |A|)")
+    lose = _evidence(_token_sum(calibrated_scale=20.0, paper_scale=10.0))
+    assert "**no, it is worse**" in _verdict(lose, "p* beats p* (paper's proxy |A|)")
+    assert lose.section.setting == "dapo" and not any("calibrated proxy" in c for c, _, _ in lose.claims)
+
+
+def test_calibrated_proxy_claim_under_the_headline_loss_compares_it_to_the_papers():
+    runs = headline() + make_runs("p_star", po_per_round=3000, proxy="calibrated", seeds=range(3), group="proxy")
+    claim, comp, _ = _claim(_evidence(runs), "p* (calibrated proxy) beats p*")
+    assert comp is not None and comp.a == ("p_star", LR) and comp.b == ("p_star:calibrated", LR)
+    assert "**no, it is worse**" not in _verdict(_evidence(runs), "p* (calibrated proxy) beats p*")  # the same curve
+    worse = headline() + make_runs("p_star", po_per_round=3000, scale=25.0, proxy="calibrated", seeds=range(3))
+    assert "**no, it is worse**" in _verdict(_evidence(worse), "p* (calibrated proxy) beats p*")

@@ -59,6 +59,7 @@ class Profile:
     second_task: str = _opt("", "task", "a second family the headline is also run on ('' = none)")
     min_size: int = _opt(2, "task", "smallest task size (terms / digits)")
     max_size: int = _opt(6, "task", "largest task size")
+    second_max_size: int = _opt(9, "task", "largest size of the second task (sort: 2..9 digits, lengths 6..62)")
     mistake_prob: float = _opt(0.1, "task", "per-step slip rate of the SFT demonstrations")
     # sft warm-up
     sft_steps: int = _opt(600, "sft", "SFT steps of the shared warm-up")
@@ -98,7 +99,7 @@ class Profile:
     ablation_seeds: tuple[int, ...] = _opt((), "runs", "seeds of the ablations and the SFT control")
 
     def __post_init__(self) -> None:
-        ints = {"hidden_size": 8, "num_layers": 1, "min_size": 1, "max_size": 1, "sft_steps": 1, "sft_batch": 1,
+        ints = {"hidden_size": 8, "num_layers": 1, "min_size": 1, "max_size": 1, "second_max_size": 1, "sft_steps": 1, "sft_batch": 1,
                 "rounds": 1, "warmup_rounds": 0, "prompts_per_round": 1, "generations": 2, "steps_per_generation": 1, "pods_keep": 1,
                 "token_budget": 0, "skipped_warn_rounds": 1, "eval_points": 1, "eval_every": 1, "eval_prompts": 1,
                 "validation_prompts": 0, "eval_k": 1, "diagnostics_rows": 0}  # fmt: skip
@@ -112,8 +113,9 @@ class Profile:
                 raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
         if not 0.0 <= self.mistake_prob < 1.0:
             raise ValueError(f"mistake_prob must lie in [0, 1), got {self.mistake_prob!r}")
-        if self.max_size < self.min_size:
-            raise ValueError(f"max_size must be >= min_size={self.min_size}, got {self.max_size!r}")
+        for name in ("max_size", "second_max_size"):
+            if getattr(self, name) < self.min_size:
+                raise ValueError(f"{name} must be >= min_size={self.min_size}, got {getattr(self, name)!r}")
         if (self.prompts_per_round * self.generations) % self.steps_per_generation:
             raise ValueError(f"steps_per_generation must divide prompts_per_round x generations, "
                              f"got {self.steps_per_generation!r}")  # fmt: skip
@@ -129,6 +131,11 @@ class Profile:
             raise ValueError(f"lr_sweep must be a tuple of finite multiples > 0, got {self.lr_sweep!r}")
         if not isinstance(self.task, str) or not self.task or not isinstance(self.second_task, str):
             raise ValueError(f"task must be a task family's name, got {self.task!r}")
+
+    def sizes(self, task: str) -> tuple[int, int]:
+        """(smallest, largest) task size of ``task``: the second task has its own largest size."""
+        top = self.second_max_size if task == self.second_task and task != self.task else self.max_size
+        return self.min_size, top
 
     def tasks(self) -> tuple[str, ...]:
         return (self.task, self.second_task) if self.second_task else (self.task,)

@@ -60,7 +60,8 @@ def eval_sets(profile: Profile, task_name: str) -> tuple[TaskSet, TaskSet]:
     import numpy as np
 
     task = get_task(task_name)
-    sizes = dict(min_size=profile.min_size, max_size=profile.max_size)
+    lo, hi = profile.sizes(task_name)
+    sizes = dict(min_size=lo, max_size=hi)
     held = task.make_tasks(profile.eval_prompts, **sizes, rng=np.random.default_rng(HELD_OUT_SEED))
     seen = set(held.prompts)
     rng, prompts, answers = np.random.default_rng(VALIDATION_SEED), [], []
@@ -75,7 +76,7 @@ def eval_sets(profile: Profile, task_name: str) -> tuple[TaskSet, TaskSet]:
                 answers.append(a)
     if len(prompts) < profile.validation_prompts:
         raise ValueError(f"validation_prompts={profile.validation_prompts} exceeds the distinct prompts of sizes "
-                         f"{profile.min_size}..{profile.max_size} left after the held-out set")  # fmt: skip
+                         f"{lo}..{hi} left after the held-out set")  # fmt: skip
     return TaskSet(list(held.prompts), np.asarray(held.answers)), TaskSet(prompts, np.asarray(answers))
 
 
@@ -84,7 +85,7 @@ def _score_sft(tok: Any, model: Any, profile: Profile, task_name: str) -> dict[s
     from costaware.experiments import policy
 
     task, (held, _) = get_task(task_name), eval_sets(profile, task_name)
-    kw = dict(max_size=profile.max_size)
+    kw = dict(max_size=profile.sizes(task_name)[1])
     return {"greedy_accuracy": policy.evaluate(model, tok, task, held, k=1, temperature=0, **kw).accuracy,
             "sampled_accuracy": policy.evaluate(model, tok, task, held, k=profile.eval_k, **kw).accuracy,
             "held_out": {"eval_prompts": profile.eval_prompts, "eval_k": profile.eval_k}}  # fmt: skip
@@ -93,8 +94,9 @@ def _score_sft(tok: Any, model: Any, profile: Profile, task_name: str) -> dict[s
 def sft_key(profile: Profile, task_name: str) -> tuple[str, dict[str, Any]]:
     from costaware.experiments.runner import key
 
-    cfg = {k: getattr(profile, k) for k in ("hidden_size", "num_layers", "min_size", "max_size", "mistake_prob",
+    cfg = {k: getattr(profile, k) for k in ("hidden_size", "num_layers", "min_size", "mistake_prob",
                                             "sft_steps", "sft_batch", "sft_lr")}  # fmt: skip
+    cfg["max_size"] = profile.sizes(task_name)[1]
     cfg["task"] = task_name
     return f"sft-{task_name}-{key(cfg)}", cfg
 
@@ -122,7 +124,8 @@ def warm_up(profile: Profile, task_name: str, out: Path) -> Path:
     tok, model = policy.build_policy(task.alphabet, hidden_size=profile.hidden_size, num_layers=profile.num_layers,
                                      seed=0)  # fmt: skip
     info = policy.sft(model, tok, task, steps=profile.sft_steps, batch_size=profile.sft_batch, lr=profile.sft_lr,
-                      min_size=profile.min_size, max_size=profile.max_size, mistake_prob=profile.mistake_prob, seed=0)
+                      min_size=profile.min_size, max_size=profile.sizes(task_name)[1], mistake_prob=profile.mistake_prob,
+                      seed=0)
     info.update(_score_sft(tok, model, profile, task_name), parameters=policy.count_parameters(model), config=cfg)
     tmp = out / f".{name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -202,7 +205,7 @@ def _config(CostAwareGRPOConfig: Any, spec: RunSpec, profile: Profile, workdir: 
         warmup_steps=profile.warmup_rounds * spg, num_generations=profile.generations,
         per_device_train_batch_size=profile.prompts_per_round * profile.generations // spg,
         steps_per_generation=spg, max_steps=profile.rounds * spg,
-        max_completion_length=get_task(spec.task).max_response_tokens(profile.max_size) + 1, temperature=1.0,
+        max_completion_length=get_task(spec.task).max_response_tokens(profile.sizes(spec.task)[1]) + 1, temperature=1.0,
         seed=spec.seed, data_seed=spec.seed, report_to="none", use_cpu=True, bf16=False, logging_steps=spg,
         save_strategy="no", disable_tqdm=True,
         cost_aware_diagnostics_interval=profile.eval_every if profile.diagnostics_rows else 0,
@@ -216,7 +219,7 @@ def _evaluator(profile: Profile, task_name: str, tok: Any):
     task, (held, val) = get_task(task_name), eval_sets(profile, task_name)
 
     def evaluate(model: Any) -> tuple[float, float | None]:
-        kw = dict(max_size=profile.max_size, k=profile.eval_k)
+        kw = dict(max_size=profile.sizes(task_name)[1], k=profile.eval_k)
         h = policy.evaluate(model, tok, task, held, seed=12345, **kw).accuracy
         v = policy.evaluate(model, tok, task, val, seed=54321, **kw).accuracy if len(val) else None
         model.train()
@@ -244,7 +247,7 @@ def _run_control(spec: RunSpec, profile: Profile, sft_dir: Path) -> dict[str, An
 
     start = time.perf_counter()
     policy.sft(model, tok, get_task(spec.task), steps=steps, batch_size=profile.prompts_per_round * profile.generations
-               // spg, lr=profile.control_lr, min_size=profile.min_size, max_size=profile.max_size,
+               // spg, lr=profile.control_lr, min_size=profile.min_size, max_size=profile.sizes(spec.task)[1],
                mistake_prob=profile.mistake_prob, seed=1000 + spec.seed, decay=False, on_step=on_step,
                max_tokens=profile.token_budget or None)  # fmt: skip
     return {"evals": evals, "counters": {"po_seconds": time.perf_counter() - start}, "fidelity": ()}
@@ -268,7 +271,7 @@ def _run_grpo(spec: RunSpec, profile: Profile, sft_dir: Path, workdir: Path) -> 
     tok, model = _load(sft_dir)
     evaluate = _evaluator(profile, spec.task, tok)
     tasks = task.make_tasks(profile.rounds * profile.prompts_per_round, min_size=profile.min_size,
-                            max_size=profile.max_size, rng=np.random.default_rng(TRAIN_SEED + spec.seed))
+                            max_size=profile.sizes(spec.task)[1], rng=np.random.default_rng(TRAIN_SEED + spec.seed))
     data = Dataset.from_dict({"prompt": list(tasks.prompts), "answer": np.asarray(tasks.answers).tolist()})
     args = trainer_args(spec, profile, workdir)
     spg = profile.steps_per_generation

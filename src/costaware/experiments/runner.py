@@ -48,7 +48,8 @@ def run_file(out: Path, spec: RunSpec, profile: Profile) -> Path:
     """A run's result file, keyed by its spec and every profile field that changes what the run does:
     a changed default is a new run."""
     name = f"{spec.task}-{spec.group}-{spec.setting}-{spec.arm.replace(':', '_')}-s{spec.seed}"
-    fields = {k: v for k, v in dataclasses.asdict(profile).items() if k not in NOT_IN_RUN_KEY}
+    fields = {k: v for k, v in dataclasses.asdict(profile).items() if k not in NOT_IN_RUN_KEY + ("second_max_size",)}
+    fields["max_size"] = profile.sizes(spec.task)[1]  # the largest size this run's task uses
     return out / "runs" / f"{name}-{key([dataclasses.asdict(spec), fields])}.json"
 
 
