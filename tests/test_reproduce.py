@@ -31,7 +31,8 @@ def test_profile_is_built_by_keyword_and_checks_every_field():
                        (dict(rounds=0), "rounds"), (dict(seeds=(-1,)), "seeds"), (dict(seeds=()), "seeds"),
                        (dict(seeds=(1, 1)), "seeds"), (dict(max_size=1), "max_size"), (dict(mistake_prob=1.0), "mistake_prob"),
                        (dict(steps_per_generation=3), "steps_per_generation"), (dict(lr_sweep=(0.0,)), "lr_sweep"),
-                       (dict(generation_cost=-1.0), "generation_cost"), (dict(sft_steps=True), "sft_steps")]:  # fmt: skip
+                       (dict(generation_cost=-1.0), "generation_cost"), (dict(sft_steps=True), "sft_steps"),
+                       (dict(long_budget=1.0), "long_budget"), (dict(second_max_size=1), "second_max_size")]:  # fmt: skip
         with pytest.raises(ValueError, match=field):
             Profile(**bad)
     help_ = Profile.help()
@@ -56,6 +57,12 @@ def test_default_profile_runs_the_decomposition_with_five_seeds():
         assert {x.arm for x in full if x.group == loss} == {"none", "nonzero", "p_star", "p_star:advantage"}
         assert {x.setting for x in full if x.group == loss} == {loss}
     assert {(x.arm, x.setting) for x in full if x.group == "proxy"} == {("p_star:calibrated", "grpo")}
+    long = [x for x in full if x.group == "long"]  # the plateau: GRPO, its step control and p* at 4x the budget
+    assert {x.arm for x in long} == {"none", "nonzero", "p_star"} and {x.seed for x in long} == set(p.seeds)
+    assert {x.setting for x in long} == {"grpo-4x-budget"}
+    scaled = long[0].scaled(PROFILES["full"])
+    assert (scaled.token_budget, scaled.rounds) == (4 * p.token_budget, 4 * p.rounds)
+    assert specs[0].scaled(p) is p
     assert {x.method for x in full if x.group == "control"} == {"sft"}
     assert {x.arm for x in full if x.group == "ablation"} >= {"p_star:noise0.1", "inv_sqrt_cost", "p_smooth:a0.05"}
     assert len({x for x in full}) == len(full)  # no run twice

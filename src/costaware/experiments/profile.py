@@ -29,7 +29,10 @@ HEADLINE: tuple[tuple[str, str], ...] = (
     ("p_smooth", "centred"), ("pods", "centred"),
 )  # fmt: skip
 METHOD_IDS = ("none", "nonzero", "p_star", "p_smooth", "pods", "inv_sqrt_cost", "variance", "uniform")
-GROUPS = ("headline", "lr_sweep", "zvf", "cispo", "dapo", "proxy", "ablation", "control")
+GROUPS = ("headline", "lr_sweep", "zvf", "cispo", "dapo", "proxy", "long", "ablation", "control")
+# The long-budget runs: is the saving only "sooner", or a higher plateau? GRPO, its effective-step
+# control and p*, at long_budget x the token budget, with the headline's seeds.
+LONG_ARMS = ("none", "nonzero", "p_star")
 # The settings with a token-sum loss (issue 11): GRPO, nonzero, p* with the calibrated proxy (what 'auto'
 # resolves to for these losses) and p* with the paper's |A| proxy, so the proxy's effect is measured.
 TOKEN_SUM_SETTINGS = ("cispo", "dapo")
@@ -93,6 +96,9 @@ class Profile:
     )  # fmt: skip
     # runs
     seeds: tuple[int, ...] = _opt((0, 1, 2, 3, 4), "runs", "seeds of the headline and the LR sweep")
+    long_budget: float = _opt(
+        0.0, "runs", "also run GRPO, nonzero and p* at this multiple of token_budget and rounds (eval_points x up to 2) "
+        "with the headline's seeds, so the plateau check has a baseline run to its plateau (0: off)")
     setting_seeds: tuple[int, ...] = _opt(
         (), "runs", "seeds of GRPO+ZVF (GRPO, p*), of the CISPO and DAPO settings (GRPO, nonzero, p* with the "
         "calibrated and with the paper's proxy) and of p* with the calibrated proxy under the headline loss")
@@ -107,6 +113,10 @@ class Profile:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if isinstance(self.long_budget, bool) or not isinstance(self.long_budget, int | float) or not (
+            self.long_budget == 0 or 1 < self.long_budget < math.inf
+        ):
+            raise ValueError(f"long_budget must be 0 (off) or a finite multiple > 1, got {self.long_budget!r}")
         for name in ("sft_lr", "control_lr", "learning_rate", "generation_cost"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not (math.isfinite(value) and value > 0):
@@ -168,10 +178,21 @@ class RunSpec:
     proxy_noise: float = 0.0
     step_budget: str = "rows"  # "tokens": each step draws until it holds the baseline's tokens
     proxy: str = "auto"  # the TRL adapter's cost_aware_proxy ("auto": by the loss family)
+    budget_scale: float = 1.0  # the "long" group: token budget, round cap and evaluations x this
 
     @property
     def setting(self) -> str:
-        return "grpo+zvf" if self.zvf else ("grpo" if self.loss_type == "profile" else self.loss_type)
+        base = "grpo+zvf" if self.zvf else ("grpo" if self.loss_type == "profile" else self.loss_type)
+        return base + (f"-{self.budget_scale:g}x-budget" if self.budget_scale != 1.0 else "")
+
+    def scaled(self, profile: Profile) -> Profile:
+        """The profile this run trains under: the long group's budget, round cap and evaluations scaled."""
+        if self.budget_scale == 1.0:
+            return profile
+        x = self.budget_scale
+        return dataclasses.replace(profile, token_budget=round(profile.token_budget * x),
+                                   rounds=math.ceil(profile.rounds * x),
+                                   eval_points=math.ceil(profile.eval_points * min(x, 2.0)))  # evaluations cost time
 
     @property
     def arm(self) -> str:
@@ -210,6 +231,8 @@ def run_specs(profile: Profile, methods: list[str] | None = None, groups: tuple[
         for loss in TOKEN_SUM_SETTINGS:
             specs += [RunSpec(loss, m, s, task=t, loss_type=loss, proxy=x) for m, x in PROXY_ARMS]
         specs.append(RunSpec("proxy", "p_star", s, task=t, proxy="calibrated"))  # beside the headline's p*
+    if profile.long_budget:
+        specs += [RunSpec("long", m, s, task=t, budget_scale=profile.long_budget) for s in profile.seeds for m in LONG_ARMS]
     for s in profile.ablation_seeds:
         specs += [
             RunSpec("ablation", "p_star", s, task=t, proxy_noise=0.1),
@@ -236,6 +259,7 @@ PROFILES: dict[str, Profile] = {
     # The headline decomposition on one task, 5 seeds, in about 20 minutes on 2 cores (see the README).
     "default": Profile(),
     # The default's runs (reused: same run keys) plus GRPO+ZVF, the CISPO and DAPO settings and the
-    # calibrated proxy with 3 seeds, the ablations with 3 seeds, and the headline on the second task.
-    "full": Profile(second_task="sort", setting_seeds=(0, 1, 2), ablation_seeds=(0, 1, 2)),
+    # calibrated proxy with 3 seeds, GRPO/nonzero/p* at 4x the budget (the plateau), the ablations with
+    # 3 seeds, and the headline on the second task.
+    "full": Profile(second_task="sort", setting_seeds=(0, 1, 2), ablation_seeds=(0, 1, 2), long_budget=4.0),
 }

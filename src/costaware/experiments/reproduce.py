@@ -339,6 +339,7 @@ def run_one(spec_d: dict[str, Any], profile_d: dict[str, Any], sft_dir: str, out
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     profile = Profile(**{k: tuple(v) if isinstance(v, list) else v for k, v in profile_d.items()})
     spec = RunSpec(**spec_d)
+    profile = spec.scaled(profile)
     start = time.perf_counter()
     run = _run_control if spec.method == "sft" else _run_grpo
     args = (spec, profile, Path(sft_dir)) + (() if spec.method == "sft" else (Path(out_file).with_suffix(""),))

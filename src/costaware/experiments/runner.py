@@ -41,16 +41,23 @@ def key(obj: Any) -> str:
 
 # Profile fields that choose WHICH runs a job holds, not what one run does (the spec carries its task,
 # seed and LR multiple): left out of a run's key, so `--profile full` reuses the default profile's runs.
-NOT_IN_RUN_KEY = ("task", "second_task", "seeds", "setting_seeds", "ablation_seeds", "lr_sweep")
+NOT_IN_RUN_KEY = ("task", "second_task", "seeds", "setting_seeds", "ablation_seeds", "lr_sweep", "long_budget")
+
+
+# RunSpec fields added after runs were recorded: at their default they stay out of the key, so the
+# results recorded before them stay valid.
+SPEC_FIELDS_ADDED = ("budget_scale",)
 
 
 def run_file(out: Path, spec: RunSpec, profile: Profile) -> Path:
     """A run's result file, keyed by its spec and every profile field that changes what the run does:
     a changed default is a new run."""
     name = f"{spec.task}-{spec.group}-{spec.setting}-{spec.arm.replace(':', '_')}-s{spec.seed}"
+    spec_d = {k: v for k, v in dataclasses.asdict(spec).items()
+              if not (k in SPEC_FIELDS_ADDED and v == RunSpec.__dataclass_fields__[k].default)}  # fmt: skip
     fields = {k: v for k, v in dataclasses.asdict(profile).items() if k not in NOT_IN_RUN_KEY + ("second_max_size",)}
     fields["max_size"] = profile.sizes(spec.task)[1]  # the largest size this run's task uses
-    return out / "runs" / f"{name}-{key([dataclasses.asdict(spec), fields])}.json"
+    return out / "runs" / f"{name}-{key([spec_d, fields])}.json"
 
 
 def resolve(args: argparse.Namespace) -> tuple[Profile, list[RunSpec]]:
