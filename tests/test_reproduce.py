@@ -275,7 +275,9 @@ def test_ctrl_c_stops_every_worker_then_resume_finishes_the_quick_profile(tmp_pa
     assert main(["reproduce", "--quick", "--out", str(out), "--jobs", "2"]) == 0
     assert f"{done_before} already finished" in capsys.readouterr().out
     md = (out / "report.md").read_text()
-    for needle in ("Decomposition", "Verdicts", "Plateau check", "p* beats GRPO", "## arith / grpo"):
+    for needle in ("Decomposition", "Verdicts", "Plateau check", "p* beats GRPO", "## arith / grpo",
+                   "## arith / dapo", "## arith / cispo", "p* beats p* (paper's proxy |A|)",
+                   "p* (calibrated proxy) beats p*", "Under loss `dapo`, p* uses proxy 'auto' = calibrated"):
         assert needle in md, needle
     for axis in ("po_tokens", "rounds", "total_cost"):
         assert (out / f"accuracy_vs_{axis}.png").stat().st_size > 5_000
