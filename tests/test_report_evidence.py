@@ -287,6 +287,9 @@ def test_calibrated_proxy_claim_in_a_token_sum_setting():
     lose = _evidence(_token_sum(calibrated_scale=20.0, paper_scale=10.0))
     assert "**no, it is worse**" in _verdict(lose, "p* beats p* (paper's proxy |A|)")
     assert lose.section.setting == "dapo" and not any("calibrated proxy" in c for c, _, _ in lose.claims)
+    # the paper's p* against the same controls: it wins against GRPO here (it feeds fewer tokens per round)
+    assert "**yes**" in _verdict(lose, "p* (paper's proxy |A|) beats GRPO")
+    assert _claim(lose, "p* (paper's proxy |A|) beats nonzero")[1].b == ("p_star:advantage", LR)
 
 
 def test_calibrated_proxy_claim_under_the_headline_loss_compares_it_to_the_papers():

@@ -216,8 +216,11 @@ def evaluate_section(sec: Section, baseline: str, *, candidate: str = "p_star", 
         (f"{label(candidate)} beats tuned {label(baseline)}", tuned, cand),
         (f"{label(candidate)} beats PODS", ("pods", sec.default_lr), cand)]
     paper, calibrated = (f"{candidate}:advantage", sec.default_lr), (f"{candidate}:calibrated", sec.default_lr)
-    if paper in sec.arms:  # a token-sum setting: p* ('auto' = calibrated proxy) against the paper's proxy
-        claim_pairs.append((f"{label(candidate)} beats {label(paper[0])}", paper, cand))
+    if paper in sec.arms:  # a token-sum setting: p* ('auto' = calibrated proxy) against the paper's proxy,
+        # and the paper's p* against the same controls, so "where the paper's p* did not" is computed too
+        claim_pairs += [(f"{label(candidate)} beats {label(paper[0])}", paper, cand),
+                        (f"{label(paper[0])} beats {label(baseline)}", base, paper),
+                        (f"{label(paper[0])} beats nonzero", ("nonzero", sec.default_lr), paper)]
     if calibrated in sec.arms:  # the headline loss: is the calibrated proxy at least as good as the paper's?
         claim_pairs.append((f"{label(calibrated[0])} beats {label(candidate)}", cand, calibrated))
     used = {k for _, a, b in pairs for k in (a, b)} | {k for _, a, b in claim_pairs for k in (a, b) if k in sec.arms}
