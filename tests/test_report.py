@@ -44,6 +44,7 @@ def test_report_holds_every_part(report):
     for axis in ("po_tokens", "rounds", "total_cost"):
         assert paths[axis].stat().st_size > 10_000 and f"]({grpo.FIGURES[axis]})" in md
     assert paths["ablations"].exists() and "## Proxy fidelity" in md and "## Runs" in md
+    assert "| arith | p* (σ²=0.1) | 1 |" in md  # the ablation table, against the headline target
     assert "## Tokens per run" in md
     html = paths["html"].read_text()
     assert html.count("data:image/png;base64") == 4 and "<table>" in html

@@ -194,6 +194,28 @@ def _plot_ablations(runs: Sequence[RunResult], path: Path) -> None:
     plt.close(fig)
 
 
+def _ablation_lines(runs: Sequence[RunResult], evs: Sequence[E.Evidence], generation_cost: float) -> list[str]:
+    """Each ablation arm (and GRPO and p* on the same seeds, for reference) against its task's headline target."""
+    targets = {ev.section.task: ev.target for ev in evs if ev.section.setting == "grpo"}
+    by: dict[tuple[str, str], list[RunResult]] = defaultdict(list)
+    for r in runs:
+        if r.id.task in targets and r.id.method != "sft":
+            by[(r.id.task, r.id.arm)].append(r)
+    if not by:
+        return []
+    lines = ["| task | arm | seeds | peak [95% CI] | PO tokens to the headline target | AUC [95% CI] |",
+             "|---|---|---|---|---|---|"]
+    for (task, arm), rs in sorted(by.items()):
+        upto = float(min(r.evals[-1].po_tokens for r in rs))
+        st = arm_stats(rs, targets[task], upto, generation_cost=generation_cost)
+        lo, hi = st["po_tokens_to_target_ci"]
+        lines.append(f"| {task} | {label(arm)} | {st['seeds']} | {st['peak']:.3f} [{st['peak_ci'][0]:.3f}, "
+                     f"{st['peak_ci'][1]:.3f}] | {_fmt(st['po_tokens_to_target'], 'po_tokens')} [{_fmt(lo, 'po_tokens')}, "
+                     f"{_fmt(hi, 'po_tokens')}] | {st['auc']:.3f} [{st['auc_ci'][0]:.3f}, {st['auc_ci'][1]:.3f}] |")
+    return lines + ["", "Ablation runs use the ablation seeds; GRPO and p* rows are the headline runs of those seeds. "
+                    "The target is the task's headline target.", ""]
+
+
 def fidelity_summary(results: Sequence[RunResult]) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
     """Per 'task/setting' and arm: mean, min, max over training of Pearson(|A|, G), χ² and J(p)/J(uniform)."""
     acc: dict[str, dict[str, dict[str, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
@@ -309,6 +331,7 @@ def write_report(results: Sequence[RunResult], out: Path, *, command: str, profi
     lines += _fidelity_lines(results)
     if ablations:
         lines += ["## Ablations", "", "![ablations](ablations.png)", ""]
+        lines += _ablation_lines(ablations + abl_ref, evs, generation_cost)
     lines += _run_lines(results)
     md = "\n".join(lines)
     summary = {"baseline": baseline, "candidate": candidate, "generation_cost": generation_cost,
