@@ -192,25 +192,21 @@ def trainer_args(spec: RunSpec, profile: Profile, workdir: Path) -> Any:
     with warnings.catch_warnings():
         if spec.proxy == "advantage":  # the paper's proxy under a token-sum loss is the deliberate comparison arm
             warnings.filterwarnings("ignore", message="proxy='advantage'", category=UserWarning)
-        return _config(CostAwareGRPOConfig, spec, profile, workdir, spg)
-
-
-def _config(CostAwareGRPOConfig: Any, spec: RunSpec, profile: Profile, workdir: Path, spg: int) -> Any:
-    return CostAwareGRPOConfig(
-        output_dir=str(workdir), cost_aware_method=spec.method, cost_aware_alpha=spec.alpha,
-        cost_aware_weights=spec.weights, cost_aware_proxy_noise=spec.proxy_noise, cost_aware_zvf=spec.zvf,
-        cost_aware_budget=spec.step_budget, cost_aware_proxy=spec.proxy, cost_aware_pods_keep=min(profile.pods_keep, profile.generations),
-        loss_type=spec.resolved_loss_type(profile), beta=0.0, learning_rate=profile.learning_rate * spec.lr_scale,
-        lr_scheduler_type="constant_with_warmup" if profile.warmup_rounds else "constant",
-        warmup_steps=profile.warmup_rounds * spg, num_generations=profile.generations,
-        per_device_train_batch_size=profile.prompts_per_round * profile.generations // spg,
-        steps_per_generation=spg, max_steps=profile.rounds * spg,
-        max_completion_length=get_task(spec.task).max_response_tokens(profile.sizes(spec.task)[1]) + 1, temperature=1.0,
-        seed=spec.seed, data_seed=spec.seed, report_to="none", use_cpu=True, bf16=False, logging_steps=spg,
-        save_strategy="no", disable_tqdm=True,
-        cost_aware_diagnostics_interval=profile.eval_every if profile.diagnostics_rows else 0,
-        cost_aware_diagnostics_rows=max(2, profile.diagnostics_rows),
-    )  # fmt: skip
+        return CostAwareGRPOConfig(
+            output_dir=str(workdir), cost_aware_method=spec.method, cost_aware_alpha=spec.alpha,
+            cost_aware_weights=spec.weights, cost_aware_proxy_noise=spec.proxy_noise, cost_aware_zvf=spec.zvf,
+            cost_aware_budget=spec.step_budget, cost_aware_proxy=spec.proxy, cost_aware_pods_keep=min(profile.pods_keep, profile.generations),
+            loss_type=spec.resolved_loss_type(profile), beta=0.0, learning_rate=profile.learning_rate * spec.lr_scale,
+            lr_scheduler_type="constant_with_warmup" if profile.warmup_rounds else "constant",
+            warmup_steps=profile.warmup_rounds * spg, num_generations=profile.generations,
+            per_device_train_batch_size=profile.prompts_per_round * profile.generations // spg,
+            steps_per_generation=spg, max_steps=profile.rounds * spg,
+            max_completion_length=get_task(spec.task).max_response_tokens(profile.sizes(spec.task)[1]) + 1, temperature=1.0,
+            seed=spec.seed, data_seed=spec.seed, report_to="none", use_cpu=True, bf16=False, logging_steps=spg,
+            save_strategy="no", disable_tqdm=True,
+            cost_aware_diagnostics_interval=profile.eval_every if profile.diagnostics_rows else 0,
+            cost_aware_diagnostics_rows=max(2, profile.diagnostics_rows),
+        )  # fmt: skip
 
 
 def _evaluator(profile: Profile, task_name: str, tok: Any):

@@ -40,8 +40,10 @@ def key(obj: Any) -> str:
 
 
 # Profile fields that choose WHICH runs a job holds, not what one run does (the spec carries its task,
-# seed and LR multiple): left out of a run's key, so `--profile full` reuses the default profile's runs.
-NOT_IN_RUN_KEY = ("task", "second_task", "seeds", "setting_seeds", "ablation_seeds", "lr_sweep", "long_budget")
+# seed and LR multiple; the run's own largest size is keyed as max_size): left out of a run's key, so
+# `--profile full` reuses the default profile's runs.
+NOT_IN_RUN_KEY = ("task", "second_task", "second_max_size", "seeds", "setting_seeds", "ablation_seeds", "lr_sweep",
+                  "long_budget")
 
 
 # RunSpec fields added after runs were recorded: at their default they stay out of the key, so the
@@ -55,7 +57,7 @@ def run_file(out: Path, spec: RunSpec, profile: Profile) -> Path:
     name = f"{spec.task}-{spec.group}-{spec.setting}-{spec.arm.replace(':', '_')}-s{spec.seed}"
     spec_d = {k: v for k, v in dataclasses.asdict(spec).items()
               if not (k in SPEC_FIELDS_ADDED and v == RunSpec.__dataclass_fields__[k].default)}  # fmt: skip
-    fields = {k: v for k, v in dataclasses.asdict(profile).items() if k not in NOT_IN_RUN_KEY + ("second_max_size",)}
+    fields = {k: v for k, v in dataclasses.asdict(profile).items() if k not in NOT_IN_RUN_KEY}
     fields["max_size"] = profile.sizes(spec.task)[1]  # the largest size this run's task uses
     return out / "runs" / f"{name}-{key([spec_d, fields])}.json"
 
