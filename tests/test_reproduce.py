@@ -57,10 +57,12 @@ def test_default_profile_runs_the_decomposition_with_five_seeds():
         assert {x.arm for x in full if x.group == loss} == {"none", "nonzero", "p_star", "p_star:advantage"}
         assert {x.setting for x in full if x.group == loss} == {loss}
     assert {(x.arm, x.setting) for x in full if x.group == "proxy"} == {("p_star:calibrated", "grpo")}
-    long = [x for x in full if x.group == "long"]  # the plateau: GRPO, its step control and p* at 4x the budget
+    assert not [x for x in full if x.group == "long"]  # the default's budget already reaches GRPO's plateau
+    with_long = dataclasses.replace(PROFILES["full"], long_budget=4.0)  # the option stays, for another setting
+    long = [x for x in run_specs(with_long) if x.group == "long"]  # GRPO, its step control and p* at 4x the budget
     assert {x.arm for x in long} == {"none", "nonzero", "p_star"} and {x.seed for x in long} == set(p.seeds)
     assert {x.setting for x in long} == {"grpo-4x-budget"}
-    scaled = long[0].scaled(PROFILES["full"])
+    scaled = long[0].scaled(with_long)
     assert (scaled.token_budget, scaled.rounds) == (4 * p.token_budget, 4 * p.rounds)
     assert specs[0].scaled(p) is p
     assert {x.method for x in full if x.group == "control"} == {"sft"}

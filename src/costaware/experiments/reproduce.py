@@ -204,7 +204,8 @@ def trainer_args(spec: RunSpec, profile: Profile, workdir: Path) -> Any:
             max_completion_length=get_task(spec.task).max_response_tokens(profile.sizes(spec.task)[1]) + 1, temperature=1.0,
             seed=spec.seed, data_seed=spec.seed, report_to="none", use_cpu=True, bf16=False, logging_steps=spg,
             save_strategy="no", disable_tqdm=True,
-            cost_aware_diagnostics_interval=profile.eval_every if profile.diagnostics_rows else 0,
+            gradient_checkpointing=False,  # TRL turns it on; a tiny CPU model only pays the recomputation
+            cost_aware_diagnostics_interval=profile.diagnostics_every if profile.diagnostics_rows else 0,
             cost_aware_diagnostics_rows=max(2, profile.diagnostics_rows),
         )  # fmt: skip
 
