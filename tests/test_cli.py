@@ -48,6 +48,13 @@ REPRODUCE_BAD = [
     (["--jobs", "x"], "--jobs"),
     (["--profile", "bogus"], "--profile"),
     (["--only", "control"], "--only"),  # no baseline run: the report could not be written
+    (["--set", "bogus=1"], "--set"),
+    (["--set", "hidden_size"], "--set"),
+    (["--set", "hidden_size=wide"], "--set hidden_size"),
+    (["--set", "hidden_size=4"], "hidden_size must be an integer >= 8"),
+    (["--set", "seeds=0,x"], "--set seeds"),
+    (["--set", "seeds="], "seeds must hold at least one seed"),
+    (["--set", "eval_k=1", "eval_k=2"], "twice"),
 ]
 
 

@@ -75,6 +75,21 @@ def test_default_profile_runs_the_decomposition_with_five_seeds():
     assert default_files <= {run_file(Path("o"), x, PROFILES["full"]) for x in full}
 
 
+def test_set_changes_any_profile_field_and_the_named_options_win():
+    import argparse
+
+    from costaware.experiments.runner import parse_overrides, resolve
+
+    assert parse_overrides(["hidden_size=96", "lr_sweep=0.5,2", "task=arith", "generation_cost=0.5"]) == {
+        "hidden_size": 96, "lr_sweep": (0.5, 2.0), "task": "arith", "generation_cost": 0.5}
+    ns = argparse.Namespace(jobs=1, seeds=[3], rounds=None, token_budget=None, learning_rate=None, loss_type=None,
+                            task=None, methods=["none"], out="unused-out", only=["headline"], profile="quick",
+                            set=["hidden_size=40", "seeds=0,1", "token_budget=700"])
+    profile, specs = resolve(ns)
+    assert (profile.hidden_size, profile.token_budget, profile.seeds) == (40, 700, (3,))  # --seeds wins over --set
+    assert {(s.method, s.seed) for s in specs} == {("none", 3)}
+
+
 def test_run_specs_methods_and_groups_select():
     p = Profile(seeds=(0,), setting_seeds=(0,), ablation_seeds=(0,))
     only = run_specs(p, ["p_star"], ("headline",))

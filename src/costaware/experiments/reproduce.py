@@ -378,6 +378,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--loss-type", help="TRL loss_type of the GRPO setting (default: the profile's, grpo)")
     p.add_argument("--task", help="task family of the headline (default: the profile's, arith)")
     p.add_argument("--only", nargs="+", choices=GROUPS, help="run and report only these groups of runs")
+    p.add_argument("--set", nargs="+", metavar="FIELD=VALUE",
+                   help="change any profile field, e.g. --set hidden_size=96 lr_sweep=0.5,2 (see --show-profile); "
+                        "the options above win over --set")
     p.add_argument("--show-profile", action="store_true", help="print the profile's fields by group and exit")
     p.add_argument("--report-only", action="store_true",
                    help="train nothing: write the report from this profile's runs finished so far (an interrupted "

@@ -62,11 +62,44 @@ def run_file(out: Path, spec: RunSpec, profile: Profile) -> Path:
     return out / "runs" / f"{name}-{key([spec_d, fields])}.json"
 
 
+def parse_overrides(items: list[str] | None) -> dict[str, Any]:
+    """``--set field=value`` pairs as Profile changes, each value read as its field's type.
+
+    >>> parse_overrides(["hidden_size=96", "lr_sweep=0.5,2", "task=arith", "seeds=0,1"])
+    {'hidden_size': 96, 'lr_sweep': (0.5, 2.0), 'task': 'arith', 'seeds': (0, 1)}
+    """
+    fields = {f.name: f for f in dataclasses.fields(Profile)}
+    defaults = Profile()
+    out: dict[str, Any] = {}
+    for item in items or ():
+        name, sep, text = item.partition("=")
+        if not sep or name not in fields:
+            raise ValueError(f"--set takes field=value with a Profile field (see --show-profile), got {item!r}")
+        if name in out:
+            raise ValueError(f"--set gives {name} twice, got {item!r}")
+        default = getattr(defaults, name)
+        try:
+            if isinstance(default, tuple):
+                kind = float if name == "lr_sweep" else int
+                out[name] = tuple(kind(v) for v in text.split(",") if v.strip()) if text.strip() else ()
+            elif isinstance(default, bool):
+                raise ValueError
+            elif isinstance(default, int):
+                out[name] = int(text)
+            elif isinstance(default, float):
+                out[name] = float(text)
+            else:
+                out[name] = text
+        except ValueError:
+            raise ValueError(f"--set {name} takes a value like {default!r}, got {text!r}") from None
+    return out
+
+
 def resolve(args: argparse.Namespace) -> tuple[Profile, list[RunSpec]]:
     """The profile and the runs the arguments ask for; every argument is checked here, before any work."""
     if args.jobs is None or args.jobs < 1:
         raise ValueError(f"--jobs must be an integer >= 1, got {args.jobs}")
-    changes: dict[str, Any] = {}
+    changes: dict[str, Any] = parse_overrides(getattr(args, "set", None))
     if args.seeds is not None:
         bad = [s for s in args.seeds if s < 0]
         if bad or len(set(args.seeds)) != len(args.seeds):
@@ -102,7 +135,10 @@ def resolve(args: argparse.Namespace) -> tuple[Profile, list[RunSpec]]:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out must be a folder, got the file {str(out)!r}")
-    profile = dataclasses.replace(PROFILES[args.profile], **changes)
+    try:
+        profile = dataclasses.replace(PROFILES[args.profile], **changes)
+    except ValueError as e:
+        raise ValueError(f"--set/options: {e}") from None
     for name in profile.tasks():
         try:
             get_task(name)
