@@ -9,7 +9,7 @@ confounders (see DESIGN-NOTES "Evidence: controls and confounders"):
 3. warm the policy up by SFT on demonstrations with injected mistakes, so that RL has room to improve
    (the checkpoint is cached and shared by every run of that task);
 4. run GRPO from it through :class:`costaware.integrations.trl.CostAwareGRPOTrainer` for each method,
-   seed and setting (``experiments.profile.run_specs``): GRPO, GRPO at x2 and x4 its learning rate
+   seed and setting (``experiments.profile.run_specs``): GRPO, GRPO at x0.5 and x2 its learning rate
    (chosen on a validation split disjoint from the held-out set), nonzero, p* (centred and raw weights),
    p*_smooth(0.01), PODS; each until it has spent the profile's PO-token budget (rounds are a cap),
    evaluated at equal token spacing on the held-out set and on the validation split;
@@ -376,7 +376,7 @@ def register(subparsers: Any) -> None:
                    help="PO tokens every run spends (0: stop after --rounds; default: the profile's)")
     p.add_argument("--learning-rate", type=float, help="GRPO learning rate (default: the profile's)")
     p.add_argument("--loss-type", help="TRL loss_type of the GRPO setting (default: the profile's, grpo)")
-    p.add_argument("--task", help="task family of the headline (default: the profile's, arith)")
+    p.add_argument("--task", help="task family of the headline (default: the profile's, sort)")
     p.add_argument("--only", nargs="+", choices=GROUPS, help="run and report only these groups of runs")
     p.add_argument("--set", nargs="+", metavar="FIELD=VALUE",
                    help="change any profile field, e.g. --set hidden_size=96 lr_sweep=0.5,2 (see --show-profile); "
