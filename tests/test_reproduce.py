@@ -199,9 +199,12 @@ def test_lr_sweep_and_control_records(sft_dir, tmp_path):
 
 def _start(out: Path, *extra: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    # A terminal's job gets SIGINT's default action; a test run launched in the background ("cmd &" in a
+    # script) inherits SIGINT ignored, and Python then never raises KeyboardInterrupt: restore the default.
     return subprocess.Popen([sys.executable, "-m", "costaware.cli", "reproduce", "--quick", "--out", str(out), *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True)  # fmt: skip
+                            start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
 
 
 def _live_in_group(pgid: int) -> list[int]:
