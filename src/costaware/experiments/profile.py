@@ -257,7 +257,8 @@ PROFILES: dict[str, Profile] = {
         eval_prompts=24, validation_prompts=8, eval_k=1, seeds=(0,), lr_sweep=(2.0,), setting_seeds=(0,),
         warmup_rounds=0,
     ),  # fmt: skip
-    # The headline decomposition on one task, 5 seeds, in about 20 minutes on 2 cores (see the README).
+    # The headline decomposition on one task, 5 seeds, GRPO run to its plateau: about 30 minutes on 2 cores
+    # (the README says why not 20).
     "default": Profile(),
     # The default's runs (reused: same run keys) plus GRPO+ZVF, the CISPO and DAPO settings and the
     # calibrated proxy with 3 seeds, the ablations with 3 seeds, and the headline on the second task

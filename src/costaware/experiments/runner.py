@@ -69,7 +69,7 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
     {'hidden_size': 96, 'lr_sweep': (0.5, 2.0), 'task': 'arith', 'seeds': (0, 1)}
     """
     fields = {f.name: f for f in dataclasses.fields(Profile)}
-    defaults = Profile()
+    scalars = {"int": int, "float": float, "str": str}
     out: dict[str, Any] = {}
     for item in items or ():
         name, sep, text = item.partition("=")
@@ -77,21 +77,15 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
             raise ValueError(f"--set takes field=value with a Profile field (see --show-profile), got {item!r}")
         if name in out:
             raise ValueError(f"--set gives {name} twice, got {item!r}")
-        default = getattr(defaults, name)
+        kind = fields[name].type  # the annotation, a string: "int", "float", "str", "tuple[int, ...]"
         try:
-            if isinstance(default, tuple):
-                kind = float if name == "lr_sweep" else int
-                out[name] = tuple(kind(v) for v in text.split(",") if v.strip()) if text.strip() else ()
-            elif isinstance(default, bool):
-                raise ValueError
-            elif isinstance(default, int):
-                out[name] = int(text)
-            elif isinstance(default, float):
-                out[name] = float(text)
+            if kind.startswith("tuple["):
+                elem = scalars[kind[len("tuple["):].split(",")[0]]
+                out[name] = tuple(elem(v) for v in text.split(",") if v.strip())
             else:
-                out[name] = text
+                out[name] = scalars[kind](text)
         except ValueError:
-            raise ValueError(f"--set {name} takes a value like {default!r}, got {text!r}") from None
+            raise ValueError(f"--set {name} takes a value like {fields[name].default!r}, got {text!r}") from None
     return out
 
 

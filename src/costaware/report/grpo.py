@@ -256,15 +256,20 @@ def _token_share_lines(results: Sequence[RunResult]) -> list[str]:
             by[(r.id.task, r.id.setting, r.id.arm, r.id.learning_rate)].append(r)
     if not by:
         return []
+    clock = "controlled" if all(r.po_seconds_controlled for rs in by.values() for r in rs) else "contended"
     lines = ["## Tokens per run, on the run's own pools (mean over seeds)", "",
              "| task/setting | method | lr | own PO tokens | plain GRPO on the same pools | nonzero rows only | "
-             "own / plain |", "|---|---|---|---|---|---|---|"]
+             f"own / plain | generation rounds | run wall s (median) | PO s (median, {clock}) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for (task, setting, arm, lr), rs in sorted(by.items()):
         own = np.mean([r.evals[-1].po_tokens for r in rs])
         plain = np.mean([r.evals[-1].po_tokens_plain for r in rs])
         nz = np.mean([r.evals[-1].po_tokens_nonzero for r in rs])
+        rounds = np.mean([r.evals[-1].rounds for r in rs])
+        wall = np.median([r.wall_seconds for r in rs])
+        po = np.median([r.counters.get("po_seconds", np.nan) for r in rs])
         lines.append(f"| {task}/{setting} | {label(arm)} | {lr:g} | {own / 1e3:.1f}k | {plain / 1e3:.1f}k | {nz / 1e3:.1f}k | "
-                     f"{own / plain:.2f} |")
+                     f"{own / plain:.2f} | {rounds:.0f} | {wall:.0f} | {po:.0f} |")
     return lines + [""]
 
 
