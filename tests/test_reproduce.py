@@ -32,7 +32,10 @@ def test_profile_is_built_by_keyword_and_checks_every_field():
                        (dict(seeds=(1, 1)), "seeds"), (dict(max_size=1), "max_size"), (dict(mistake_prob=1.0), "mistake_prob"),
                        (dict(steps_per_generation=3), "steps_per_generation"), (dict(lr_sweep=(0.0,)), "lr_sweep"),
                        (dict(generation_cost=-1.0), "generation_cost"), (dict(sft_steps=True), "sft_steps"),
-                       (dict(long_budget=1.0), "long_budget"), (dict(second_max_size=1), "second_max_size")]:  # fmt: skip
+                       (dict(long_budget=1.0), "long_budget"), (dict(second_max_size=1), "second_max_size"),
+                       (dict(extra_tasks=("sort",)), "extra_tasks"), (dict(extra_tasks=("sort:1",)), "extra_tasks"),
+                       (dict(extra_tasks=("sort:x",)), "extra_tasks"), (dict(extra_tasks=("sort:9", "sort:9")), "extra_tasks"),
+                       (dict(extra_tasks="sort:9"), "extra_tasks")]:  # fmt: skip
         with pytest.raises(ValueError, match=field):
             Profile(**bad)
     help_ = Profile.help()
@@ -50,7 +53,7 @@ def test_default_profile_runs_the_decomposition_with_five_seeds():
         assert arms == {"none", "nonzero", "p_star", "p_star:raw", "p_smooth", "pods", "none:lr0.5", "none:lr2"}
     assert {x.group for x in specs} == {"headline", "lr_sweep"}  # the rest is in --profile full
     full = run_specs(PROFILES["full"])
-    assert {x.task for x in full if x.group == "headline"} == {"arith", "sort"}
+    assert {x.task for x in full if x.group == "headline"} == {"arith", "sort", "sort:9"}
     for group in ("zvf", "cispo", "dapo", "proxy"):
         assert len({x.seed for x in full if x.group == group}) >= 3
     for loss in ("cispo", "dapo"):  # issue 11: calibrated ('auto') and the paper's proxy, with the controls
@@ -73,6 +76,32 @@ def test_default_profile_runs_the_decomposition_with_five_seeds():
 
     default_files = {run_file(Path("o"), x, p) for x in specs}
     assert default_files <= {run_file(Path("o"), x, PROFILES["full"]) for x in full}
+
+
+def test_extra_task_is_a_family_at_its_own_sizes_with_a_ten_fold_length_spread():
+    from costaware.experiments.runner import parse_overrides, run_file
+    from costaware.experiments.tasks import get_task
+
+    full = PROFILES["full"]
+    assert full.tasks() == ("sort", "arith", "sort:9")
+    assert (full.sizes("sort"), full.sizes("arith"), full.sizes("sort:9")) == ((2, 7), (2, 6), (2, 9))
+    # issue 9: a family other than digit sums whose prompt + response lengths span >= 10x
+    task, (lo, hi) = get_task("sort:9"), full.sizes("sort:9")
+    small = task.make_tasks(1, min_size=lo, max_size=lo, rng=np.random.default_rng(0))
+    large = task.make_tasks(1, min_size=hi, max_size=hi, rng=np.random.default_rng(0))
+    cost = [len(t.prompts[0]) + len(task.demonstrations(t)[0]) + 1 for t in (small, large)]  # char tokens + EOS
+    assert cost == [6, 62] and cost[1] / cost[0] >= 10
+    wide = [x for x in run_specs(full) if x.task == "sort:9"]
+    head = {(x.group, x.arm) for x in run_specs(full) if x.task == "sort" and x.group in ("headline", "lr_sweep")}
+    assert {(x.group, x.arm) for x in wide} == head and {x.seed for x in wide} == set(full.seeds)
+    # its own run files and SFT checkpoint, apart from the headline task's
+    names = {run_file(Path("o"), x, full).name for x in wide}
+    assert len(names) == len(wide) and all(n.startswith("sort-9-") for n in names)
+    from costaware.experiments.reproduce import sft_key
+
+    (a, cfg_a), (b, cfg_b) = sft_key(full, "sort:9"), sft_key(dataclasses.replace(full, max_size=9), "sort")
+    assert a.startswith("sft-sort-9-") and b.startswith("sft-sort-") and a[-10:] == b[-10:] and cfg_a == cfg_b  # the same warm-up as sort with max_size 9
+    assert parse_overrides(["extra_tasks=sort:9,arith:8"]) == {"extra_tasks": ("sort:9", "arith:8")}
 
 
 def test_set_changes_any_profile_field_and_the_named_options_win():

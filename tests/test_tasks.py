@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from costaware.experiments import arith, sorting
-from costaware.experiments.tasks import TASKS, TaskFamily, get_task
+from costaware.experiments.tasks import TASKS, TaskFamily, get_task, split_task_id
 
 
 def _lengths(task, tasks, responses) -> np.ndarray:
@@ -30,10 +30,20 @@ def test_registry():
     for name in TASKS:
         task = get_task(name)
         assert isinstance(task, TaskFamily) and task.name == name
-    with pytest.raises(ValueError, match=r"name must be one of \['arith', 'sort'\], got 'sorting'"):
+    with pytest.raises(ValueError, match=r"name must be one of \['arith', 'sort'\] \(optionally ':max_size'\), got 'sorting'"):
         get_task("sorting")
     with pytest.raises(ValueError, match="name"):
         get_task(None)
+
+
+def test_task_ids_name_a_family_at_its_own_largest_size():
+    assert split_task_id("sort:9") == ("sort", 9) and split_task_id("arith") == ("arith", None)
+    assert get_task("sort:9") is get_task("sort")
+    for bad in ("sort:", "sort:x", "sort:0", "sort:-2", "sort:9:1"):
+        with pytest.raises(ValueError, match=f"family:max_size.*got '{bad}'"):
+            get_task(bad)
+    with pytest.raises(ValueError, match="got 'sorting:9'"):
+        get_task("sorting:9")
 
 
 def test_arith_wraps_the_arith_module():

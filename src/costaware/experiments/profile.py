@@ -21,6 +21,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from costaware.experiments.tasks import split_task_id
+
 # The headline methods, by registry id (grpo.plan.METHODS): GRPO, nonzero (GRPO's rows with A != 0,
 # renormalised: the effective-step control), p* (centred weights), p* with raw weights (GRPO's expected
 # step), p*_smooth(0.01) and PODS. ("p_star", "raw") is p* with raw weights.
@@ -63,6 +65,9 @@ class Profile:
     min_size: int = _opt(2, "task", "smallest task size (terms / digits)")
     max_size: int = _opt(7, "task", "largest task size (sort: 2..7 digits, prompt + response 6..41 tokens)")
     second_max_size: int = _opt(6, "task", "largest size of the second task (arith: 2..6 terms, 6..27 tokens)")
+    extra_tasks: tuple[str, ...] = _opt(
+        (), "task", "more tasks the headline is also run on, each a task id 'family:max_size', the family at sizes "
+        "min_size..max_size (e.g. 'sort:9': 2..9 digits, prompt + response 6..62 tokens, a 10.3x spread)")
     mistake_prob: float = _opt(0.1, "task", "per-step slip rate of the SFT demonstrations")
     # sft warm-up
     sft_steps: int = _opt(1000, "sft", "SFT steps of the shared warm-up")
@@ -142,14 +147,32 @@ class Profile:
             raise ValueError(f"lr_sweep must be a tuple of finite multiples > 0, got {self.lr_sweep!r}")
         if not isinstance(self.task, str) or not self.task or not isinstance(self.second_task, str):
             raise ValueError(f"task must be a task family's name, got {self.task!r}")
+        if not isinstance(self.extra_tasks, tuple):
+            raise ValueError(f"extra_tasks must be a tuple of task ids 'family:max_size', got {self.extra_tasks!r}")
+        for task_id in self.extra_tasks:
+            try:
+                family, size = split_task_id(task_id)
+            except ValueError:
+                family, size = "", None
+            if not family or size is None or size < self.min_size:
+                raise ValueError(f"extra_tasks must hold task ids 'family:max_size' with max_size >= min_size="
+                                 f"{self.min_size}, got {task_id!r}")  # fmt: skip
+        if len(set(self.tasks())) != len(self.tasks()):
+            raise ValueError(f"extra_tasks must not repeat a task, got {self.extra_tasks!r} (task {self.task!r}, "
+                             f"second_task {self.second_task!r})")  # fmt: skip
 
     def sizes(self, task: str) -> tuple[int, int]:
-        """(smallest, largest) task size of ``task``: the second task has its own largest size."""
+        """(smallest, largest) task size of the task id ``task``: a ``family:max_size`` id carries its own
+        largest size, and the second task has its own."""
+        own = split_task_id(task)[1]
+        if own is not None:
+            return self.min_size, own
         top = self.second_max_size if task == self.second_task and task != self.task else self.max_size
         return self.min_size, top
 
     def tasks(self) -> tuple[str, ...]:
-        return (self.task, self.second_task) if self.second_task else (self.task,)
+        """The task ids the headline runs on: the task, the second task, then the extra tasks."""
+        return (self.task, *((self.second_task,) if self.second_task else ()), *self.extra_tasks)
 
     @classmethod
     def help(cls) -> str:
@@ -246,6 +269,8 @@ def run_specs(profile: Profile, methods: list[str] | None = None, groups: tuple[
         ]
     if profile.second_task:
         specs += headline(profile.second_task)
+    for task_id in profile.extra_tasks:
+        specs += headline(task_id)
     return [spec for spec in specs if spec.group in groups]
 
 
@@ -261,7 +286,8 @@ PROFILES: dict[str, Profile] = {
     # (the README says why not 20).
     "default": Profile(),
     # The default's runs (reused: same run keys) plus GRPO+ZVF, the CISPO and DAPO settings and the
-    # calibrated proxy with 3 seeds, the ablations with 3 seeds, and the headline on the second task
-    # (the long group stays off: the default's own budget already runs GRPO to its plateau).
-    "full": Profile(second_task="arith", setting_seeds=(0, 1, 2), ablation_seeds=(0, 1, 2)),
+    # calibrated proxy with 3 seeds, the ablations with 3 seeds, and the headline on the second task (arith)
+    # and on sort at 2..9 digits, a 10.3x spread of prompt + response lengths (the long group stays off: the
+    # default's own budget already runs GRPO to its plateau).
+    "full": Profile(second_task="arith", extra_tasks=("sort:9",), setting_seeds=(0, 1, 2), ablation_seeds=(0, 1, 2)),
 }

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from costaware.experiments.profile import GROUPS, PROFILES, Profile, RunSpec
-from costaware.experiments.tasks import get_task
+from costaware.experiments.tasks import get_task, split_task_id
 
 HELD_OUT_SEED, VALIDATION_SEED, TRAIN_SEED = 10_001, 10_002, 20_000
 
@@ -97,8 +97,8 @@ def sft_key(profile: Profile, task_name: str) -> tuple[str, dict[str, Any]]:
     cfg = {k: getattr(profile, k) for k in ("hidden_size", "num_layers", "min_size", "mistake_prob",
                                             "sft_steps", "sft_batch", "sft_lr")}  # fmt: skip
     cfg["max_size"] = profile.sizes(task_name)[1]
-    cfg["task"] = task_name
-    return f"sft-{task_name}-{key(cfg)}", cfg
+    cfg["task"] = split_task_id(task_name)[0]  # the family: "sort:9" is sort with max_size 9
+    return f"sft-{task_name.replace(':', '-')}-{key(cfg)}", cfg
 
 
 def warm_up(profile: Profile, task_name: str, out: Path) -> Path:

@@ -42,8 +42,8 @@ def key(obj: Any) -> str:
 # Profile fields that choose WHICH runs a job holds, not what one run does (the spec carries its task,
 # seed and LR multiple; the run's own largest size is keyed as max_size): left out of a run's key, so
 # `--profile full` reuses the default profile's runs.
-NOT_IN_RUN_KEY = ("task", "second_task", "second_max_size", "seeds", "setting_seeds", "ablation_seeds", "lr_sweep",
-                  "long_budget")
+NOT_IN_RUN_KEY = ("task", "second_task", "second_max_size", "extra_tasks", "seeds", "setting_seeds", "ablation_seeds",
+                  "lr_sweep", "long_budget")
 
 
 # RunSpec fields added after runs were recorded: at their default they stay out of the key, so the
@@ -54,7 +54,7 @@ SPEC_FIELDS_ADDED = ("budget_scale",)
 def run_file(out: Path, spec: RunSpec, profile: Profile) -> Path:
     """A run's result file, keyed by its spec and every profile field that changes what the run does:
     a changed default is a new run."""
-    name = f"{spec.task}-{spec.group}-{spec.setting}-{spec.arm.replace(':', '_')}-s{spec.seed}"
+    name = f"{spec.task.replace(':', '-')}-{spec.group}-{spec.setting}-{spec.arm.replace(':', '_')}-s{spec.seed}"
     spec_d = {k: v for k, v in dataclasses.asdict(spec).items()
               if not (k in SPEC_FIELDS_ADDED and v == RunSpec.__dataclass_fields__[k].default)}  # fmt: skip
     fields = {k: v for k, v in dataclasses.asdict(profile).items() if k not in NOT_IN_RUN_KEY}

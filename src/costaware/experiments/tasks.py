@@ -16,6 +16,12 @@ something to fix after SFT), and verifies responses with a 0/1 reward.
 [True, True]
 >>> sorted(TASKS)
 ['arith', 'sort']
+
+A *task id* names a family, optionally at its own largest size: ``"sort"``, or ``"sort:9"`` for sort at
+sizes ``min_size..9`` (what ``Profile.extra_tasks`` holds).
+
+>>> split_task_id("sort:9"), split_task_id("arith")
+(('sort', 9), ('arith', None))
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import numpy as np
 
 from costaware.experiments import arith, sorting
 
-__all__ = ["TASKS", "ArithFamily", "SortFamily", "TaskFamily", "Tasks", "get_task"]
+__all__ = ["TASKS", "ArithFamily", "SortFamily", "TaskFamily", "Tasks", "get_task", "split_task_id"]
 
 
 @runtime_checkable
@@ -129,9 +135,25 @@ class SortFamily:
 TASKS: dict[str, TaskFamily] = {"arith": ArithFamily(), "sort": SortFamily()}
 
 
+def split_task_id(task_id: str) -> tuple[str, int | None]:
+    """``(family, largest size or None)`` of a task id ``"family"`` or ``"family:max_size"``."""
+    if not isinstance(task_id, str):
+        raise ValueError(f"task id must be a string 'family' or 'family:max_size', got {task_id!r}")
+    family, sep, size = task_id.partition(":")
+    if not sep:
+        return family, None
+    if not size.isdigit() or int(size) < 1:
+        raise ValueError(f"task id must be 'family' or 'family:max_size' with an integer max_size >= 1, got {task_id!r}")
+    return family, int(size)
+
+
 def get_task(name: str) -> TaskFamily:
-    """The task family registered under ``name`` (see :data:`TASKS`)."""
+    """The task family of the task id ``name`` (see :data:`TASKS`; ``"sort:9"`` is the ``sort`` family)."""
     try:
-        return TASKS[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"name must be one of {sorted(TASKS)}, got {name!r}") from None
+        family = split_task_id(name)[0]
+    except ValueError as e:
+        raise ValueError(f"name: {e}") from None
+    try:
+        return TASKS[family]
+    except KeyError:
+        raise ValueError(f"name must be one of {sorted(TASKS)} (optionally ':max_size'), got {name!r}") from None
