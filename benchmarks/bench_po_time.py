@@ -1,6 +1,7 @@
 """Policy-optimisation (PO) time of identical pools: GRPO vs ``nonzero`` vs p*, in one process.
 
     python benchmarks/bench_po_time.py [--pools 4] [--repeats 5] [--threads 1] [--profile default]
+                                       [--old-logps off|all|fed]
 
 Does the token saving of cost-aware sampling show up as PO wall-clock? Each *PO phase* is what a
 trainer does with one scored pool: build the plan (``costaware.grpo.plan.plan_minibatches``, public
@@ -16,6 +17,11 @@ inside most groups; in a ``--constant-groups`` share of prompts every sample rep
 their rewards are equal and their advantages zero), GRPO group advantages (TRL's eps 1e-4).
 Every method sees the same pools, each on its own copy of the same model, interleaved
 A B C A B C ... with ``torch.set_num_threads(threads)``; medians over pools × repeats.
+
+With ``--old-logps all`` or ``fed`` the phase starts, as TRL's does whenever a round takes more than
+one optimiser step, with a no-grad forward pass that gives the old log-probs of the clipped ratio:
+over every row of the pool (``all``, stock TRL) or over the rows the plan feeds (``fed``, the TRL
+adapter's default ``cost_aware_old_logps``); GRPO feeds every row, so for it the two are the same.
 
 It prints per method the median seconds and tokens per PO phase (tokens fed, i.e. non-padding
 prompt + completion tokens, and the padded tokens actually computed after trimming) and, for p* and
@@ -43,7 +49,7 @@ from costaware.grpo.plan import SamplingConfig, plan_minibatches
 
 METHODS = ("none", "nonzero", "p_star")
 LABELS = {"none": "GRPO", "nonzero": "nonzero", "p_star": "p*"}
-STAGES = ("plan", "index", "trim", "fwd+bwd", "optim")
+STAGES = ("plan", "old logps", "index", "trim", "fwd+bwd", "optim")
 _SUBSET = ("nonzero", "pods")
 
 
@@ -88,13 +94,45 @@ def make_pool(tokenizer, profile, seed: int, constant_groups: float) -> Pool:
     return Pool(p_ids, p_mask, c_ids, c_mask, adv, (p_mask.sum(1) + c_mask.sum(1)).double())
 
 
-def po_phase(model, opt, pool: Pool, method: str, spg: int, seed: int, clock: dict[str, float]) -> dict[str, float]:
+def _trimmed(pool: Pool, idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Rows ``idx``, with the columns that are padding in every one of them dropped (as the TRL adapter)."""
+    pi, pm, ci, cm = pool.prompt_ids[idx], pool.prompt_mask[idx], pool.completion_ids[idx], pool.completion_mask[idx]
+    p_cols, c_cols = torch.nonzero(pm.any(0)).reshape(-1), torch.nonzero(cm.any(0)).reshape(-1)
+    p0, c1 = int(p_cols[0]), int(c_cols[-1]) + 1
+    return pi[:, p0:], pm[:, p0:], ci[:, :c1], cm[:, :c1]
+
+
+def _logps(model, pi, pm, ci, cm) -> torch.Tensor:
+    ids, mask = torch.cat([pi, ci], 1), torch.cat([pm, cm], 1)
+    logits = model(input_ids=ids, attention_mask=mask).logits[:, pi.shape[1] - 1 : -1]
+    return torch.log_softmax(logits.float(), -1).gather(-1, ci.unsqueeze(-1)).squeeze(-1)
+
+
+def old_logps(model, pool: Pool, rows: torch.Tensor, chunk: int) -> torch.Tensor:
+    """(N, Lc) old log-probs of ``rows`` (zeros elsewhere), by no-grad forward passes of ``chunk`` rows."""
+    out = torch.zeros(pool.completion_ids.shape)
+    with torch.no_grad():
+        for part in rows.split(chunk):
+            pi, pm, ci, cm = _trimmed(pool, part)
+            out[part, : ci.shape[1]] = _logps(model, pi, pm, ci, cm)
+    return out
+
+
+def po_phase(model, opt, pool: Pool, method: str, spg: int, seed: int, clock: dict[str, float],
+             old_mode: str = "off") -> dict[str, float]:  # fmt: skip
     """One PO phase; adds each stage's seconds into ``clock``; returns tokens fed and computed."""
     t = time.perf_counter()
     n = pool.advantages.numel()
     plan = plan_minibatches(pool.advantages, pool.costs, num_minibatches=spg, minibatch_size=n // spg,
                             config=SamplingConfig(method=method), generator=torch.Generator().manual_seed(seed))  # fmt: skip
-    clock["plan"] += time.perf_counter() - t
+    t0 = time.perf_counter()
+    clock["plan"] += t0 - t
+    old = None
+    if old_mode != "off" and plan.minibatches:
+        rows = torch.arange(n) if old_mode == "all" or method == "none" else torch.unique(
+            torch.cat([mb.indices for mb in plan.minibatches]))  # fmt: skip
+        old = old_logps(model, pool, rows, n // spg)
+    clock["old logps"] += time.perf_counter() - t0
     fed = computed = 0
     for mb in plan.minibatches:
         t = time.perf_counter()
@@ -108,14 +146,11 @@ def po_phase(model, opt, pool: Pool, method: str, spg: int, seed: int, clock: di
             factor = mb.weights.float() * (k / m)
         adv = plan.advantages[idx] * factor
         t1 = time.perf_counter()
-        p_cols, c_cols = torch.nonzero(pm.any(0)).reshape(-1), torch.nonzero(cm.any(0)).reshape(-1)
-        p0, c1 = int(p_cols[0]), int(c_cols[-1]) + 1
-        pi, pm, ci, cm = pi[:, p0:], pm[:, p0:], ci[:, :c1], cm[:, :c1]
+        pi, pm, ci, cm = _trimmed(pool, idx)
         t2 = time.perf_counter()
-        ids, mask = torch.cat([pi, ci], 1), torch.cat([pm, cm], 1)
-        logits = model(input_ids=ids, attention_mask=mask).logits[:, pi.shape[1] - 1 : -1]
-        logp = torch.log_softmax(logits.float(), -1).gather(-1, ci.unsqueeze(-1)).squeeze(-1)
-        tok = grpo_token_loss(logp, logp.detach(), adv)
+        mask = torch.cat([pm, cm], 1)
+        logp = _logps(model, pi, pm, ci, cm)
+        tok = grpo_token_loss(logp, logp.detach() if old is None else old[idx, : ci.shape[1]], adv)
         cmf = cm.float()
         loss = ((tok * cmf).sum(1) / cmf.sum(1).clamp(min=1.0)).mean()
         opt.zero_grad(set_to_none=True)
@@ -141,6 +176,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default: %(default)s)")
     ap.add_argument("--constant-groups", type=float, default=0.3,
                     help="share of prompts whose samples all repeat one chain (zero advantage; default: %(default)s)")
+    ap.add_argument("--old-logps", choices=("off", "all", "fed"), default="off",
+                    help="the old-logp forward pass before the steps: none, over every row, or over the fed rows "
+                         "(default: %(default)s)")  # fmt: skip
     args = ap.parse_args()
     for name in ("pools", "repeats", "threads"):
         if getattr(args, name) < 1:
@@ -160,9 +198,9 @@ def main() -> None:
     print(f"profile {args.profile}: hidden {prof.hidden_size}, layers {prof.num_layers}, pool N = {n} "
           f"({prof.prompts_per_round} prompts x {prof.generations}), {spg} mini-batches, terms "
           f"{prof.min_size}..{prof.max_size}, mistake_prob {prof.mistake_prob}; zero-advantage rows {zero:.2f}; "
-          f"threads {args.threads}")  # fmt: skip
+          f"threads {args.threads}; old logps {args.old_logps}")  # fmt: skip
     for m in METHODS:  # warm-up: allocator, autograd graph caches, optimiser state
-        po_phase(models[m], opts[m], pools[0], m, spg, 0, dict.fromkeys(STAGES, 0.0))
+        po_phase(models[m], opts[m], pools[0], m, spg, 0, dict.fromkeys(STAGES, 0.0), args.old_logps)
     secs: dict[str, list[float]] = {m: [] for m in METHODS}
     toks: dict[str, list[dict[str, float]]] = {m: [] for m in METHODS}
     stages: dict[str, list[dict[str, float]]] = {m: [] for m in METHODS}
@@ -171,7 +209,7 @@ def main() -> None:
             for m in METHODS:  # A B C A B C: drift in machine load hits every method alike
                 clock = dict.fromkeys(STAGES, 0.0)
                 start = time.perf_counter()
-                out = po_phase(models[m], opts[m], pool, m, spg, 1000 * r + i, clock)
+                out = po_phase(models[m], opts[m], pool, m, spg, 1000 * r + i, clock, args.old_logps)
                 secs[m].append(time.perf_counter() - start)
                 toks[m].append(out)
                 stages[m].append(clock)

@@ -39,6 +39,11 @@ def has_digit_reward(completions, **kwargs):  # 0/1: some groups are constant, a
     return [float(c[-1:].isdigit()) for c in completions]
 
 
+def half_constant_reward(completions, prompts, **kwargs):
+    """Constant (all-zero advantages) on the groups of prompts with an even number of '=', else 0/1."""
+    return [0.0 if p.count("=") % 2 == 0 else float(c[-1:].isdigit()) for p, c in zip(prompts, completions, strict=True)]
+
+
 def constant_reward(completions, **kwargs):
     return [1.0 for _ in completions]
 
@@ -249,6 +254,58 @@ def test_merging_duplicates_leaves_the_gradient_unchanged(tmp_path, loss_type, b
     torch.testing.assert_close(grads[True], grads[False], rtol=1e-4, atol=1e-7)
 
 
+@pytest.mark.parametrize(
+    "loss_type,method,extra",
+    [
+        ("dapo", "p_star", {}),
+        ("grpo", "nonzero", {}),
+        ("cispo", "pods", {}),
+        ("bnpo", "p_star", {"num_iterations": 2}),
+        ("grpo", "p_smooth", {"beta": 0.1, "cost_aware_alpha": 0.3}),  # the ref pass (KL on) must still run
+        ("grpo", "p_star", {"steps_per_generation": 4, "gradient_accumulation_steps": 2}),
+    ],
+)
+def test_old_logps_of_the_fed_rows_only_equal_stocks(tmp_path, loss_type, method, extra):
+    """'fed' skips TRL's old-logp pass over the whole pool and runs it on the rows the plan feeds: every
+    micro-batch the loss sees holds stock's old log-probs ('all'), so loss and gradient are stock's, and
+    fewer rows went through the forward pass."""
+    micro, grads, computed = {}, {}, {}
+    for mode in ("all", "fed"):
+        trainer = _trainer(tmp_path / mode, reward=half_constant_reward, loss_type=loss_type, cost_aware_method=method,
+                           cost_aware_old_logps=mode, cost_aware_proxy="advantage" if method == "p_star" else "auto",
+                           **extra, **_loss_type_kwargs(loss_type))  # fmt: skip
+        batch, rewards = _generation(trainer)
+        assert ("old_per_token_logps" in batch) == (mode == "all")  # 'fed': TRL's pass over the pool was skipped
+        assert ("ref_per_token_logps" in batch) == bool(extra.get("beta"))
+        n = batch["advantages"].shape[0]
+        micro[mode] = trainer._split(batch, rewards)
+        computed[mode] = trainer._metrics["train"]["cost_aware/old_logps_rows"][-1] if mode == "fed" else n
+        grads[mode] = _total_grad(trainer, micro[mode])
+    assert len(micro["fed"]) == len(micro["all"])
+    for a, b in zip(micro["all"], micro["fed"], strict=True):
+        mask = a["completion_mask"].bool()
+        torch.testing.assert_close(b["completion_mask"], a["completion_mask"], rtol=0, atol=0)
+        torch.testing.assert_close(b["old_per_token_logps"][mask], a["old_per_token_logps"][mask], rtol=1e-5, atol=1e-6)
+    assert grads["all"].abs().max() > 0
+    torch.testing.assert_close(grads["fed"], grads["all"], rtol=1e-4, atol=1e-7)
+    fed_rows = len({int(i) for pm in _plan_of(trainer, batch, rewards).minibatches for i in pm.indices})
+    assert computed["fed"] == fed_rows <= computed["all"]
+    if method != "p_smooth":  # p = 0 on the zero-advantage rows: their forward pass is saved
+        assert computed["fed"] < computed["all"]
+
+
+def test_old_logps_fed_or_all_train_to_the_same_parameters(tmp_path):
+    """Four optimiser steps, two per pool (the second one off-policy): the same parameters either way."""
+    params = {}
+    for mode in ("all", "fed"):
+        trainer = _trainer(tmp_path / mode, reward=half_constant_reward, cost_aware_old_logps=mode, learning_rate=1e-2)
+        trainer.train()
+        params[mode] = torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
+    init = torch.cat([p.detach().flatten() for p in tiny_qwen2(TOK, hidden_size=32, num_layers=1, seed=0).parameters()])
+    assert float((params["all"] - init).norm()) > 1e-3
+    torch.testing.assert_close(params["fed"], params["all"], rtol=1e-4, atol=1e-6)
+
+
 def _row_loss(trainer, mb, i, advantage):
     """Stock TRL's loss on row i alone, with the given (unweighted) advantage."""
     one = {k: (v[i : i + 1] if torch.is_tensor(v) and v.ndim >= 1 else v) for k, v in mb.items()}
@@ -276,7 +333,7 @@ def test_weights_reach_the_loss_row_by_row(tmp_path, loss_type, beta, bias_kl):
     method = "p_smooth" if beta else "p_star"  # beta > 0 needs full support
     trainer = _trainer(
         tmp_path, cost_aware_method=method, loss_type=loss_type, beta=beta, use_bias_correction_kl=bias_kl,
-        cost_aware_alpha=0.3,
+        cost_aware_alpha=0.3, cost_aware_old_logps="all" if bias_kl else "fed",  # bias_kl perturbs the pool's old logps
     )
     batch, rewards = _generation(trainer)
     if bias_kl:  # off-policy rows, so that the KL's importance ratio is not 1

@@ -46,9 +46,10 @@ NOT_IN_RUN_KEY = ("task", "second_task", "second_max_size", "extra_tasks", "seed
                   "lr_sweep", "long_budget")
 
 
-# RunSpec fields added after runs were recorded: at their default they stay out of the key, so the
-# results recorded before them stay valid.
+# RunSpec and Profile fields added after runs were recorded: at their default they stay out of the key,
+# so the results recorded before them stay valid.
 SPEC_FIELDS_ADDED = ("budget_scale",)
+PROFILE_FIELDS_ADDED = ("old_logps",)
 
 
 def run_file(out: Path, spec: RunSpec, profile: Profile) -> Path:
@@ -57,7 +58,8 @@ def run_file(out: Path, spec: RunSpec, profile: Profile) -> Path:
     name = f"{spec.task.replace(':', '-')}-{spec.group}-{spec.setting}-{spec.arm.replace(':', '_')}-s{spec.seed}"
     spec_d = {k: v for k, v in dataclasses.asdict(spec).items()
               if not (k in SPEC_FIELDS_ADDED and v == RunSpec.__dataclass_fields__[k].default)}  # fmt: skip
-    fields = {k: v for k, v in dataclasses.asdict(profile).items() if k not in NOT_IN_RUN_KEY}
+    fields = {k: v for k, v in dataclasses.asdict(profile).items() if k not in NOT_IN_RUN_KEY
+              and not (k in PROFILE_FIELDS_ADDED and v == Profile.__dataclass_fields__[k].default)}  # fmt: skip
     fields["max_size"] = profile.sizes(spec.task)[1]  # the largest size this run's task uses
     return out / "runs" / f"{name}-{key([spec_d, fields])}.json"
 

@@ -19,6 +19,7 @@ from costaware.grpo.factors import NORMALISERS, TRL_LOSS_FAMILY
 __all__ = ["CostAwareGRPOConfig", "SUPPORTED_LOSS_TYPES"]
 
 SUPPORTED_LOSS_TYPES = tuple(TRL_LOSS_FAMILY)
+OLD_LOGPS = ("fed", "all")
 
 
 def _int_at_least(name: str, v: object, low: int) -> None:
@@ -95,6 +96,14 @@ class CostAwareGRPOConfig(GRPOConfig):
             "baseline's normaliser (unbiased with raw weights)."
         },
     )
+    cost_aware_old_logps: str = field(
+        default="fed",
+        metadata={
+            "help": "[loss] Rows whose old log-probs are computed when the loss needs them (steps_per_generation > "
+            "gradient_accumulation_steps, or num_iterations > 1): 'fed' only the rows the plan feeds (the others "
+            "never enter a loss, so their forward pass is saved), 'all' every row of the pool, as stock TRL."
+        },
+    )
     # -- [zvf] --------------------------------------------------------------------------------------
     cost_aware_zvf: bool = field(
         default=False,
@@ -124,6 +133,8 @@ class CostAwareGRPOConfig(GRPOConfig):
         sampling = self.sampling_config()  # validates every field SamplingConfig holds
         if self.cost_aware_normaliser not in NORMALISERS:
             raise ValueError(f"cost_aware_normaliser must be one of {NORMALISERS}, got {self.cost_aware_normaliser!r}")
+        if self.cost_aware_old_logps not in OLD_LOGPS:
+            raise ValueError(f"cost_aware_old_logps must be one of {OLD_LOGPS}, got {self.cost_aware_old_logps!r}")
         _int_at_least("cost_aware_zvf_max_rounds", self.cost_aware_zvf_max_rounds, 1)
         _int_at_least("cost_aware_diagnostics_interval", self.cost_aware_diagnostics_interval, 0)
         _int_at_least("cost_aware_diagnostics_rows", self.cost_aware_diagnostics_rows, 2)
