@@ -11,8 +11,9 @@ GRPO loss (clipped ratio, mean over each sequence's tokens, then over rows; the 
 folded into the advantages as the TRL adapter folds them) and an AdamW step.
 
 Setup, all from the chosen ``reproduce`` profile: the demo policy (``policy.build_policy`` at the
-profile's hidden size and layers), pools of ``prompts_per_round`` arithmetic prompts × ``generations``
-completions written by ``arith.demonstrations`` with the profile's ``mistake_prob`` (so rewards vary
+profile's hidden size and layers), pools of ``prompts_per_round`` prompts of the profile's task family
+(``--task`` to choose another) × ``generations`` completions written by the family's demonstrations
+with the profile's ``mistake_prob`` (so rewards vary
 inside most groups; in a ``--constant-groups`` share of prompts every sample repeats one chain, so
 their rewards are equal and their advantages zero), GRPO group advantages (TRL's eps 1e-4).
 Every method sees the same pools, each on its own copy of the same model, interleaved
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import statistics
 import time
 from dataclasses import dataclass
@@ -41,8 +43,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from costaware.experiments import arith, policy
+from costaware.experiments import policy
 from costaware.experiments.reproduce import PROFILES
+from costaware.experiments.tasks import TASKS, get_task
 from costaware.grpo.advantages import group_advantages
 from costaware.grpo.losses import grpo_token_loss
 from costaware.grpo.plan import SamplingConfig, plan_minibatches
@@ -74,18 +77,24 @@ def _pad(rows: list[list[int]], value: int, left: bool) -> tuple[torch.Tensor, t
     return ids, mask
 
 
-def make_pool(tokenizer, profile, seed: int, constant_groups: float) -> Pool:
+def _repeat(tasks, g: int):
+    """Every task ``g`` times in a row (a group), as the family's own task record."""
+    fields = {f.name: getattr(tasks, f.name) for f in dataclasses.fields(tasks)}
+    return type(tasks)(**{k: np.repeat(v, g, 0) if isinstance(v, np.ndarray) else [x for x in v for _ in range(g)]
+                          for k, v in fields.items()})  # fmt: skip
+
+
+def make_pool(tokenizer, profile, seed: int, constant_groups: float, task_id: str) -> Pool:
     rng = np.random.default_rng(seed)
-    g = profile.generations
-    tasks = arith.make_tasks(profile.prompts_per_round, min_terms=profile.min_size, max_terms=profile.max_size, rng=rng)
-    rep = arith.ArithTasks(np.repeat(tasks.terms, g, 0), np.repeat(tasks.num_terms, g), [p for p in tasks.prompts for _ in range(g)],
-                           np.repeat(tasks.answers, g))  # fmt: skip
-    completions = arith.demonstrations(rep, mistake_prob=profile.mistake_prob, rng=rng)
-    # a confident policy writes one chain for every sample of some prompts: constant reward, A = 0
+    g, family = profile.generations, get_task(task_id)
+    lo, hi = profile.sizes(task_id)
+    rep = _repeat(family.make_tasks(profile.prompts_per_round, min_size=lo, max_size=hi, rng=rng), g)
+    completions = family.demonstrations(rep, mistake_prob=profile.mistake_prob, rng=rng)
+    # a confident policy writes one trace for every sample of some prompts: constant reward, A = 0
     same = np.repeat(rng.random(profile.prompts_per_round) < constant_groups, g)
     first = np.repeat(np.arange(0, len(completions), g), g)
     completions = [completions[j] for j in np.where(same, first, np.arange(len(completions))).tolist()]
-    rewards = torch.tensor(arith.is_correct(completions, rep.answers), dtype=torch.float32)
+    rewards = torch.tensor(family.is_correct(completions, rep.answers), dtype=torch.float32)
     vocab = tokenizer.get_vocab()
     p_ids, p_mask = _pad([[vocab[c] for c in p] for p in rep.prompts], tokenizer.pad_token_id, left=True)
     c_ids, c_mask = _pad([[vocab[c] for c in r] + [tokenizer.eos_token_id] for r in completions],
@@ -176,6 +185,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default: %(default)s)")
     ap.add_argument("--constant-groups", type=float, default=0.3,
                     help="share of prompts whose samples all repeat one chain (zero advantage; default: %(default)s)")
+    ap.add_argument("--task", choices=sorted(TASKS), help="task family of the pools (default: the profile's)")
     ap.add_argument("--old-logps", choices=("off", "all", "fed"), default="off",
                     help="the old-logp forward pass before the steps: none, over every row, or over the fed rows "
                          "(default: %(default)s)")  # fmt: skip
@@ -187,17 +197,19 @@ def main() -> None:
         raise SystemExit(f"--constant-groups must lie in [0, 1), got {args.constant_groups}")
     torch.set_num_threads(args.threads)
     prof = PROFILES[args.profile]
-    tok, base = policy.build_policy(hidden_size=prof.hidden_size, num_layers=prof.num_layers, seed=0)
+    task_id = args.task or prof.task
+    tok, base = policy.build_policy(get_task(task_id).alphabet, hidden_size=prof.hidden_size,
+                                    num_layers=prof.num_layers, seed=0)  # fmt: skip
     base.train()
     models = {m: copy.deepcopy(base) for m in METHODS}
     opts = {m: torch.optim.AdamW(models[m].parameters(), lr=prof.learning_rate) for m in METHODS}
-    pools = [make_pool(tok, prof, seed, args.constant_groups) for seed in range(args.pools)]
+    pools = [make_pool(tok, prof, seed, args.constant_groups, task_id) for seed in range(args.pools)]
     spg = prof.steps_per_generation
     n = pools[0].advantages.numel()
     zero = np.mean([float((p.advantages == 0).float().mean()) for p in pools])
     print(f"profile {args.profile}: hidden {prof.hidden_size}, layers {prof.num_layers}, pool N = {n} "
-          f"({prof.prompts_per_round} prompts x {prof.generations}), {spg} mini-batches, terms "
-          f"{prof.min_size}..{prof.max_size}, mistake_prob {prof.mistake_prob}; zero-advantage rows {zero:.2f}; "
+          f"({prof.prompts_per_round} prompts x {prof.generations}), {spg} mini-batches, {task_id} sizes "
+          f"{prof.sizes(task_id)[0]}..{prof.sizes(task_id)[1]}, mistake_prob {prof.mistake_prob}; zero-advantage rows {zero:.2f}; "
           f"threads {args.threads}; old logps {args.old_logps}")  # fmt: skip
     for m in METHODS:  # warm-up: allocator, autograd graph caches, optimiser state
         po_phase(models[m], opts[m], pools[0], m, spg, 0, dict.fromkeys(STAGES, 0.0), args.old_logps)
