@@ -280,6 +280,7 @@ def test_old_logps_of_the_fed_rows_only_equal_stocks(tmp_path, loss_type, method
         assert ("ref_per_token_logps" in batch) == bool(extra.get("beta"))
         n = batch["advantages"].shape[0]
         micro[mode] = trainer._split(batch, rewards)
+        assert ("old_per_token_logps" in batch) == (mode == "all")  # the caller's batch is left as it was
         computed[mode] = trainer._metrics["train"]["cost_aware/old_logps_rows"][-1] if mode == "fed" else n
         grads[mode] = _total_grad(trainer, micro[mode])
     assert len(micro["fed"]) == len(micro["all"])

@@ -134,6 +134,12 @@ def test_set_changes_any_profile_field_and_the_named_options_win():
     profile, specs = resolve(ns)
     assert (profile.hidden_size, profile.token_budget, profile.seeds) == (40, 700, (3,))  # --seeds wins over --set
     assert {(s.method, s.seed) for s in specs} == {("none", 3)}
+    # no --jobs: one single-threaded worker per CPU this process may use
+    from costaware.experiments.reproduce import available_cpus
+
+    ns.jobs = None
+    resolve(ns)
+    assert ns.jobs == available_cpus() == len(os.sched_getaffinity(0))
 
 
 def test_run_specs_methods_and_groups_select():

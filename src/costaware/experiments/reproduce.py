@@ -362,13 +362,23 @@ def main(args: argparse.Namespace) -> int:
                             if sys.argv[1:2] == ["reproduce"] else "costaware reproduce")  # fmt: skip
 
 
+def available_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, e.g. a container's share), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("reproduce", help="The main job: Cost-Aware GRPO against GRPO and its controls.",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--profile", choices=sorted(PROFILES), default="default", help="sizes (default: %(default)s)")
     p.add_argument("--quick", dest="profile", action="store_const", const="quick", help="same as --profile quick")
     p.add_argument("--out", default="runs/reproduce", help="output folder (default: %(default)s)")
-    p.add_argument("--jobs", type=int, default=2, help="training processes at a time (default: %(default)s)")
+    p.add_argument("--jobs", type=int, default=None,
+                   help=f"training processes at a time, one thread each (default: the CPUs this process may use, "
+                        f"{available_cpus()} here)")
     p.add_argument("--methods", nargs="+", help="headline method ids (default: none nonzero p_star p_smooth pods; "
                    "p_star runs with centred and raw weights; the baseline none always runs)")
     p.add_argument("--seeds", nargs="+", type=int, help="headline seeds (default: the profile's)")

@@ -93,7 +93,11 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
 
 def resolve(args: argparse.Namespace) -> tuple[Profile, list[RunSpec]]:
     """The profile and the runs the arguments ask for; every argument is checked here, before any work."""
-    if args.jobs is None or args.jobs < 1:
+    if args.jobs is None:  # one single-threaded worker per CPU this process may use
+        from costaware.experiments.reproduce import available_cpus
+
+        args.jobs = available_cpus()
+    if args.jobs < 1:
         raise ValueError(f"--jobs must be an integer >= 1, got {args.jobs}")
     changes: dict[str, Any] = parse_overrides(getattr(args, "set", None))
     if args.seeds is not None:

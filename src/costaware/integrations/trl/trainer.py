@@ -194,8 +194,11 @@ class CostAwareGRPOTrainer(GenerationMixin, GRPOTrainer):
         finally:
             self._ca_skip_old_logps = False
 
-    def _fill_old_logps(self, batch: dict[str, Any], steps: list[tuple[ShardStep, ...]], pad_rows: list[int]) -> None:
-        """``batch["old_per_token_logps"]`` for the local rows some step feeds (zeros elsewhere: never read).
+    def _fed_old_logps(
+        self, batch: dict[str, Any], steps: list[tuple[ShardStep, ...]], pad_rows: list[int]
+    ) -> torch.Tensor | None:
+        """Old log-probs ``(n, T)`` of the local rows some step feeds (zeros elsewhere: only for this plan's
+        steps, which read no other row); ``None`` when no process feeds a row.
 
         The policy has not stepped since generation, so these equal stock TRL's values on those rows.
         Collective-safe: every process runs the same number of forward chunks (the busiest process's row
@@ -209,7 +212,7 @@ class CostAwareGRPOTrainer(GenerationMixin, GRPOTrainer):
         ]  # fmt: skip
         busiest = max(int(f.numel()) for f in fed)
         if busiest == 0:  # a skipped pool: no process feeds a row
-            return
+            return None
         mine = fed[rank]
         idx = torch.cat([mine, torch.full((busiest - mine.numel(),), pad_rows[rank], dtype=mine.dtype)])
         sub = trim_padding(index_rows(batch, idx, batch["advantages"].shape[0]))
@@ -221,8 +224,8 @@ class CostAwareGRPOTrainer(GenerationMixin, GRPOTrainer):
             )
         old = torch.zeros(batch["completion_mask"].shape, dtype=logps.dtype, device=logps.device)
         old[mine.to(old.device), : logps.shape[1]] = logps[: mine.numel()]
-        batch["old_per_token_logps"] = old
         self._metrics["train"]["cost_aware/old_logps_rows"].append(float(busiest * procs))
+        return old
 
     def _gather_pool(self, batch: dict[str, Any], rewards: torch.Tensor) -> GlobalPool:
         """Two gathers, run on every process whatever its rows hold (collective-safe)."""
@@ -289,7 +292,9 @@ class CostAwareGRPOTrainer(GenerationMixin, GRPOTrainer):
         pad_rows = [int(torch.argmin(pool.costs[offsets[r] : offsets[r + 1]])) for r in range(procs)]
         steps = shard_minibatches(plan.minibatches, pool.rank_sizes, spg, pad_rows)
         if self._defers_old_logps() and "old_per_token_logps" not in batch:
-            self._fill_old_logps(batch, steps, pad_rows)
+            old = self._fed_old_logps(batch, steps, pad_rows)
+            if old is not None:  # a new dict: the caller's batch keeps no partial tensor
+                batch = {**batch, "old_per_token_logps": old}
         micro = self._weighted_minibatches(batch, plan, pool, steps[rank])
         num_pad = pad_tokens = 0
         if procs > 1 or plan.minibatches:  # one process feeds nothing for an empty step
