@@ -254,6 +254,9 @@ def test_merging_duplicates_leaves_the_gradient_unchanged(tmp_path, loss_type, b
     torch.testing.assert_close(grads[True], grads[False], rtol=1e-4, atol=1e-7)
 
 
+KL = {"beta": 0.1, "cost_aware_alpha": 0.3}  # KL on needs full support: p_smooth
+
+
 @pytest.mark.parametrize(
     "loss_type,method,extra",
     [
@@ -261,49 +264,65 @@ def test_merging_duplicates_leaves_the_gradient_unchanged(tmp_path, loss_type, b
         ("grpo", "nonzero", {}),
         ("cispo", "pods", {}),
         ("bnpo", "p_star", {"num_iterations": 2}),
-        ("grpo", "p_smooth", {"beta": 0.1, "cost_aware_alpha": 0.3}),  # the ref pass (KL on) must still run
+        ("grpo", "p_smooth", KL),  # both passes deferred: the old and the reference one
+        ("dapo", "p_smooth", {**KL, "gradient_accumulation_steps": 2}),  # spg = GA: TRL makes no old pass, only ref
+        ("grpo", "p_smooth", {**KL, "cost_aware_diagnostics_interval": 1, "cost_aware_diagnostics_rows": 6}),
         ("grpo", "p_star", {"steps_per_generation": 4, "gradient_accumulation_steps": 2}),
         ("dapo", "p_star", {"cost_aware_zvf": True}),  # refilled batches: TRL's pass skipped in every round
     ],
 )
-def test_old_logps_of_the_fed_rows_only_equal_stocks(tmp_path, loss_type, method, extra):
-    """'fed' skips TRL's old-logp pass over the whole pool and runs it on the rows the plan feeds: every
-    micro-batch the loss sees holds stock's old log-probs ('all'), so loss and gradient are stock's, and
-    fewer rows went through the forward pass."""
-    micro, grads, computed = {}, {}, {}
+def test_logprobs_of_the_fed_rows_only_equal_stocks(tmp_path, loss_type, method, extra):
+    """'fed' skips TRL's old-logp and reference passes over the whole batch and runs them on the rows the
+    plan feeds: every micro-batch the loss sees holds stock's values ('all'), so loss and gradient are
+    stock's (KL term included), the diagnostics measure the same norms, and fewer rows went through."""
+    micro, grads, computed, fidelity = {}, {}, {}, {}
+    old_pass = extra.get("gradient_accumulation_steps", 1) % extra.get("steps_per_generation", 2) != 0 or bool(
+        extra.get("num_iterations", 1) > 1)  # fmt: skip
     for mode in ("all", "fed"):
         trainer = _trainer(tmp_path / mode, reward=half_constant_reward, loss_type=loss_type, cost_aware_method=method,
-                           cost_aware_old_logps=mode, cost_aware_proxy="advantage" if method == "p_star" else "auto",
+                           cost_aware_logprob_rows=mode, cost_aware_proxy="advantage" if method == "p_star" else "auto",
                            **extra, **_loss_type_kwargs(loss_type))  # fmt: skip
         batch, rewards = _generation(trainer)
-        assert ("old_per_token_logps" in batch) == (mode == "all")  # 'fed': TRL's pass over the pool was skipped
-        assert ("ref_per_token_logps" in batch) == bool(extra.get("beta"))
+        # 'fed': TRL's passes over the whole batch were skipped
+        assert ("old_per_token_logps" in batch) == (mode == "all" and old_pass)
+        assert ("ref_per_token_logps" in batch) == (mode == "all" and "beta" in extra)
         n = batch["advantages"].shape[0]
         micro[mode] = trainer._split(batch, rewards)
-        assert ("old_per_token_logps" in batch) == (mode == "all")  # the caller's batch is left as it was
-        computed[mode] = trainer._metrics["train"]["cost_aware/old_logps_rows"][-1] if mode == "fed" else n
+        assert ("old_per_token_logps" in batch) == (mode == "all" and old_pass)  # the caller's batch is untouched
+        computed[mode] = trainer._metrics["train"]["cost_aware/logprob_rows"][-1] if mode == "fed" else n
+        fidelity[mode] = list(trainer._metrics["train"].get("cost_aware/pearson", []))
         grads[mode] = _total_grad(trainer, micro[mode])
     assert len(micro["fed"]) == len(micro["all"])
     for a, b in zip(micro["all"], micro["fed"], strict=True):
         mask = a["completion_mask"].bool()
         torch.testing.assert_close(b["completion_mask"], a["completion_mask"], rtol=0, atol=0)
-        torch.testing.assert_close(b["old_per_token_logps"][mask], a["old_per_token_logps"][mask], rtol=1e-5, atol=1e-6)
+        for key in ("old_per_token_logps", "ref_per_token_logps"):
+            assert (key in a) == (key in b), key
+            if key in a:
+                torch.testing.assert_close(b[key][mask], a[key][mask], rtol=1e-5, atol=1e-6)
     assert grads["all"].abs().max() > 0
     torch.testing.assert_close(grads["fed"], grads["all"], rtol=1e-4, atol=1e-7)
+    assert fidelity["fed"] == pytest.approx(fidelity["all"], rel=1e-4)
+    if extra.get("cost_aware_diagnostics_interval"):
+        assert fidelity["fed"], "the diagnostics did not run: this case would compare nothing"
     fed_rows = len({int(i) for pm in _plan_of(trainer, batch, rewards).minibatches for i in pm.indices})
     assert computed["fed"] == fed_rows <= computed["all"]
     if method != "p_smooth" and not extra.get("cost_aware_zvf"):  # p = 0 on zero-advantage rows: their pass is saved
         assert computed["fed"] < computed["all"]
 
 
-def test_old_logps_fed_or_all_train_to_the_same_parameters(tmp_path):
-    """Four optimiser steps, two per pool (the second one off-policy): the same parameters either way."""
+@pytest.mark.parametrize("extra", [{}, {"cost_aware_method": "p_smooth", "loss_type": "grpo", **KL}],
+                         ids=["old", "old+ref"])  # fmt: skip
+def test_logprob_rows_fed_or_all_train_to_the_same_parameters(tmp_path, extra):
+    """Four optimiser steps, two per pool (the second one off-policy; KL on in the second case): the same
+    parameters either way."""
     params = {}
     for mode in ("all", "fed"):
-        trainer = _trainer(tmp_path / mode, reward=half_constant_reward, cost_aware_old_logps=mode, learning_rate=1e-2)
+        trainer = _trainer(tmp_path / mode, reward=half_constant_reward, cost_aware_logprob_rows=mode,
+                           learning_rate=1e-2, **extra)  # fmt: skip
+        init = torch.cat([p.detach().flatten().clone() for p in trainer.model.parameters()])
         trainer.train()
         params[mode] = torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
-    init = torch.cat([p.detach().flatten() for p in tiny_qwen2(TOK, hidden_size=32, num_layers=1, seed=0).parameters()])
     assert float((params["all"] - init).norm()) > 1e-3
     torch.testing.assert_close(params["fed"], params["all"], rtol=1e-4, atol=1e-6)
 
@@ -335,7 +354,7 @@ def test_weights_reach_the_loss_row_by_row(tmp_path, loss_type, beta, bias_kl):
     method = "p_smooth" if beta else "p_star"  # beta > 0 needs full support
     trainer = _trainer(
         tmp_path, cost_aware_method=method, loss_type=loss_type, beta=beta, use_bias_correction_kl=bias_kl,
-        cost_aware_alpha=0.3, cost_aware_old_logps="all" if bias_kl else "fed",  # bias_kl perturbs the pool's old logps
+        cost_aware_alpha=0.3, cost_aware_logprob_rows="all" if bias_kl else "fed",  # bias_kl perturbs the pool's old logps
     )
     batch, rewards = _generation(trainer)
     if bias_kl:  # off-policy rows, so that the KL's importance ratio is not 1

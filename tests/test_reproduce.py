@@ -35,7 +35,7 @@ def test_profile_is_built_by_keyword_and_checks_every_field():
                        (dict(long_budget=1.0), "long_budget"), (dict(second_max_size=1), "second_max_size"),
                        (dict(extra_tasks=("sort",)), "extra_tasks"), (dict(extra_tasks=("sort:1",)), "extra_tasks"),
                        (dict(extra_tasks=("sort:x",)), "extra_tasks"), (dict(extra_tasks=("sort:9", "sort:9")), "extra_tasks"),
-                       (dict(extra_tasks="sort:9"), "extra_tasks"), (dict(old_logps="some"), "old_logps")]:  # fmt: skip
+                       (dict(extra_tasks="sort:9"), "extra_tasks"), (dict(logprob_rows="some"), "logprob_rows")]:  # fmt: skip
         with pytest.raises(ValueError, match=field):
             Profile(**bad)
     help_ = Profile.help()
@@ -104,19 +104,19 @@ def test_extra_task_is_a_family_at_its_own_sizes_with_a_ten_fold_length_spread()
     assert parse_overrides(["extra_tasks=sort:9,arith:8"]) == {"extra_tasks": ("sort:9", "arith:8")}
 
 
-def test_old_logps_reaches_the_trainer_and_only_a_changed_value_changes_the_run_key(tmp_path):
+def test_logprob_rows_reaches_the_trainer_and_only_a_changed_value_changes_the_run_key(tmp_path):
     from costaware.experiments.reproduce import trainer_args
     from costaware.experiments.runner import run_file
 
     p = PROFILES["default"]
     spec = run_specs(p)[0]
-    assert p.old_logps == "all"  # the recorded runs' setting: stock TRL's pass over every row
-    assert trainer_args(spec, p, tmp_path).cost_aware_old_logps == "all"
-    fed = dataclasses.replace(p, old_logps="fed")
-    assert trainer_args(spec, fed, tmp_path).cost_aware_old_logps == "fed"
+    assert p.logprob_rows == "all"  # the recorded runs' setting: stock TRL's pass over every row
+    assert trainer_args(spec, p, tmp_path).cost_aware_logprob_rows == "all"
+    fed = dataclasses.replace(p, logprob_rows="fed")
+    assert trainer_args(spec, fed, tmp_path).cost_aware_logprob_rows == "fed"
     assert run_file(tmp_path, spec, fed) != run_file(tmp_path, spec, p)  # another computation: another run
     # fields added after the default's runs were recorded stay out of the key at their default: the
-    # README's runs keep their files (this one was recorded before old_logps and extra_tasks existed)
+    # README's runs keep their files (this one was recorded before logprob_rows and extra_tasks existed)
     assert (spec.arm, spec.seed) == ("none", 0)
     assert run_file(tmp_path, spec, p).name == "sort-headline-grpo-none-s0-28a4eb52c4.json"
 

@@ -91,11 +91,15 @@ EXTRAS = [
     _case("grpo-diagnostics-rank1", zero="rank1", loss_type="grpo", cost_aware_diagnostics_interval=1,
           cost_aware_diagnostics_rows=6),
     _case("dapo-diagnostics", loss_type="dapo", cost_aware_diagnostics_interval=1, cost_aware_diagnostics_rows=5),
-    # old log-probs over every row (stock) instead of the fed rows only (the default): the same steps
-    _case("dapo-iters2-oldall", loss_type="dapo", num_iterations=2, cost_aware_old_logps="all"),
-    _case("grpo-iters2-rank1-oldall", zero="rank1", loss_type="grpo", num_iterations=2, cost_aware_old_logps="all"),
-    _case("grpo-spg4-ga2-oldall", loss_type="grpo", steps_per_generation=4, gradient_accumulation_steps=2,
-          cost_aware_old_logps="all"),
+    # old and reference log-probs over every row (stock) instead of the fed rows only (the default)
+    _case("dapo-iters2-allrows", loss_type="dapo", num_iterations=2, cost_aware_logprob_rows="all"),
+    _case("grpo-iters2-rank1-allrows", zero="rank1", loss_type="grpo", num_iterations=2, cost_aware_logprob_rows="all"),
+    _case("grpo-spg4-ga2-allrows", loss_type="grpo", steps_per_generation=4, gradient_accumulation_steps=2,
+          cost_aware_logprob_rows="all"),
+    _case("grpo-beta-allrows", loss_type="grpo", beta=0.1, cost_aware_method="p_smooth", cost_aware_alpha=0.1,
+          cost_aware_logprob_rows="all"),
+    _case("dapo-beta-rank1-allrows", zero="rank1", loss_type="dapo", beta=0.1, cost_aware_method="p_smooth",
+          cost_aware_alpha=0.1, cost_aware_logprob_rows="all"),
 ]
 DIAGNOSED = [c["name"] for c in EXTRAS if c["config"].get("cost_aware_diagnostics_interval")]
 # method none against stock GRPOTrainer, both on 2 processes: exactly stock's split and loss
@@ -304,13 +308,13 @@ def test_method_none_reproduces_stock_trl_on_two_processes(runs, lt):
     assert _total(ours[0], "tokens") == sum(sum(r["fed"]) for r in stock)
 
 
-@pytest.mark.parametrize("fed", ["dapo-iters2", "grpo-iters2-rank1", "grpo-spg4-ga2"])
-def test_old_logps_of_the_fed_rows_give_stocks_steps_on_two_processes(runs, fed):
-    """'fed' (the default) computes old log-probs for the rows each rank feeds, every rank running as many
-    forward chunks as the busiest (rank 1 of a rank1 case feeds padding rows only): the same parameters as
-    'all', stock's pass over every row."""
+@pytest.mark.parametrize("fed", ["dapo-iters2", "grpo-iters2-rank1", "grpo-spg4-ga2", "grpo-beta", "dapo-beta-rank1"])
+def test_logprobs_of_the_fed_rows_give_stocks_steps_on_two_processes(runs, fed):
+    """'fed' (the default) computes old and reference log-probs for the rows each rank feeds, every rank
+    running as many forward chunks as the busiest (rank 1 of a rank1 case feeds padding rows only): the
+    same parameters as 'all', stock's passes over every row."""
     two, _ = runs
-    for a, b in zip(_get(two, fed), _get(two, f"{fed}-oldall"), strict=True):
+    for a, b in zip(_get(two, fed), _get(two, f"{fed}-allrows"), strict=True):
         torch.testing.assert_close(a["params"], b["params"], rtol=1e-4, atol=1e-6)
     assert float((_get(two, fed)[0]["params"] - _get(two, fed)[0]["init"]).norm()) > 1e-3
 

@@ -85,10 +85,10 @@ class Profile:
     loss_type: str = _opt("grpo", "rl", "TRL loss_type of the GRPO setting")
     pods_keep: int = _opt(5, "rl", "PODS rows kept per group")
     token_budget: int = _opt(300_000, "rl", "PO tokens every run spends (0: stop after rounds)")
-    old_logps: str = _opt(
-        "all", "rl", "rows whose old log-probs each round computes (the adapter's cost_aware_old_logps): 'all' every "
-        "row, as stock TRL (the README's recorded runs), or 'fed' only the rows the plan feeds (the same values; "
-        "saves the forward pass over the others: p* runs 14-18% shorter, README)")
+    logprob_rows: str = _opt(
+        "all", "rl", "rows whose old (and, with KL, reference) log-probs each round computes, the adapter's "
+        "cost_aware_logprob_rows: 'all' every row, as stock TRL (the README's recorded runs), or 'fed' only the rows "
+        "the plan feeds (the same values; saves the forward passes over the others: p* runs 14-18% shorter, README)")
     skipped_warn_rounds: int = _opt(5, "rl", "warn after this many consecutive rounds that fed no token")
     # evaluation
     eval_points: int = _opt(8, "eval", "evaluations at equal PO-token spacing (token budget)")
@@ -151,8 +151,8 @@ class Profile:
             raise ValueError(f"lr_sweep must be a tuple of finite multiples > 0, got {self.lr_sweep!r}")
         if not isinstance(self.task, str) or not self.task or not isinstance(self.second_task, str):
             raise ValueError(f"task must be a task family's name, got {self.task!r}")
-        if self.old_logps not in ("all", "fed"):
-            raise ValueError(f"old_logps must be 'all' or 'fed', got {self.old_logps!r}")
+        if self.logprob_rows not in ("all", "fed"):
+            raise ValueError(f"logprob_rows must be 'all' or 'fed', got {self.logprob_rows!r}")
         if not isinstance(self.extra_tasks, tuple):
             raise ValueError(f"extra_tasks must be a tuple of task ids 'family:max_size', got {self.extra_tasks!r}")
         for task_id in self.extra_tasks:

@@ -207,7 +207,7 @@ def trainer_args(spec: RunSpec, profile: Profile, workdir: Path) -> Any:
             gradient_checkpointing=False,  # TRL turns it on; a tiny CPU model only pays the recomputation
             cost_aware_diagnostics_interval=profile.diagnostics_every if profile.diagnostics_rows else 0,
             cost_aware_diagnostics_rows=max(2, profile.diagnostics_rows),
-            cost_aware_old_logps=profile.old_logps,
+            cost_aware_logprob_rows=profile.logprob_rows,
         )  # fmt: skip
 
 

@@ -49,7 +49,7 @@ NOT_IN_RUN_KEY = ("task", "second_task", "second_max_size", "extra_tasks", "seed
 # RunSpec and Profile fields added after runs were recorded: at their default they stay out of the key,
 # so the results recorded before them stay valid.
 SPEC_FIELDS_ADDED = ("budget_scale",)
-PROFILE_FIELDS_ADDED = ("old_logps",)
+PROFILE_FIELDS_ADDED = ("logprob_rows",)
 
 
 def run_file(out: Path, spec: RunSpec, profile: Profile) -> Path:

@@ -19,7 +19,7 @@ from costaware.grpo.factors import NORMALISERS, TRL_LOSS_FAMILY
 __all__ = ["CostAwareGRPOConfig", "SUPPORTED_LOSS_TYPES"]
 
 SUPPORTED_LOSS_TYPES = tuple(TRL_LOSS_FAMILY)
-OLD_LOGPS = ("fed", "all")
+LOGPROB_ROWS = ("fed", "all")
 
 
 def _int_at_least(name: str, v: object, low: int) -> None:
@@ -96,12 +96,12 @@ class CostAwareGRPOConfig(GRPOConfig):
             "baseline's normaliser (unbiased with raw weights)."
         },
     )
-    cost_aware_old_logps: str = field(
+    cost_aware_logprob_rows: str = field(
         default="fed",
         metadata={
-            "help": "[loss] Rows whose old log-probs are computed when the loss needs them (steps_per_generation > "
-            "gradient_accumulation_steps, or num_iterations > 1): 'fed' only the rows the plan feeds (the others "
-            "never enter a loss, so their forward pass is saved), 'all' every row of the pool, as stock TRL."
+            "help": "[loss] Rows whose old log-probs (when a round takes several optimiser steps) and reference "
+            "log-probs (beta != 0) are computed: 'fed' only the rows the plan feeds (the others enter no loss, "
+            "so their forward passes are saved), 'all' every row of the batch, as stock TRL."
         },
     )
     # -- [zvf] --------------------------------------------------------------------------------------
@@ -133,8 +133,10 @@ class CostAwareGRPOConfig(GRPOConfig):
         sampling = self.sampling_config()  # validates every field SamplingConfig holds
         if self.cost_aware_normaliser not in NORMALISERS:
             raise ValueError(f"cost_aware_normaliser must be one of {NORMALISERS}, got {self.cost_aware_normaliser!r}")
-        if self.cost_aware_old_logps not in OLD_LOGPS:
-            raise ValueError(f"cost_aware_old_logps must be one of {OLD_LOGPS}, got {self.cost_aware_old_logps!r}")
+        if self.cost_aware_logprob_rows not in LOGPROB_ROWS:
+            raise ValueError(
+                f"cost_aware_logprob_rows must be one of {LOGPROB_ROWS}, got {self.cost_aware_logprob_rows!r}"
+            )
         _int_at_least("cost_aware_zvf_max_rounds", self.cost_aware_zvf_max_rounds, 1)
         _int_at_least("cost_aware_diagnostics_interval", self.cost_aware_diagnostics_interval, 0)
         _int_at_least("cost_aware_diagnostics_rows", self.cost_aware_diagnostics_rows, 2)

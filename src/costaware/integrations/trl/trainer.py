@@ -73,7 +73,6 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
-from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 
 from costaware.grpo.accounting import METRIC_PREFIX, Counters, StepCounts, load_counters, save_counters
@@ -86,6 +85,7 @@ from costaware.grpo.proxy import BetaCalibrator, fit_beta, predicted_j_ratios
 from costaware.grpo.shard import ShardStep, rank_offsets, shard_minibatches
 from costaware.integrations.trl.batch import MULTIMODAL, index_rows, loss_mask, trim_padding
 from costaware.integrations.trl.config import CostAwareGRPOConfig
+from costaware.integrations.trl.logprobs import FedLogprobsMixin
 from costaware.integrations.trl.zvf import GenerationMixin
 
 __all__ = ["CALIBRATOR_FILE", "CostAwareGRPOTrainer", "GlobalPool"]
@@ -123,7 +123,7 @@ class _OptimizerTimer(TrainerCallback):
             self.start = None
 
 
-class CostAwareGRPOTrainer(GenerationMixin, GRPOTrainer):
+class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, GRPOTrainer):
     """``GRPOTrainer`` whose policy-optimisation mini-batches are drawn by a global cost-aware plan.
 
     Takes the same arguments as ``GRPOTrainer``; ``args`` must be a :class:`CostAwareGRPOConfig`.
@@ -141,7 +141,6 @@ class CostAwareGRPOTrainer(GenerationMixin, GRPOTrainer):
         self._ca_capture: list[torch.Tensor] | None = None
         self._ca_prepare_seconds = 0.0
         self._zvf_iter: Any = None
-        self._ca_skip_old_logps = False  # armed per scoring call: TRL's old-logp pass is deferred to _split
         # (model, loss_fn, rows) -> (k,) exact per-row gradient norms, for the diagnostics; a probe that
         # wants the gradients themselves replaces this attribute (examples/proxy_fidelity_probe.py)
         self.per_row_grad_norms = per_sequence_grad_norms
@@ -170,62 +169,6 @@ class CostAwareGRPOTrainer(GenerationMixin, GRPOTrainer):
             self._buffered_inputs = self._split(batch, rewards)
             self._ca_prepare_seconds += time.perf_counter() - start
         return self._buffered_inputs[self._step % spg]
-
-    # -- old log-probs of the fed rows only ----------------------------------------------------------
-    def _defers_old_logps(self) -> bool:
-        """Whether TRL's old-logp pass over the whole pool is replaced by one over the rows the plan feeds.
-
-        Only where stock TRL would compute them (``gradient_accumulation_steps`` not a multiple of
-        ``steps_per_generation × num_iterations``), never for vLLM's importance-sampling correction (which
-        needs every row) nor for GRPO itself (it feeds every row: stock's pass, bit for bit).
-        """
-        generate_every = self.args.steps_per_generation * self.num_iterations
-        return (
-            self.args.cost_aware_old_logps == "fed"
-            and self.sampling.method != "none"
-            and self.args.gradient_accumulation_steps % generate_every != 0
-            and not (self.use_vllm and self.vllm_importance_sampling_correction)
-        )
-
-    def _generate_and_score_completions(self, inputs):  # type: ignore[override]
-        self._ca_skip_old_logps = self._defers_old_logps()
-        try:
-            return super()._generate_and_score_completions(inputs)
-        finally:
-            self._ca_skip_old_logps = False
-
-    def _fed_old_logps(
-        self, batch: dict[str, Any], steps: list[tuple[ShardStep, ...]], pad_rows: list[int]
-    ) -> torch.Tensor | None:
-        """Old log-probs ``(n, T)`` of the local rows some step feeds (zeros elsewhere: only for this plan's
-        steps, which read no other row); ``None`` when no process feeds a row.
-
-        The policy has not stepped since generation, so these equal stock TRL's values on those rows.
-        Collective-safe: every process runs the same number of forward chunks (the busiest process's row
-        count, known to all from the global plan; the others repeat their padding row), so sharded
-        models (FSDP, ZeRO-3) whose forward gathers parameters stay in step.
-        """
-        procs, rank = self.accelerator.num_processes, self.accelerator.process_index
-        fed = [
-            torch.unique(torch.cat([s.rows for s in per_rank if procs > 1 or not bool(s.padding.all())] or [torch.zeros(0, dtype=torch.long)]))
-            for per_rank in steps
-        ]  # fmt: skip
-        busiest = max(int(f.numel()) for f in fed)
-        if busiest == 0:  # a skipped pool: no process feeds a row
-            return None
-        mine = fed[rank]
-        idx = torch.cat([mine, torch.full((busiest - mine.numel(),), pad_rows[rank], dtype=mine.dtype)])
-        sub = trim_padding(index_rows(batch, idx, batch["advantages"].shape[0]))
-        ids = torch.cat([sub["prompt_ids"], sub["completion_ids"]], 1)
-        mask = torch.cat([sub["prompt_mask"], sub["completion_mask"]], 1)
-        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
-            logps, _, _ = self._get_per_token_logps_and_entropies(
-                self.model, ids, mask, sub["completion_ids"].size(1), batch_size=self.args.per_device_train_batch_size
-            )
-        old = torch.zeros(batch["completion_mask"].shape, dtype=logps.dtype, device=logps.device)
-        old[mine.to(old.device), : logps.shape[1]] = logps[: mine.numel()]
-        self._metrics["train"]["cost_aware/old_logps_rows"].append(float(busiest * procs))
-        return old
 
     def _gather_pool(self, batch: dict[str, Any], rewards: torch.Tensor) -> GlobalPool:
         """Two gathers, run on every process whatever its rows hold (collective-safe)."""
@@ -291,10 +234,9 @@ class CostAwareGRPOTrainer(GenerationMixin, GRPOTrainer):
         # each process pads with its cheapest row: exact whatever the row, and the least compute
         pad_rows = [int(torch.argmin(pool.costs[offsets[r] : offsets[r + 1]])) for r in range(procs)]
         steps = shard_minibatches(plan.minibatches, pool.rank_sizes, spg, pad_rows)
-        if self._defers_old_logps() and "old_per_token_logps" not in batch:
-            old = self._fed_old_logps(batch, steps, pad_rows)
-            if old is not None:  # a new dict: the caller's batch keeps no partial tensor
-                batch = {**batch, "old_per_token_logps": old}
+        deferred = frozenset(k for k in self._deferred_logprobs() if k not in batch)
+        if deferred:  # TRL's passes were skipped while scoring: run them on the fed rows (a new dict: the
+            batch = {**batch, **self._fed_logprobs(batch, steps, pad_rows, deferred)}  # caller's is left as it was)
         micro = self._weighted_minibatches(batch, plan, pool, steps[rank])
         num_pad = pad_tokens = 0
         if procs > 1 or plan.minibatches:  # one process feeds nothing for an empty step
@@ -405,7 +347,7 @@ class CostAwareGRPOTrainer(GenerationMixin, GRPOTrainer):
         TRL's metrics are left as they were (the single-row losses must not enter them).
         """
         n = batch["advantages"].shape[0]
-        rows = index_rows(batch, idx, n)
+        rows = self._with_ref_logprobs(index_rows(batch, idx, n))  # a deferred reference pass: these rows' own
         rows["advantages"] = advantages[idx].to(rows["advantages"])
         abs_a = rows["advantages"].abs().double().cpu()
         per_row = {key: v for key, v in rows.items() if isinstance(v, torch.Tensor) and v.ndim >= 1}
@@ -474,13 +416,7 @@ class CostAwareGRPOTrainer(GenerationMixin, GRPOTrainer):
 
     # -- loss ---------------------------------------------------------------------------------------
     def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any):  # type: ignore[override]
-        model = args[0] if args else kwargs.get("model")
-        if self._ca_skip_old_logps and model is self.model and not torch.is_grad_enabled():
-            # TRL 1.16's first policy pass while scoring is the old-logp pass over the whole pool (the ref
-            # pass uses ref_model, or comes after it): deferred to _split, which computes the fed rows only
-            self._ca_skip_old_logps = False
-            return None, None, None
-        out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        out = super()._get_per_token_logps_and_entropies(*args, **kwargs)  # FedLogprobsMixin may answer None
         if self._ca_capture is not None:
             self._ca_capture.append(out[0])
         return out
