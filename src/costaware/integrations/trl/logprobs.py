@@ -54,6 +54,16 @@ class FedLogprobsMixin:
             out.add(REF)
         return frozenset(out)
 
+    def _missing_logprobs(self, batch: dict[str, Any]) -> frozenset[str]:
+        """The keys TRL's loss will read that ``batch`` lacks: the passes deferred while it was scored."""
+        need = set()
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        if self.args.gradient_accumulation_steps % generate_every:
+            need.add(OLD)
+        if self.beta != 0.0 and self.ref_model is not None:
+            need.add(REF)
+        return frozenset(k for k in need if k not in batch)
+
     def _generate_and_score_completions(self, inputs):  # type: ignore[override]
         self._ca_skip = self._deferred_logprobs()
         try:
@@ -108,13 +118,19 @@ class FedLogprobsMixin:
         self._metrics["train"]["cost_aware/logprob_rows"].append(float(busiest * procs))
         return out
 
+    def _all_row_logprobs(self, rows: dict[str, Any], keys: frozenset[str]) -> dict[str, torch.Tensor]:
+        """``keys``' tensors for every row of ``rows``. Every process calls it with as many rows as the others
+        (a whole stock batch; the busiest process's count of measured rows), so the forward chunks stay in step."""
+        out = {}
+        for key in sorted(keys):
+            logps = self._logprobs_of(self.model if key == OLD else self.ref_model, rows)
+            full = torch.zeros(rows["completion_mask"].shape, dtype=logps.dtype, device=logps.device)
+            full[:, : logps.shape[1]] = logps
+            out[key] = full
+        return out
+
     def _with_ref_logprobs(self, rows: dict[str, Any]) -> dict[str, Any]:
         """``rows`` with their reference log-probs when the KL term needs them and the batch has none (the
-        diagnostics and the calibration measure rows the plan may not feed). Every process calls it with
-        the same number of rows, so the forward chunks stay in step."""
-        if self.beta == 0.0 or REF in rows or self.ref_model is None:
-            return rows
-        logps = self._logprobs_of(self.ref_model, rows)
-        full = torch.zeros(rows["completion_mask"].shape, dtype=logps.dtype, device=logps.device)
-        full[:, : logps.shape[1]] = logps
-        return {**rows, REF: full}
+        diagnostics and the calibration measure rows the plan may not feed)."""
+        missing = self._missing_logprobs(rows) & {REF}
+        return {**rows, **self._all_row_logprobs(rows, missing)} if missing else rows

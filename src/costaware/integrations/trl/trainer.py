@@ -229,12 +229,15 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, GRPOTrainer):
                 tokens_nonzero=plan.tokens_nonzero * iters, rows_drawn=total * iters, rows_fed=total * iters,
                 rows_unique=total,
             ))
+            missing = self._missing_logprobs(batch)  # scored under a method that deferred them: every row
+            if missing:
+                batch = {**batch, **self._all_row_logprobs(batch, missing)}
             return split_tensor_dict(shuffle_sequence_dict(batch), spg)
         offsets = rank_offsets(pool.rank_sizes)
         # each process pads with its cheapest row: exact whatever the row, and the least compute
         pad_rows = [int(torch.argmin(pool.costs[offsets[r] : offsets[r + 1]])) for r in range(procs)]
         steps = shard_minibatches(plan.minibatches, pool.rank_sizes, spg, pad_rows)
-        deferred = frozenset(k for k in self._deferred_logprobs() if k not in batch)
+        deferred = self._missing_logprobs(batch)
         if deferred:  # TRL's passes were skipped while scoring: run them on the fed rows (a new dict: the
             batch = {**batch, **self._fed_logprobs(batch, steps, pad_rows, deferred)}  # caller's is left as it was)
         micro = self._weighted_minibatches(batch, plan, pool, steps[rank])
