@@ -40,29 +40,27 @@ class FedLogprobsMixin:
 
     _ca_skip: frozenset[str] = frozenset()  # the passes armed to be skipped while a batch is scored
 
+    def _needed_logprobs(self) -> frozenset[str]:
+        """The batch keys (OLD, REF) TRL's loss reads: old log-probs when a round takes several optimiser
+        steps, reference log-probs when β ≠ 0 with a separate reference model (PEFT's is left to TRL)."""
+        needed = set()
+        if self.args.gradient_accumulation_steps % (self.args.steps_per_generation * self.num_iterations):
+            needed.add(OLD)
+        if self.beta != 0.0 and self.ref_model is not None:
+            needed.add(REF)
+        return frozenset(needed)
+
     def _deferred_logprobs(self) -> frozenset[str]:
-        """The batch keys (OLD, REF) whose pass is run on the fed rows instead of TRL's whole batch."""
+        """The passes run on the fed rows instead of TRL's whole batch (vLLM's IS correction needs every
+        row's old log-probs; GRPO feeds every row)."""
         if self.args.cost_aware_logprob_rows != "fed" or self.sampling.method == "none":
             return frozenset()
-        out = set()
-        generate_every = self.args.steps_per_generation * self.num_iterations
-        if self.args.gradient_accumulation_steps % generate_every and not (
-            self.use_vllm and self.vllm_importance_sampling_correction
-        ):
-            out.add(OLD)
-        if self.beta != 0.0 and self.ref_model is not None:
-            out.add(REF)
-        return frozenset(out)
+        vllm_is = self.use_vllm and self.vllm_importance_sampling_correction
+        return self._needed_logprobs() - ({OLD} if vllm_is else set())
 
     def _missing_logprobs(self, batch: dict[str, Any]) -> frozenset[str]:
         """The keys TRL's loss will read that ``batch`` lacks: the passes deferred while it was scored."""
-        need = set()
-        generate_every = self.args.steps_per_generation * self.num_iterations
-        if self.args.gradient_accumulation_steps % generate_every:
-            need.add(OLD)
-        if self.beta != 0.0 and self.ref_model is not None:
-            need.add(REF)
-        return frozenset(k for k in need if k not in batch)
+        return frozenset(k for k in self._needed_logprobs() if k not in batch)
 
     def _generate_and_score_completions(self, inputs):  # type: ignore[override]
         self._ca_skip = self._deferred_logprobs()
@@ -108,13 +106,11 @@ class FedLogprobsMixin:
             return {}
         mine = fed[rank]
         idx = torch.cat([mine, torch.full((busiest - mine.numel(),), pad_rows[rank], dtype=mine.dtype)])
-        rows = index_rows(batch, idx, batch["advantages"].shape[0])
+        part = self._all_row_logprobs(index_rows(batch, idx, batch["advantages"].shape[0]), keys)
         out = {}
-        for key in sorted(keys):  # the same order on every process
-            logps = self._logprobs_of(self.model if key == OLD else self.ref_model, rows)
-            full = torch.zeros(batch["completion_mask"].shape, dtype=logps.dtype, device=logps.device)
-            full[mine.to(full.device), : logps.shape[1]] = logps[: mine.numel()]
-            out[key] = full
+        for key, logps in part.items():  # the local rows' values, scattered back to their places
+            out[key] = logps.new_zeros(batch["completion_mask"].shape)
+            out[key][mine.to(logps.device)] = logps[: mine.numel()]
         self._metrics["train"]["cost_aware/logprob_rows"].append(float(busiest * procs))
         return out
 
@@ -122,9 +118,9 @@ class FedLogprobsMixin:
         """``keys``' tensors for every row of ``rows``. Every process calls it with as many rows as the others
         (a whole stock batch; the busiest process's count of measured rows), so the forward chunks stay in step."""
         out = {}
-        for key in sorted(keys):
+        for key in sorted(keys):  # the same order on every process
             logps = self._logprobs_of(self.model if key == OLD else self.ref_model, rows)
-            full = torch.zeros(rows["completion_mask"].shape, dtype=logps.dtype, device=logps.device)
+            full = logps.new_zeros(rows["completion_mask"].shape)  # logps covers the trimmed columns only
             full[:, : logps.shape[1]] = logps
             out[key] = full
         return out
