@@ -113,19 +113,35 @@ def test_gsm8k_gold():
 
 
 def test_loader_errors_name_the_problem(tmp_path):
+    good = json.dumps({"question": "q", "answer": "#### 1"})
     bad = tmp_path / "bad.jsonl"
-    bad.write_text(json.dumps({"question": "q", "solution": "s"}) + "\n")
-    with pytest.raises(ValueError, match=r"row 0: none of the fields \['answer'\]"):
+    bad.write_text(f"{good}\n\n" + json.dumps({"question": "q", "solution": "s"}) + "\n")
+    # the file and its 1-based line (the blank line 2 counts), whatever the kind of problem
+    with pytest.raises(ValueError, match=r"bad.jsonl:3: none of the fields \['answer'\]"):
         load_benchmark("gsm8k", bad)
-    bad.write_text(json.dumps({"question": "q", "answer": "no marker"}) + "\n")
-    with pytest.raises(ValueError, match="row 0.*####"):
+    bad.write_text(good + "\n" + json.dumps({"question": "q", "answer": "no marker"}) + "\n")
+    with pytest.raises(ValueError, match="bad.jsonl:2: .*####"):
         load_benchmark("gsm8k", bad)
-    bad.write_text('{"question": "q"\n')
-    with pytest.raises(ValueError, match="bad.jsonl:1: not valid JSON"):
+    bad.write_text(good + '\n{"question": "q"\n')
+    with pytest.raises(ValueError, match="bad.jsonl:2: not valid JSON"):
         read_rows(bad)
+    bad.write_text(good + "\n[1, 2]\n")
+    with pytest.raises(ValueError, match="bad.jsonl:2: expected a JSON object"):
+        read_rows(bad)
+    csv_file = tmp_path / "aime.csv"
+    csv_file.write_text('ID,Question,Answer\n1990-3,"two\nlines",24\n1990-4,q,\n')
+    with pytest.raises(ValueError, match="aime.csv:4: answer is empty"):  # after a 2-line row
+        load_benchmark("aime", csv_file)
+    (tmp_path / "rows.json").write_text(json.dumps([{"problem": "p", "answer": 1}, {"problem": "p"}]))
+    with pytest.raises(ValueError, match=r"rows.json: row 2: none of the fields \['answer'\]"):
+        load_benchmark("amc", tmp_path / "rows.json")
+    verl = tmp_path / "verl.jsonl"
+    verl.write_text(json.dumps({"prompt": [{"role": "user"}], "reward_model": {"ground_truth": "1"}}) + "\n")
+    with pytest.raises(ValueError, match="verl.jsonl:1: missing field 'content'"):
+        load_benchmark("verl", verl)
     dup = tmp_path / "dup.jsonl"
     dup.write_text("\n".join(json.dumps({"id": 1, "problem": "p", "answer": 3.0}) for _ in range(2)))
-    with pytest.raises(ValueError, match="amc-1.*unique"):
+    with pytest.raises(ValueError, match="dup.jsonl:2: record id 'amc-1' appears already at .*dup.jsonl:1.*unique"):
         load_benchmark("amc", dup)
     nan = tmp_path / "nan.jsonl"
     nan.write_text(json.dumps({"id": 1, "problem": "p", "answer": float("nan")}))

@@ -39,7 +39,7 @@ __all__ = ["read_responses"]
 FIELDS = ("id", "responses", "answer", "prompt", "num_tokens")
 
 
-def _lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
+def _lines(path: Path, limit: int | None) -> list[tuple[int, dict[str, Any]]]:
     if not path.is_file():
         raise ValueError(
             f"--responses {str(path)!r} " + ("is a folder" if path.is_dir() else "does not exist")
@@ -47,6 +47,8 @@ def _lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
     out = []
     with path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
+            if limit is not None and len(out) == limit:
+                break  # lines past the limit are not read
             if not line.strip():
                 continue
             try:
@@ -110,7 +112,7 @@ def read_responses(
     prompts: list[str] = []
     first_line: dict[str, int] = {}
     k_line: tuple[int, int] | None = None  # (k, line that set it)
-    for lineno, row in _lines(path)[:limit]:
+    for lineno, row in _lines(path, limit):
         where = f"{path}:{lineno}"
         try:
             rid, texts, answer, prompt, tokens = _parse_line(row)
