@@ -31,7 +31,6 @@ recorded when those indices were drawn, and refuses indices that are not the nex
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -51,6 +50,7 @@ from costaware._checks import (
     real_scalar,
     same_length,
 )
+from costaware._sampler_state import _indices, _Pass, load_stream, save_stream
 from costaware.alias import build_alias, draw
 
 __all__ = ["CostAwareSampler", "WeightedIndexDataset"]
@@ -62,20 +62,6 @@ def _to_numpy(x: Any) -> Any:
 
 def _nonneg_int(x: Any, name: str, *, positive: bool = False) -> int:
     return integer(x, name, minimum=1 if positive else 0)
-
-
-def _indices(indices: Any, n: int) -> np.ndarray:
-    """``indices`` as a 1-D int64 array of entries in [0, n); [] (any dtype) is the empty array."""
-    if indices is None or isinstance(indices, (str, bytes, dict, set)):
-        raise TypeError(f"indices must be an array-like of integers, got {type(indices).__name__}")
-    idx = np.asarray(_to_numpy(indices)).reshape(-1)
-    if idx.size == 0:
-        return np.empty(0, dtype=np.int64)
-    if not np.issubdtype(idx.dtype, np.integer):
-        raise ValueError(f"indices must be integers in [0, {n}), got dtype {idx.dtype}: {_show(idx)}")
-    if idx.min() < 0 or idx.max() >= n:
-        raise ValueError(f"indices must be integers in [0, {n}), got range [{idx.min()}, {idx.max()}]")
-    return idx.astype(np.int64, copy=False)
 
 
 class CostAwareSampler(Sampler[int]):
@@ -348,89 +334,23 @@ class CostAwareSampler(Sampler[int]):
         of the epoch (if saved mid-epoch), then the later epochs. Draws yielded but not yet claimed
         by :meth:`weights_for` are kept too. (A ``generator``'s own state is not saved.)
         """
-        state: dict[str, Any] = {
-            "proxies": self._G.copy(),
-            "epoch": self.epoch,
-            "seed": self.seed,
-            "drawn": self.drawn,
-            "drawn_cost": self.drawn_cost,
-            "pass": None,
-        }
-        run = self._pass
-        if run is not None:
-            fresh = run.version == self._version  # a stale remainder would be redrawn: save it as not drawn
-            rest = slice(run.pos, None) if fresh else slice(0, 0)
-            state["pass"] = {
-                "epoch": run.epoch,
-                "rng": copy.deepcopy(run.rng.bit_generator.state),
-                "left": run.left + (0 if fresh else run.idx.size - run.pos),
-                "idx": run.idx[rest].copy(),
-                "w": run.w[rest].copy(),
-            }
-        segs = [(s[0][s[2] : s[3]], s[1][s[2] : s[3]]) for s in self._unclaimed]
-        state["unclaimed"] = {
-            "idx": np.concatenate([a for a, _ in segs]) if segs else np.empty(0, dtype=np.int64),
-            "w": np.concatenate([b for _, b in segs]) if segs else np.empty(0),
-        }
-        return state
+        state = {"proxies": self._G.copy(), "epoch": self.epoch, "seed": self.seed}
+        state.update(drawn=self.drawn, drawn_cost=self.drawn_cost)
+        return save_stream(state, self._pass, self._version, self._unclaimed)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output; ValueError naming the key if one is missing or bad.
 
         States of earlier versions (``proxies``, ``epoch``, ``seed`` only) load as "at an epoch start".
         """
-        if not isinstance(state, dict):
-            raise TypeError(f"state must be a dict from state_dict(), got {type(state).__name__}")
-        missing = [k for k in ("proxies", "epoch", "seed") if k not in state]
-        if missing:
-            raise ValueError(f"state is missing the key {missing[0]!r} (it has {sorted(map(str, state))})")
-        G = nonnegative_vector(state["proxies"], "proxies", not_all_zero=True)
-        same_length(costs=self._costs, proxies=G)
-        epoch = _nonneg_int(state["epoch"], "epoch")
-        seed = _nonneg_int(state["seed"], "seed")
-        drawn = _nonneg_int(state.get("drawn", 0), "drawn")
-        drawn_cost = real_scalar(state.get("drawn_cost", 0.0), "drawn_cost")
-        n = self._costs.size
-        run = None
-        if state.get("pass") is not None:
-            saved = state["pass"]
-            for key in ("epoch", "rng", "left", "idx", "w"):
-                if key not in saved:
-                    raise ValueError(f"state['pass'] is missing the key {key!r}")
-            rng = np.random.Generator(np.random.PCG64())
-            try:
-                rng.bit_generator.state = copy.deepcopy(saved["rng"])
-            except (TypeError, ValueError, KeyError) as exc:
-                raise ValueError(f"state['pass']['rng'] is not a PCG64 state: {exc}") from None
-            run = _Pass(rng, _nonneg_int(saved["epoch"], "state['pass']['epoch']"),
-                        _nonneg_int(saved["left"], "state['pass']['left']"))  # fmt: skip
-            run.idx = _indices(saved["idx"], n).copy()
-            run.w = nonnegative_vector(saved["w"], "state['pass']['w']", allow_empty=True)
-            same_length(**{"state['pass']['idx']": run.idx, "state['pass']['w']": run.w})
-        u = state.get("unclaimed") or {"idx": [], "w": []}
-        u_idx = _indices(u["idx"], n).copy()
-        u_w = nonnegative_vector(u["w"], "state['unclaimed']['w']", allow_empty=True)
-        same_length(**{"state['unclaimed']['idx']": u_idx, "state['unclaimed']['w']": u_w})
+        G, epoch, seed, drawn, drawn_cost, run, unclaimed = load_stream(state, self._costs.size)
         # every check passed: now change the sampler
-        self._G, self.epoch, self.seed, self.drawn, self.drawn_cost = G.copy(), epoch, seed, drawn, drawn_cost
+        self._G, self.epoch, self.seed, self.drawn, self.drawn_cost = G, epoch, seed, drawn, drawn_cost
         self._dirty = True
         self._version += 1
         if run is not None:
             run.version = self._version  # its remainder was drawn under the G just restored
-        self._pass, self._started = run, False
-        self._unclaimed = [[u_idx, u_w, 0, u_idx.size]] if u_idx.size else []
-
-
-class _Pass:
-    """One epoch's iteration: its generator, the draws it still owes, and the chunk being yielded."""
-
-    __slots__ = ("rng", "epoch", "left", "idx", "w", "pos", "version", "seg")
-
-    def __init__(self, rng: np.random.Generator, epoch: int, left: int) -> None:
-        self.rng, self.epoch, self.left = rng, epoch, left  # left: draws not yet taken from rng
-        self.idx, self.w, self.pos = np.empty(0, dtype=np.int64), np.empty(0), 0
-        self.version = -1  # the G version the chunk was drawn under
-        self.seg: list[Any] | None = None  # the chunk's entry in the sampler's unclaimed record
+        self._pass, self._started, self._unclaimed = run, False, unclaimed
 
 
 class WeightedIndexDataset(Dataset):
