@@ -589,3 +589,30 @@ def test_cli_end_to_end_and_resume(tiny_ckpt, tmp_path, capsys):
     err = capsys.readouterr().err
     last = err.rstrip("\n").split("\n")[-1]  # after transformers' weight-loading progress bar
     assert last.startswith("costaware eval: error:") and "different run" in last and "Traceback" not in err
+
+
+def test_char_tokenizer_default_covers_printable_ascii_and_keeps_the_old_ids():
+    import string
+
+    from costaware.tiny import char_tokenizer
+
+    tok = char_tokenizer()
+    text = "".join(ch for ch in string.printable if ch not in "\r\x0b\x0c")  # 0x20-0x7e, tab, newline
+    ids = tok(text)["input_ids"]
+    assert tok.unk_token_id not in ids and tok.decode(ids) == text
+    assert tok.decode(tok("x = a[1] + b['#']")["input_ids"]) == "x = a[1] + b['#']"
+    old = ["<pad>", "<bos>", "<eos>", "<unk>", *(string.digits + string.ascii_letters + " +-*/=().,:;?!\n")]
+    assert [tok.convert_tokens_to_ids(t) for t in old] == list(range(len(old)))  # earlier ids unchanged
+
+
+def test_main_job_vocabulary_is_its_task_alphabet_not_the_default():
+    """The main job's tokenizer (and so its recorded runs) does not move with DEFAULT_ALPHABET."""
+    from costaware.experiments import policy, tasks
+
+    for name, family in tasks.TASKS.items():
+        tok, _ = policy.build_policy(family.alphabet, hidden_size=8, num_layers=1, num_heads=2, num_kv_heads=1)
+        expected = {t: i for i, t in enumerate(["<pad>", "<bos>", "<eos>", "<unk>", *dict.fromkeys(family.alphabet)])}
+        assert tok.get_vocab() == expected, name
+    assert policy.build_policy(hidden_size=8, num_layers=1, num_heads=2, num_kv_heads=1)[0].get_vocab() == {
+        t: i for i, t in enumerate(["<pad>", "<bos>", "<eos>", "<unk>", *"0123456789+=,"])
+    }
