@@ -304,7 +304,7 @@ class CostAwareSampler(Sampler[int]):
         if run.pos < run.idx.size:  # the rest of a chunk restored by load_state_dict
             run.seg = [run.idx, run.w, run.pos, run.pos]
             self._unclaimed.append(run.seg)
-        costs = self._costs
+        chunk = None
         while True:
             if self._pass is not run:
                 raise RuntimeError(
@@ -314,13 +314,14 @@ class CostAwareSampler(Sampler[int]):
                 if not self._refill(run):
                     self._pass = None
                     return
+            if chunk is not run.idx:  # plain lists: indexing numpy scalars per draw is slower
+                chunk = run.idx
+                ids, ws, cs = chunk.tolist(), run.w.tolist(), self._costs[chunk].tolist()
             j = run.pos
-            i = int(run.idx[j])
-            run.pos = j + 1
-            run.seg[3] = run.pos
+            run.pos = run.seg[3] = j + 1
             self.drawn += 1
-            self.drawn_cost += float(costs[i])  # one addition per draw, in order: resumes exactly
-            yield (i, float(run.w[j])) if self.yield_weights else i
+            self.drawn_cost += cs[j]  # one addition per draw, in order: a resumed run sums the same
+            yield (ids[j], ws[j]) if self.yield_weights else ids[j]
 
     def __len__(self) -> int:
         return self.num_samples
