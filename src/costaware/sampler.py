@@ -91,8 +91,9 @@ class CostAwareSampler(Sampler[int]):
 
     Call :meth:`set_epoch` at the start of each epoch (as with ``DistributedSampler``); without it
     every epoch repeats the same stream. :attr:`drawn` and :attr:`drawn_cost` count the indices
-    yielded so far (all epochs) and the sum of their costs. :meth:`state_dict` taken mid-epoch
-    resumes the rest of that epoch's stream exactly (same indices, same weights).
+    yielded so far (all epochs) and the sum of their costs; with a DataLoader that prefetches they
+    include the fetched batches not yet trained on. :meth:`state_dict` taken mid-epoch resumes the
+    rest of that epoch's stream exactly (same indices, same weights).
 
     Example::
 
