@@ -113,19 +113,35 @@ def test_gsm8k_gold():
 
 
 def test_loader_errors_name_the_problem(tmp_path):
+    good = json.dumps({"question": "q", "answer": "#### 1"})
     bad = tmp_path / "bad.jsonl"
-    bad.write_text(json.dumps({"question": "q", "solution": "s"}) + "\n")
-    with pytest.raises(ValueError, match=r"row 0: none of the fields \['answer'\]"):
+    bad.write_text(f"{good}\n\n" + json.dumps({"question": "q", "solution": "s"}) + "\n")
+    # the file and its 1-based line (the blank line 2 counts), whatever the kind of problem
+    with pytest.raises(ValueError, match=r"bad.jsonl:3: none of the fields \['answer'\]"):
         load_benchmark("gsm8k", bad)
-    bad.write_text(json.dumps({"question": "q", "answer": "no marker"}) + "\n")
-    with pytest.raises(ValueError, match="row 0.*####"):
+    bad.write_text(good + "\n" + json.dumps({"question": "q", "answer": "no marker"}) + "\n")
+    with pytest.raises(ValueError, match="bad.jsonl:2: .*####"):
         load_benchmark("gsm8k", bad)
-    bad.write_text('{"question": "q"\n')
-    with pytest.raises(ValueError, match="bad.jsonl:1: not valid JSON"):
+    bad.write_text(good + '\n{"question": "q"\n')
+    with pytest.raises(ValueError, match="bad.jsonl:2: not valid JSON"):
         read_rows(bad)
+    bad.write_text(good + "\n[1, 2]\n")
+    with pytest.raises(ValueError, match="bad.jsonl:2: expected a JSON object"):
+        read_rows(bad)
+    csv_file = tmp_path / "aime.csv"
+    csv_file.write_text('ID,Question,Answer\n1990-3,"two\nlines",24\n1990-4,q,\n')
+    with pytest.raises(ValueError, match="aime.csv:4: answer is empty"):  # after a 2-line row
+        load_benchmark("aime", csv_file)
+    (tmp_path / "rows.json").write_text(json.dumps([{"problem": "p", "answer": 1}, {"problem": "p"}]))
+    with pytest.raises(ValueError, match=r"rows.json: row 2: none of the fields \['answer'\]"):
+        load_benchmark("amc", tmp_path / "rows.json")
+    verl = tmp_path / "verl.jsonl"
+    verl.write_text(json.dumps({"prompt": [{"role": "user"}], "reward_model": {"ground_truth": "1"}}) + "\n")
+    with pytest.raises(ValueError, match="verl.jsonl:1: missing field 'content'"):
+        load_benchmark("verl", verl)
     dup = tmp_path / "dup.jsonl"
     dup.write_text("\n".join(json.dumps({"id": 1, "problem": "p", "answer": 3.0}) for _ in range(2)))
-    with pytest.raises(ValueError, match="amc-1.*unique"):
+    with pytest.raises(ValueError, match="dup.jsonl:2: record id 'amc-1' appears already at .*dup.jsonl:1.*unique"):
         load_benchmark("amc", dup)
     nan = tmp_path / "nan.jsonl"
     nan.write_text(json.dumps({"id": 1, "problem": "p", "answer": float("nan")}))
@@ -573,3 +589,30 @@ def test_cli_end_to_end_and_resume(tiny_ckpt, tmp_path, capsys):
     err = capsys.readouterr().err
     last = err.rstrip("\n").split("\n")[-1]  # after transformers' weight-loading progress bar
     assert last.startswith("costaware eval: error:") and "different run" in last and "Traceback" not in err
+
+
+def test_char_tokenizer_default_covers_printable_ascii_and_keeps_the_old_ids():
+    import string
+
+    from costaware.tiny import char_tokenizer
+
+    tok = char_tokenizer()
+    text = "".join(ch for ch in string.printable if ch not in "\r\x0b\x0c")  # 0x20-0x7e, tab, newline
+    ids = tok(text)["input_ids"]
+    assert tok.unk_token_id not in ids and tok.decode(ids) == text
+    assert tok.decode(tok("x = a[1] + b['#']")["input_ids"]) == "x = a[1] + b['#']"
+    old = ["<pad>", "<bos>", "<eos>", "<unk>", *(string.digits + string.ascii_letters + " +-*/=().,:;?!\n")]
+    assert [tok.convert_tokens_to_ids(t) for t in old] == list(range(len(old)))  # earlier ids unchanged
+
+
+def test_main_job_vocabulary_is_its_task_alphabet_not_the_default():
+    """The main job's tokenizer (and so its recorded runs) does not move with DEFAULT_ALPHABET."""
+    from costaware.experiments import policy, tasks
+
+    for name, family in tasks.TASKS.items():
+        tok, _ = policy.build_policy(family.alphabet, hidden_size=8, num_layers=1, num_heads=2, num_kv_heads=1)
+        expected = {t: i for i, t in enumerate(["<pad>", "<bos>", "<eos>", "<unk>", *dict.fromkeys(family.alphabet)])}
+        assert tok.get_vocab() == expected, name
+    assert policy.build_policy(hidden_size=8, num_layers=1, num_heads=2, num_kv_heads=1)[0].get_vocab() == {
+        t: i for i, t in enumerate(["<pad>", "<bos>", "<eos>", "<unk>", *"0123456789+=,"])
+    }

@@ -2,10 +2,18 @@
 
 Indices are drawn i.i.d. with replacement from p = (1−α)·p* + α·uniform, p*_i ∝ G_i/√c_i, through an
 alias table (O(n) build, O(1) per draw). Every drawn example i must have its loss multiplied by its
-importance weight w_i (centred: 1/(n_supp p_i), raw: 1/(n p_i)) for the gradient to stay unbiased.
-The clean way to carry the weight is to let the sampler yield ``(index, weight)`` pairs and wrap the
-dataset in :class:`WeightedIndexDataset`, which returns ``(sample, index, weight)``: the weight then
-belongs to the draw even when the proxies change between batches or the data is loaded by workers.
+importance weight w_i (centred: 1/(n_supp p_i), raw: 1/(n p_i)) under the p *it was drawn from*.
+
+Online proxies. :meth:`CostAwareSampler.update_proxies` takes effect at the next index the sampler
+yields: the rest of the chunk drawn from the old p is discarded and redrawn from the new one. A
+``DataLoader`` asks the sampler for a batch's indices when it needs them (``num_workers=0``: one batch
+at a time, so an update made after batch b reaches batch b+1); with workers it has fetched up to
+``prefetch_factor × num_workers`` batches ahead, and those keep the p, and the weights, of their draw.
+
+Weights. Either let the sampler yield ``(index, weight)`` pairs and wrap the dataset in
+:class:`WeightedIndexDataset`, which returns ``(sample, index, weight)``, or call
+:meth:`CostAwareSampler.weights_for` on each batch's indices, in order: it returns the weights
+recorded when those indices were drawn, and refuses indices that are not the next draws.
 
 >>> import torch
 >>> from torch.utils.data import DataLoader, TensorDataset
@@ -16,9 +24,9 @@ belongs to the draw even when the proxies change between batches or the data is 
 >>> for (xb,), idx, w in loader:
 ...     per_example_loss = xb**2                               # any per-example loss
 ...     loss = (w * per_example_loss).mean()                   # unbiased for the uniform mean
-...     sampler.update_proxies(idx, per_example_loss.detach().sqrt())   # optional online G
->>> len(sampler)
-8
+...     sampler.update_proxies(idx, per_example_loss.detach().sqrt())   # the next batch is drawn from it
+>>> len(sampler), sampler.drawn
+(8, 8)
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ from costaware._checks import (
     real_scalar,
     same_length,
 )
+from costaware._sampler_state import _indices, _Pass, load_stream, save_stream
 from costaware.alias import build_alias, draw
 
 __all__ = ["CostAwareSampler", "WeightedIndexDataset"]
@@ -53,20 +62,6 @@ def _to_numpy(x: Any) -> Any:
 
 def _nonneg_int(x: Any, name: str, *, positive: bool = False) -> int:
     return integer(x, name, minimum=1 if positive else 0)
-
-
-def _indices(indices: Any, n: int) -> np.ndarray:
-    """``indices`` as a 1-D int64 array of entries in [0, n); [] (any dtype) is the empty array."""
-    if indices is None or isinstance(indices, (str, bytes, dict, set)):
-        raise TypeError(f"indices must be an array-like of integers, got {type(indices).__name__}")
-    idx = np.asarray(_to_numpy(indices)).reshape(-1)
-    if idx.size == 0:
-        return np.empty(0, dtype=np.int64)
-    if not np.issubdtype(idx.dtype, np.integer):
-        raise ValueError(f"indices must be integers in [0, {n}), got dtype {idx.dtype}: {_show(idx)}")
-    if idx.min() < 0 or idx.max() >= n:
-        raise ValueError(f"indices must be integers in [0, {n}), got range [{idx.min()}, {idx.max()}]")
-    return idx.astype(np.int64, copy=False)
 
 
 class CostAwareSampler(Sampler[int]):
@@ -91,11 +86,14 @@ class CostAwareSampler(Sampler[int]):
             G_i ← m·G_i + (1−m)·value. ``0`` replaces.
         yield_weights (bool): yield ``(index, weight)`` pairs instead of plain indices; use with
             :class:`WeightedIndexDataset`.
-        chunk_size (int): indices drawn per alias-table call. Proxy updates take effect at the
-            next chunk (plus whatever the DataLoader has prefetched).
+        chunk_size (int): indices drawn per alias-table call (vectorised). It does not delay
+            updates: an update discards the rest of the chunk; it bounds the draws an update wastes.
 
     Call :meth:`set_epoch` at the start of each epoch (as with ``DistributedSampler``); without it
-    every epoch repeats the same stream.
+    every epoch repeats the same stream. :attr:`drawn` and :attr:`drawn_cost` count the indices
+    yielded so far (all epochs) and the sum of their costs; with a DataLoader that prefetches they
+    include the fetched batches not yet trained on. :meth:`state_dict` taken mid-epoch resumes the
+    rest of that epoch's stream exactly (same indices, same weights).
 
     Example::
 
@@ -104,8 +102,12 @@ class CostAwareSampler(Sampler[int]):
         [0.571, 0.286, 0.143]
         >>> idx = list(s); len(idx)
         5
-        >>> s.weights_for(idx).shape
+        >>> s.weights_for(idx).shape                 # the weights of the draws just yielded
         torch.Size([5])
+        >>> s.weights_for(idx)                        # already claimed: refused, not re-weighted
+        Traceback (most recent call last):
+        ...
+        ValueError: indices [2 1 0 0 0] are not the next draws of this sampler: none is unclaimed ...
     """
 
     def __init__(
@@ -168,19 +170,21 @@ class CostAwareSampler(Sampler[int]):
         self.yield_weights = boolean(yield_weights, "yield_weights")
         self.chunk_size = _nonneg_int(chunk_size, "chunk_size", positive=True)
         self.epoch = 0
+        self._version = 0  # bumped by every change of G: a chunk drawn under an older one is stale
+        self._pass: _Pass | None = None  # the iteration in progress (or restored by load_state_dict)
+        self._started = False  # whether self._pass has yielded since it was set up
+        self._unclaimed: list[list[Any]] = []  # [idx, w, start, stop] segments weights_for has not claimed
+        self.drawn = 0
+        self.drawn_cost = 0.0
         self._refresh()
 
     # -- distribution ---------------------------------------------------------------------------
 
     def _refresh(self) -> None:
-        p = (
-            dist.smoothed(dist.optimal(self._G, self._costs), self.alpha)
-            if self.alpha
-            else (dist.optimal(self._G, self._costs))
-        )
-        self._p = p
-        self._w = dist.importance_weights(p, mode=self.weight_mode)
-        self._prob, self._alias = build_alias(p)
+        p = dist.optimal(self._G, self._costs)
+        self._p = dist.smoothed(p, self.alpha) if self.alpha else p
+        self._w = dist.importance_weights(self._p, mode=self.weight_mode)
+        self._prob, self._alias = build_alias(self._p)
         self._dirty = False
 
     def _current(self) -> None:
@@ -203,21 +207,43 @@ class CostAwareSampler(Sampler[int]):
         return self._costs.copy()
 
     def weights_for(self, indices: Any, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """Importance weights of ``indices`` under the *current* p.
+        """Importance weights of ``indices``, the next draws this sampler yielded, under the p they came from.
 
-        Matches the draw only if the proxies did not change since those indices were drawn; when
-        they may have, yield the weights with the indices (``yield_weights=True``).
+        The sampler records the weight of every index it yields. Each call claims the oldest
+        unclaimed draws: ``indices`` must equal them, in order (a DataLoader's batches, in the order
+        it returns them; its default ``in_order=True`` keeps that order with workers). Anything else
+        (indices drawn elsewhere, a batch passed twice or skipped) is a ValueError, never a weight
+        from another p. A new ``iter()`` starts a new record.
         """
-        self._current()
-        idx = _indices(indices, len(self._p))
-        w = self._w[idx]
-        if (w <= 0).any():
-            j = int(idx[np.flatnonzero(w <= 0)[0]])
-            raise ValueError(f"indices include {j}, which has p = 0 and cannot have been drawn")
-        return torch.as_tensor(w, dtype=dtype)
+        idx = _indices(indices, len(self._costs))
+        k = idx.size
+        got_i, got_w, avail = [], [], 0
+        for seg_idx, seg_w, start, stop in self._unclaimed:
+            take = min(stop - start, k - avail)
+            got_i.append(seg_idx[start : start + take])
+            got_w.append(seg_w[start : start + take])
+            avail += take
+            if avail == k:
+                break
+        expected = np.concatenate(got_i) if got_i else np.empty(0, dtype=np.int64)
+        if avail < k or not np.array_equal(expected, idx):
+            have = f"expected {_show(expected)}" if avail else "none is unclaimed"
+            raise ValueError(
+                f"indices {_show(idx)} are not the next draws of this sampler: {have} (weights_for "
+                "claims each yielded draw once, in order; pass every batch's indices in the order the "
+                "loader returns them, or use yield_weights=True)"
+            )
+        while k:  # claim them
+            seg = self._unclaimed[0]
+            take = min(seg[3] - seg[2], k)
+            seg[2] += take
+            k -= take
+            if seg[2] == seg[3] and (self._pass is None or seg is not self._pass.seg):
+                self._unclaimed.pop(0)  # the live chunk's segment stays: it still grows
+        return torch.as_tensor(np.concatenate(got_w) if got_w else np.empty(0), dtype=dtype)
 
     def update_proxies(self, indices: Any, values: Any) -> None:
-        """Set G at ``indices`` to ``values`` (or EMA them with ``momentum``); p follows at the next chunk.
+        """Set G at ``indices`` to ``values`` (or EMA them with ``momentum``); the next index drawn uses it.
 
         Values are what stands for the gradient norm: per-example losses, |advantages| or gradient
         norms, all ≥ 0. With repeated indices the last occurrence wins. If the update would leave
@@ -229,18 +255,25 @@ class CostAwareSampler(Sampler[int]):
             np.reshape(vals, -1) if np.ndim(vals) > 1 else vals, "values", allow_empty=True
         )
         same_length(indices=idx, values=vals)
+        if idx.size == 0:
+            return
         G = self._G.copy()
         G[idx] = self.momentum * G[idx] + (1.0 - self.momentum) * vals if self.momentum else vals
         if not (G > 0).any():
             raise ValueError("update_proxies would set every proxy to 0: p* would be undefined")
         self._G = G
         self._dirty = True
+        self._version += 1
 
     # -- iteration ------------------------------------------------------------------------------
 
     def set_epoch(self, epoch: int) -> None:
-        """Make the next iteration use the stream of ``epoch`` (same on every rank for a given seed)."""
+        """Make the next iteration use the stream of ``epoch`` (same on every rank for a given seed).
+
+        A pass restored by :meth:`load_state_dict` is kept when ``epoch`` is its own epoch."""
         self.epoch = _nonneg_int(epoch, "epoch")
+        if self._pass is not None and not self._started and self._pass.epoch != self.epoch:
+            self._pass = None
 
     def _rng(self) -> np.random.Generator:
         base = self.seed
@@ -248,18 +281,48 @@ class CostAwareSampler(Sampler[int]):
             base = int(torch.randint(0, 2**62, (), generator=self.generator).item())
         return np.random.Generator(np.random.PCG64(np.random.SeedSequence([base, self.epoch, self.rank])))
 
+    def _refill(self, run: _Pass) -> bool:
+        """Give ``run`` a fresh chunk drawn from the current p; False when its epoch is done."""
+        run.left += run.idx.size - run.pos  # a stale remainder is redrawn, not yielded
+        if run.left == 0:
+            return False
+        self._current()
+        m = min(run.left, self.chunk_size)
+        run.idx = draw(self._prob, self._alias, m, run.rng, validate=False)  # built here: trusted
+        run.w = self._w[run.idx]
+        run.pos, run.left, run.version = 0, run.left - m, self._version
+        run.seg = [run.idx, run.w, 0, 0]
+        self._unclaimed.append(run.seg)
+        return True
+
     def __iter__(self) -> Iterator[Any]:
-        rng = self._rng()
-        left = self.num_samples
-        while left > 0:
-            m = min(left, self.chunk_size)
-            self._current()
-            idx = draw(self._prob, self._alias, m, rng, validate=False)  # built here: trusted
-            if self.yield_weights:
-                yield from zip(idx.tolist(), self._w[idx].tolist(), strict=True)
-            else:
-                yield from idx.tolist()
-            left -= m
+        # Set up on the first next(), not at iter(): DataLoader creates iterators it never advances.
+        if self._pass is None or self._started:
+            self._pass = _Pass(self._rng(), self.epoch, self.num_samples)
+            self._unclaimed = []
+        run = self._pass
+        self._started = True
+        if run.pos < run.idx.size:  # the rest of a chunk restored by load_state_dict
+            run.seg = [run.idx, run.w, run.pos, run.pos]
+            self._unclaimed.append(run.seg)
+        chunk = None
+        while True:
+            if self._pass is not run:
+                raise RuntimeError(
+                    "a newer iteration of this CostAwareSampler has started; this one is stale"
+                )
+            if run.pos == run.idx.size or run.version != self._version:
+                if not self._refill(run):
+                    self._pass = None
+                    return
+            if chunk is not run.idx:  # plain lists: indexing numpy scalars per draw is slower
+                chunk = run.idx
+                ids, ws, cs = chunk.tolist(), run.w.tolist(), self._costs[chunk].tolist()
+            j = run.pos
+            run.pos = run.seg[3] = j + 1
+            self.drawn += 1
+            self.drawn_cost += cs[j]  # one addition per draw, in order: a resumed run sums the same
+            yield (ids[j], ws[j]) if self.yield_weights else ids[j]
 
     def __len__(self) -> int:
         return self.num_samples
@@ -267,15 +330,29 @@ class CostAwareSampler(Sampler[int]):
     # -- resumability ---------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        return {"proxies": self._G.copy(), "epoch": self.epoch, "seed": self.seed}
+        """Everything the stream depends on: G, epoch, seed, counters, and the pass in progress.
+
+        Loading it into a sampler built with the same arguments continues the same stream: the rest
+        of the epoch (if saved mid-epoch), then the later epochs. Draws yielded but not yet claimed
+        by :meth:`weights_for` are kept too. (A ``generator``'s own state is not saved.)
+        """
+        state = {"proxies": self._G.copy(), "epoch": self.epoch, "seed": self.seed}
+        state.update(drawn=self.drawn, drawn_cost=self.drawn_cost)
+        return save_stream(state, self._pass, self._version, self._unclaimed)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        G = nonnegative_vector(state["proxies"], "proxies", not_all_zero=True)
-        same_length(costs=self._costs, proxies=G)
-        self._G = G.copy()
-        self.epoch = _nonneg_int(state["epoch"], "epoch")
-        self.seed = _nonneg_int(state["seed"], "seed")
+        """Restore :meth:`state_dict`'s output; ValueError naming the key if one is missing or bad.
+
+        States of earlier versions (``proxies``, ``epoch``, ``seed`` only) load as "at an epoch start".
+        """
+        G, epoch, seed, drawn, drawn_cost, run, unclaimed = load_stream(state, self._costs.size)
+        # every check passed: now change the sampler
+        self._G, self.epoch, self.seed, self.drawn, self.drawn_cost = G, epoch, seed, drawn, drawn_cost
         self._dirty = True
+        self._version += 1
+        if run is not None:
+            run.version = self._version  # its remainder was drawn under the G just restored
+        self._pass, self._started, self._unclaimed = run, False, unclaimed
 
 
 class WeightedIndexDataset(Dataset):

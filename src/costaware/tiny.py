@@ -14,13 +14,23 @@ import string
 from typing import Any
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
-DEFAULT_ALPHABET = string.digits + string.ascii_letters + " +-*/=().,:;?!\n"
+# The first characters keep the ids they had when this was the whole alphabet; the rest of printable
+# ASCII (and tab) follows, so text with [ ] ' # { } \ and the like no longer maps to <unk>.
+_FIRST = string.digits + string.ascii_letters + " +-*/=().,:;?!\n"
+DEFAULT_ALPHABET = _FIRST + "".join(ch for ch in string.printable if ch not in _FIRST and ch not in "\r\x0b\x0c")
 
 
 def char_tokenizer(alphabet: str = DEFAULT_ALPHABET, *, model_max_length: int = 1024) -> Any:
     """A character-level ``PreTrainedTokenizerFast``: one token per character, plus pad/bos/eos/unk.
 
-    Padding is on the left, as generation with a decoder-only model expects.
+    Ids: pad, bos, eos, unk are 0-3, then ``alphabet`` in order (duplicates dropped). The default
+    alphabet covers printable ASCII, tab and newline. The main job passes its task's own alphabet
+    (:func:`costaware.experiments.policy.build_policy`), so its vocabulary does not depend on this
+    default. Padding is on the left, as generation with a decoder-only model expects.
+
+    >>> tok = char_tokenizer()                            # doctest: +SKIP
+    >>> tok.decode(tok("a[1]#'{x}'")["input_ids"])        # doctest: +SKIP
+    "a[1]#'{x}'"
     """
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast

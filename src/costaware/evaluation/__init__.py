@@ -2,7 +2,8 @@
 
 Loaders for GSM8K, MATH500, AIME 1983–2024, AMC and verl/DAPO parquet (:mod:`.data`), a math-verify
 answer checker (:mod:`.verify`), mean@k and unbiased pass@k (:mod:`.metrics`), vLLM/transformers
-sampling (:mod:`.generate`), and :func:`evaluate`, which ties them together and resumes. The
+sampling (:mod:`.generate`), responses generated elsewhere (:mod:`.responses`), and :func:`evaluate`,
+which ties them together and resumes. The
 ``costaware eval`` job is :mod:`.cli`.
 
 >>> from costaware.evaluation import evaluate, load_benchmark, fixture_path    # doctest: +SKIP
@@ -39,6 +40,7 @@ from costaware.evaluation.metrics import (
     standard_error,
     summarize_correctness,
 )
+from costaware.evaluation.responses import read_responses
 from costaware.evaluation.runner import EvalReport, ProblemResult, evaluate, markdown_table
 
 __all__ = [
@@ -66,6 +68,7 @@ __all__ = [
     "mean_at_k",
     "pass_at_k",
     "per_problem_accuracy",
+    "read_responses",
     "read_rows",
     "standard_error",
     "summarize_correctness",

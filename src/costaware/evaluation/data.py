@@ -92,23 +92,21 @@ def _field(row: Mapping[str, Any], names: Sequence[str], *, index: int, required
         if key is not None and row[key] is not None:
             return row[key]
     if required:
-        raise ValueError(
-            f"row {index}: none of the fields {list(names)} is present; the row has fields {sorted(row)}"
-        )
+        raise ValueError(f"none of the fields {list(names)} is present; the row has fields {sorted(row)}")
     return None
 
 
 def _answer_text(value: Any, *, index: int) -> str:
     """A gold answer as text; integer-valued floats (AMC stores ``27.0``) lose the ``.0``."""
     if isinstance(value, bool):
-        raise ValueError(f"row {index}: answer must be a number or text, got {value!r}")
+        raise ValueError(f"answer must be a number or text, got {value!r}")
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise ValueError(f"row {index}: answer must be finite, got {value!r}")
+            raise ValueError(f"answer must be finite, got {value!r}")
         return str(int(value)) if value.is_integer() else repr(value)
     text = str(value).strip()
     if not text:
-        raise ValueError(f"row {index}: answer is empty")
+        raise ValueError("answer is empty")
     return text
 
 
@@ -127,11 +125,11 @@ def _from_verl(row: Mapping[str, Any], index: int, benchmark: str) -> EvalRecord
     prompt = row["prompt"]
     messages = tuple({"role": str(m["role"]), "content": str(m["content"])} for m in prompt)
     if not messages:
-        raise ValueError(f"row {index}: prompt is an empty chat list")
+        raise ValueError("prompt is an empty chat list")
     reward_model = row.get("reward_model") or {}
     gold = reward_model.get("ground_truth") if isinstance(reward_model, Mapping) else None
     if gold is None:
-        raise ValueError(f"row {index}: reward_model.ground_truth is missing; reward_model={reward_model!r}")
+        raise ValueError(f"reward_model.ground_truth is missing; reward_model={reward_model!r}")
     if isinstance(gold, (list, tuple)):  # some verl datasets store several accepted answers
         gold = gold[0] if len(gold) == 1 else ", ".join(map(str, gold))
     extra = row.get("extra_info") or {}
@@ -153,10 +151,7 @@ def _is_verl_row(row: Mapping[str, Any]) -> bool:
 
 def _from_gsm8k(row: Mapping[str, Any], index: int, benchmark: str) -> EvalRecord:
     solution = str(_field(row, ["answer"], index=index))
-    try:
-        gold = gsm8k_gold(solution)
-    except ValueError as err:
-        raise ValueError(f"row {index}: {err}") from None
+    gold = gsm8k_gold(solution)
     rid = _field(row, ["id", "unique_id"], index=index, required=False)
     return EvalRecord(
         id=str(rid) if rid is not None else f"gsm8k-{index}",
@@ -242,12 +237,18 @@ def _spec(benchmark: str) -> BenchmarkSpec:
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a jsonl/json/parquet/csv file, or of every such file in a folder (sorted by name)."""
+    return [row for row, _ in read_located_rows(path)]
+
+
+def read_located_rows(path: str | Path) -> list[tuple[dict[str, Any], str]]:
+    """:func:`read_rows` with where each row came from, for error messages: ``file:LINE`` (jsonl, csv;
+    1-based) or ``file: row N`` (json, parquet; 1-based)."""
     path = Path(path)
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.suffix.lower() in SUPPORTED_SUFFIXES)
         if not files:
             raise ValueError(f"path {str(path)!r} is a folder with no {'/'.join(SUPPORTED_SUFFIXES)} file")
-        return [row for f in files for row in read_rows(f)]
+        return [located for f in files for located in read_located_rows(f)]
     if not path.exists():
         raise ValueError(f"path {str(path)!r} does not exist")
     suffix = path.suffix.lower()
@@ -257,12 +258,18 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
             for lineno, line in enumerate(fh, 1):
                 if line.strip():
                     try:
-                        rows.append(json.loads(line))
+                        row = json.loads(line)
                     except json.JSONDecodeError as err:
                         raise ValueError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
+                    if not isinstance(row, dict):
+                        raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+                    rows.append((row, f"{path}:{lineno}"))
         return rows
     if suffix == ".json":
-        data = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
         if isinstance(data, dict):  # {"data": [...]} style, one list of rows inside
             lists = [v for v in data.values() if isinstance(v, list)]
             if len(lists) != 1:
@@ -272,36 +279,20 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
             data = lists[0]
         if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
             raise ValueError(f"{path}: expected a JSON list of objects")
-        return data
+        return [(row, f"{path}: row {i}") for i, row in enumerate(data, 1)]
     if suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        return pq.read_table(path).to_pylist()
+        return [(row, f"{path}: row {i}") for i, row in enumerate(pq.read_table(path).to_pylist(), 1)]
     if suffix == ".csv":
         with path.open(encoding="utf-8", newline="") as fh:
-            return list(csv.DictReader(fh))
+            reader = csv.DictReader(fh)
+            rows, start = [], 2  # line 1 is the header
+            for row in reader:
+                rows.append((row, f"{path}:{start}"))
+                start = reader.line_num + 1  # a quoted field may span lines
+            return rows
     raise ValueError(f"path {str(path)!r} must end in one of {SUPPORTED_SUFFIXES}, got {suffix!r}")
-
-
-def _hub_rows(spec: BenchmarkSpec, split: str) -> list[dict[str, Any]]:
-    hint = (
-        f"Download {spec.hub_id} ({split} split) on a machine with network access, e.g. "
-        f"datasets.load_dataset({spec.hub_id!r}{', ' + repr(spec.hub_config) if spec.hub_config else ''}, "
-        f"split={split!r}).to_json('{spec.name}.jsonl'), and pass the file: --data {spec.name}.jsonl "
-        f"(jsonl, json, parquet or csv in the hub's format)"
-    )
-    if spec.hub_id is None:
-        raise ValueError(f"benchmark {spec.name!r} has no hub copy: pass a local file (--data PATH)")
-    try:
-        import datasets
-
-        ds = datasets.load_dataset(spec.hub_id, spec.hub_config, split=split)
-    except Exception as err:  # offline, hub down, gated: all end the same way for the user
-        raise DatasetUnavailableError(
-            f"could not load benchmark {spec.name!r} from the hub ({spec.hub_id}): "
-            f"{type(err).__name__}: {str(err)[:300]}. {hint}"
-        ) from err
-    return [dict(r) for r in ds]
 
 
 def load_benchmark(
@@ -321,23 +312,41 @@ def load_benchmark(
     spec = _spec(benchmark)
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ValueError(f"limit must be a positive integer or None, got {limit!r}")
-    rows = read_rows(path) if path is not None else _hub_rows(spec, split or spec.split)
+    if path is not None:
+        rows = read_located_rows(path)
+    else:
+        from costaware.evaluation.hub import hub_rows
+
+        hub_split = split or spec.split
+        rows = [
+            (r, f"{spec.hub_id} ({hub_split}): row {i}") for i, r in enumerate(hub_rows(spec, hub_split), 1)
+        ]
     if limit is not None:
         rows = rows[:limit]
     if not rows:
-        raise ValueError(f"benchmark {benchmark!r} from {path or spec.hub_id!r} has no rows")
-    records = [
-        _from_verl(row, i, benchmark) if _is_verl_row(row) else spec.to_record(row, i, benchmark)
-        for i, row in enumerate(rows)
-    ]
-    seen: dict[str, int] = {}
-    for i, rec in enumerate(records):
-        if rec.id in seen:
+        raise ValueError(f"benchmark {benchmark!r} from {str(path or spec.hub_id)!r} has no rows")
+    records, seen = [], {}
+    for i, (row, where) in enumerate(rows):
+        records.append(_to_record(spec, row, i, benchmark, where))
+        if records[-1].id in seen:
             raise ValueError(
-                f"record id {rec.id!r} appears at rows {seen[rec.id]} and {i}; ids must be unique"
+                f"{where}: record id {records[-1].id!r} appears already at {seen[records[-1].id]}; "
+                "ids must be unique"
             )
-        seen[rec.id] = i
+        seen[records[-1].id] = where
     return records
+
+
+def _to_record(spec: BenchmarkSpec, row: dict[str, Any], i: int, benchmark: str, where: str) -> EvalRecord:
+    """One row as a record; any problem with the row is a ValueError that starts with its location."""
+    try:
+        return _from_verl(row, i, benchmark) if _is_verl_row(row) else spec.to_record(row, i, benchmark)
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
+    except KeyError as err:  # a nested field that is not there (verl chat messages)
+        raise ValueError(f"{where}: missing field {err.args[0]!r}") from None
+    except (TypeError, AttributeError) as err:  # a field of the wrong shape
+        raise ValueError(f"{where}: malformed row ({err})") from None
 
 
 # ----------------------------------------------------------------------------------------------- prompts

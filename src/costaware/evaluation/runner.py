@@ -149,6 +149,7 @@ def evaluate(
     pass_ks: Sequence[int] | None = None,
     prompts: Sequence[str] | None = None,
     prompt_options: Mapping[str, Any] | None = None,
+    responses: Sequence[Sequence[Any]] | None = None,
     chunk_size: int | None = None,
     checkpoint: str | Path | None = None,
     run_config: Mapping[str, Any] | None = None,
@@ -167,6 +168,9 @@ def evaluate(
     prompts, prompt_options:
         The prompt texts, one per record; by default :func:`build_prompt` with ``prompt_options`` and
         the tokenizer (the generator's when not given), i.e. its chat template when it has one.
+    responses:
+        Responses generated elsewhere, k per record (``str`` or :class:`Completion`): scored as they
+        are, instead of calling a generator (see :mod:`costaware.evaluation.responses`).
     chunk_size:
         Problems per ``generate_fn`` call; default the generator's ``preferred_chunk(k)``, else 8.
         Results are saved to ``checkpoint`` after every chunk.
@@ -184,7 +188,13 @@ def evaluate(
     ids = [r.id for r in records]
     if len(set(ids)) != len(ids):
         raise ValueError("record ids must be unique")
-    if generate_fn is None:
+    if responses is not None:
+        if generate_fn is not None or model is not None:
+            raise ValueError("pass responses, or a generator (generate_fn or model), not both")
+        if len(responses) != len(records):
+            raise ValueError(f"responses has {len(responses)} entries for {len(records)} records")
+        chunk_size = 64 if chunk_size is None else chunk_size
+    elif generate_fn is None:
         if model is None or tokenizer is None:
             raise ValueError("pass either generate_fn or both model and tokenizer")
         generate_fn = TransformersGenerator(model, tokenizer, sampling, batch_size=batch_size)
@@ -199,7 +209,9 @@ def evaluate(
     elif len(prompts) != len(records):
         raise ValueError(f"prompts has {len(prompts)} entries for {len(records)} records")
     pass_ks = (
-        sorted({integer(x, "pass_ks", minimum=1) for x in pass_ks}) if pass_ks is not None else default_pass_ks(k)
+        sorted({integer(x, "pass_ks", minimum=1) for x in pass_ks})
+        if pass_ks is not None
+        else default_pass_ks(k)
     )
     if chunk_size is None:
         chunk_size = generate_fn.preferred_chunk(k) if hasattr(generate_fn, "preferred_chunk") else 8
@@ -230,7 +242,10 @@ def evaluate(
             todo = [i for i in chunk if records[i].id not in done]
             if not todo:
                 continue
-            outputs = generate_fn([prompts[i] for i in chunk], k)
+            if responses is not None:
+                outputs = [list(responses[i]) for i in chunk]
+            else:
+                outputs = generate_fn([prompts[i] for i in chunk], k)
             if len(outputs) != len(chunk):
                 raise ValueError(f"generate_fn returned {len(outputs)} lists for {len(chunk)} prompts")
             new: list[ProblemResult] = []
@@ -240,7 +255,8 @@ def evaluate(
                 comps = [_as_completion(x) for x in out]
                 if len(comps) != k:
                     raise ValueError(
-                        f"generate_fn returned {len(comps)} responses for a prompt, expected k={k}"
+                        f"{'responses' if responses is not None else 'generate_fn'} holds {len(comps)} "
+                        f"responses for problem {records[i].id!r}, expected k={k}"
                     )
                 verdicts = [_check_verdict(verifier, c.text, records[i].answer) for c in comps]
                 res = ProblemResult(
