@@ -45,6 +45,9 @@ def _tidy(ax) -> None:
     from matplotlib.ticker import EngFormatter
 
     ax.xaxis.set_major_formatter(EngFormatter(sep=""))  # 300k, not 300000: shorter tick labels
+    lo, hi = ax.get_ylim()  # accuracy lies in [0, 1]: a curve stuck at 0 got an axis down to -0.04
+    lo, hi = max(lo, -0.01), min(hi, 1.01)
+    ax.set_ylim(lo, max(hi, lo + 0.1))
     ax.grid(alpha=0.3)
 
 

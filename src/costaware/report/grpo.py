@@ -326,7 +326,7 @@ def _write_html(md: str, figures: dict[str, Path], path: Path) -> None:
     for f in figures.values():  # inline every figure: the page is one self-contained file
         data = base64.b64encode(f.read_bytes()).decode()
         body = body.replace(f'src="{f.name}"', f'src="data:image/png;base64,{data}" style="max-width:100%"')
-    style = ("body{font-family:sans-serif;max-width:1400px;margin:auto}table{border-collapse:collapse}"
+    style = ("body{font-family:sans-serif;max-width:1400px;margin:auto;padding:0 1em}table{border-collapse:collapse}"
              "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}")
     path.write_text(f"<!doctype html><meta charset='utf-8'><title>costaware reproduce</title>"
                     f"<style>{style}</style><body>{body}</body>")
