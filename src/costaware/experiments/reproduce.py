@@ -21,7 +21,9 @@ accuracy against PO tokens, against rounds (equal rollouts) and against total co
 
 Every finished run writes ``runs/<name>.json`` atomically; a second invocation skips them, so an
 interrupted job resumes without losing finished work. Same seed, same numbers. Ctrl-C stops every
-worker at once; a lock on ``--out`` refuses a second job writing into the same folder.
+worker at once and removes the work folders of the runs that did not finish; a lock on ``--out``
+refuses a second job writing into the same folder. The workers' warnings are printed once per
+condition for the whole job, with the runs that raised them (``experiments.quiet``).
 """
 
 from __future__ import annotations

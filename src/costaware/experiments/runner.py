@@ -6,7 +6,7 @@ that stop with their parent, and atomic, resumable results.
   one line with exit status 2. An option given as 0 is never replaced by the profile's value.
 - :func:`out_lock` takes ``fcntl.flock`` on ``--out/.lock``: a second job on the same folder is refused.
 - Workers ignore SIGINT; the parent, on Ctrl-C or SIGTERM, terminates them at once, removes partial
-  files and exits 130. Each worker also watches its parent (``PR_SET_PDEATHSIG`` on Linux and a thread
+  files and the work folders of unfinished runs, and exits 130. Each worker also watches its parent (``PR_SET_PDEATHSIG`` on Linux and a thread
   polling ``os.getppid()``), so a SIGKILLed parent leaves no orphan training on.
 - A finished run is one ``runs/<name>.json`` written by tmp + ``os.replace``; a rerun skips it.
 """
