@@ -75,6 +75,10 @@ def plot_axis(evs: Sequence[E.Evidence], axis: str, path: Path, sft: Sequence[Ru
     with plt.rc_context(FONT):
         legend_rows = max(math.ceil((len(ev.section.arms) + 1) / 2) for ev in evs)
         fig, axes = _grid(len(evs), legend_rows)
+        # one colour per method in every panel, so that "p*" is the same line wherever it is drawn
+        names = sorted({ev.section.name(k) for ev in evs for k in ev.section.arms})
+        palette = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
+        colour = {n: palette(i % palette.N) for i, n in enumerate(names)}
         for ax, ev in zip(axes, evs, strict=True):
             sec = ev.section
             for key in sorted(sec.arms, key=lambda k: (k[0], k[1])):
@@ -82,8 +86,8 @@ def plot_axis(evs: Sequence[E.Evidence], axis: str, path: Path, sft: Sequence[Ru
                 c = seed_curves(runs, axis, generation_cost=ev.generation_cost, points=64)
                 picks = np.random.default_rng(0).integers(0, len(runs), size=(500, len(runs)))
                 lo, hi = np.quantile(c.boot_means(picks), [0.025, 0.975], axis=0)
-                (line,) = ax.plot(c.grid, c.mean, label=f"{sec.name(key)} (n={len(runs)})")
-                ax.fill_between(c.grid, lo, hi, color=line.get_color(), alpha=0.15)
+                ax.plot(c.grid, c.mean, color=colour[sec.name(key)], label=f"{sec.name(key)} (n={len(runs)})")
+                ax.fill_between(c.grid, lo, hi, color=colour[sec.name(key)], alpha=0.15)
             own = [r for r in sft if r.id.task == sec.task]
             if axis == "po_tokens" and own and sec.setting == "grpo":
                 c = seed_curves(own, axis, points=64)
