@@ -113,8 +113,10 @@ def _section_lines(ev: E.Evidence, baseline: str) -> list[str]:
     lines += table(["method", "seeds", "peak [95% CI]", "PO tokens to target", "rounds to target",
                     "total cost to target", "AUC", clock], [_arm_row(sec.name(k), stats[k]) for k in order])
     if not controlled:
-        lines += ["", "The PO wall-clock column was measured while other runs shared the CPU (contended): "
-                  "it is not a measurement of the time saved; `benchmarks/` holds the controlled one."]
+        # true on any machine: with --jobs 1 no other run shares the CPU, but nothing controlled it either
+        lines += ["", "The PO wall-clock column was not measured under control (contended: other runs of the job "
+                  "or other processes may have shared the CPU): it is not a measurement of the time saved; "
+                  "`benchmarks/` holds the controlled one."]
     rows = []
     for c in ev.decomposition:
         cells = [f"{E._pct(s.value)} [{E._pct(s.lo)}, {E._pct(s.hi)}]" for s in (c.savings[a] for a in AXES)]
