@@ -160,6 +160,25 @@ def test_plateau_peak_early_is_enough():
     assert not p.peak_late and p.plateaued
 
 
+def test_plateau_says_not_learning_for_a_curve_flat_at_its_start():
+    """A curve stuck at 0.000 is flat because nothing is learnt: "has flattened" would read as a plateau."""
+    stuck = make_runs("none", start=0.0, peak=0.0, noise=0.0)
+    p = plateau(stuck, n_boot=N_BOOT)
+    assert not p.learning and (p.start, p.peak) == (0.0, 0.0)
+    text = p.text("GRPO")
+    assert "**GRPO is not learning**" in text and "starts at 0.000" in text and "flattened" not in text
+    ev = _evidence(headline(start=0.0, peak=0.0, noise=0.0))
+    assert "The GRPO baseline **is not learning**" in evidence.answer_paragraph(ev, "none")
+    # a curve that rose, then flattened, is learning: the plateau line stays
+    rose = plateau(make_runs("none", scale=5.0), n_boot=N_BOOT)
+    assert rose.learning and "has flattened" in rose.text("GRPO") and "not learning" not in rose.text("GRPO")
+    # the line is drawn at min_gain: a rise of 0.02 is learning at 0.01, not at 0.05
+    small = make_runs("none", start=0.30, peak=0.32, noise=0.0, scale=2.0)
+    assert plateau(small, n_boot=N_BOOT).learning and not plateau(small, n_boot=N_BOOT, min_gain=0.05).learning
+    with pytest.raises(ValueError, match="min_gain"):
+        plateau(stuck, min_gain=float("nan"))
+
+
 def test_plateau_validates():
     with pytest.raises(ValueError, match="late"):
         plateau(make_runs("none", seeds=[0]), late=1.5)

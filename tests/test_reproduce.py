@@ -183,6 +183,25 @@ def test_skip_watch_warns_once_after_k_rounds_that_fed_nothing():
     assert quiet.longest == 1 and not quiet.warned
 
 
+def test_remove_partial_removes_unfinished_runs_work_folders(tmp_path):
+    """Only finished runs are kept: the trainer's work folder of a run that did not finish goes, on Ctrl-C
+    and on the next run; a finished record, the SFT checkpoint and other folders stay."""
+    from costaware.experiments.runner import remove_partial, run_file
+
+    p = PROFILES["quick"]
+    done, todo = (run_file(tmp_path, s, p) for s in run_specs(p)[:2])
+    done.parent.mkdir(parents=True)
+    done.write_text("{}")
+    work = todo.with_suffix("")  # run_one's trainer output_dir
+    (work / "sub").mkdir(parents=True)
+    (work / "sub" / "x.bin").write_bytes(b"0")
+    keep = [tmp_path / "sft-arith-0123456789", tmp_path / "runs" / "notes"]
+    for k in keep:
+        k.mkdir()
+    remove_partial(tmp_path)
+    assert not work.exists() and done.exists() and all(k.exists() for k in keep)
+
+
 def test_arith_lengths_vary_at_least_five_fold():
     from costaware.experiments import arith
 
@@ -295,10 +314,19 @@ def _assert_nothing_partial(out: Path) -> None:
     from costaware.experiments.records import RunResult
 
     assert not [p for p in out.rglob("*") if ".tmp" in p.name]
+    assert not [p for p in (out / "runs").iterdir() if p.is_dir()]  # no work folder of an unfinished run
     for f in (out / "runs").glob("*.json"):
         RunResult.load(f)  # every file there is a whole record
     for sft in out.glob("sft-*"):
         assert (sft / "sft.json").exists()
+
+
+def _assert_quiet(said: str) -> None:
+    """Each warning condition once, no echoed source line, no progress bar per load, no leaked semaphore."""
+    assert "leaked semaphore" not in said and "Loading weights" not in said and "Writing model shards" not in said
+    assert "warnings.warn(" not in said  # Python's default warning format echoes the source line
+    conditions = [line for line in said.splitlines() if line.startswith("  ") and "Warning: " in line]
+    assert len(conditions) == len(set(conditions)) <= 4, conditions
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -316,7 +344,7 @@ def test_workers_exit_when_the_parent_is_killed(tmp_path):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_ctrl_c_stops_every_worker_then_resume_finishes_the_quick_profile(tmp_path, capsys):
+def test_ctrl_c_stops_every_worker_then_resume_finishes_the_quick_profile(tmp_path, capfd):
     pytest.importorskip("trl", reason="the 'trl' extra is not installed")
     pytest.importorskip("matplotlib", reason="the 'plot' extra is not installed")
     from costaware.cli import main
@@ -331,12 +359,17 @@ def test_ctrl_c_stops_every_worker_then_resume_finishes_the_quick_profile(tmp_pa
     finally:
         if _live_in_group(proc.pid):
             os.killpg(proc.pid, signal.SIGKILL)
-    assert "interrupted" in proc.stdout.read()
+    said = proc.stdout.read()
+    assert "interrupted" in said
+    _assert_quiet(said)
     _assert_nothing_partial(out)
     done_before = len(list((out / "runs").glob("*.json")))
+    stale = out / "runs" / "arith-headline-grpo-pods-s0-0123456789"  # a work folder a SIGKILLed job left
+    stale.mkdir()
     # --report-only trains nothing: a report of the finished runs, or a one-line error when none finished
     code = main(["reproduce", "--quick", "--out", str(out), "--report-only"])
-    said = capsys.readouterr()
+    said = capfd.readouterr()
+    assert not stale.exists()  # removed by the next invocation
     if done_before:
         assert code == 0 and f"report from {done_before} of {len(run_specs(PROFILES['quick']))} runs" in said.out
         assert (out / "report.md").exists()
@@ -345,17 +378,22 @@ def test_ctrl_c_stops_every_worker_then_resume_finishes_the_quick_profile(tmp_pa
     assert len(list((out / "runs").glob("*.json"))) == done_before
     # resume: finishes what is left and writes the report
     assert main(["reproduce", "--quick", "--out", str(out), "--jobs", "2"]) == 0
-    assert f"{done_before} already finished" in capsys.readouterr().out
-    md = (out / "report.md").read_text()
-    for needle in ("Decomposition", "Verdicts", "Plateau check", "p* beats GRPO", "## arith / grpo",
-                   "## arith / dapo", "## arith / cispo", "p* beats p* (paper's proxy |A|)",
-                   "p* (calibrated proxy) beats p*", "Under loss `dapo`, p* uses proxy 'auto' = calibrated"):
-        assert needle in md, needle
+    said = capfd.readouterr()  # the workers' output too: they write to the same descriptors
+    assert f"{done_before} already finished" in said.out
+    _assert_quiet(said.out + said.err)
+    _assert_nothing_partial(out)
+    from report_html import Page
+
+    text = Page((out / "report.html").read_text()).text  # as rendered: the Markdown escapes '*' and '|'
+    for needle in ("Decomposition", "Verdicts", "Plateau check", "p* beats GRPO", "arith / grpo",
+                   "arith / dapo", "arith / cispo", "p* beats p* (paper's proxy |A|):",
+                   "p* (calibrated proxy) beats p*", "Under loss dapo, p* uses proxy 'auto' = calibrated"):
+        assert needle in text, needle
     for axis in ("po_tokens", "rounds", "total_cost"):
         assert (out / f"accuracy_vs_{axis}.png").stat().st_size > 5_000
     runs = sorted((out / "runs").glob("*.json"))
     assert len(runs) == len(run_specs(PROFILES["quick"]))
     first = {f.name: f.stat().st_mtime_ns for f in runs}
     assert main(["reproduce", "--quick", "--out", str(out), "--jobs", "1"]) == 0
-    assert f"{len(runs)} already finished" in capsys.readouterr().out
+    assert f"{len(runs)} already finished" in capfd.readouterr().out
     assert {f.name: f.stat().st_mtime_ns for f in sorted((out / "runs").glob("*.json"))} == first  # nothing re-run

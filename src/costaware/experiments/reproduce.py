@@ -21,7 +21,9 @@ accuracy against PO tokens, against rounds (equal rollouts) and against total co
 
 Every finished run writes ``runs/<name>.json`` atomically; a second invocation skips them, so an
 interrupted job resumes without losing finished work. Same seed, same numbers. Ctrl-C stops every
-worker at once; a lock on ``--out`` refuses a second job writing into the same folder.
+worker at once and removes the work folders of the runs that did not finish; a lock on ``--out``
+refuses a second job writing into the same folder. The workers' warnings are printed once per
+condition for the whole job, with the runs that raised them (``experiments.quiet``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from costaware.experiments.profile import GROUPS, PROFILES, Profile, RunSpec
+from costaware.experiments.quiet import Caught, quiet_libraries, run_recording
 from costaware.experiments.tasks import get_task, split_task_id
 
 HELD_OUT_SEED, VALIDATION_SEED, TRAIN_SEED = 10_001, 10_002, 20_000
@@ -110,6 +113,7 @@ def warm_up(profile: Profile, task_name: str, out: Path) -> Path:
 
     from costaware.experiments import policy
 
+    quiet_libraries()  # no "Loading weights" / "Writing model shards" bars
     name, cfg = sft_key(profile, task_name)
     path = out / name
     held_cfg = {"eval_prompts": profile.eval_prompts, "eval_k": profile.eval_k}
@@ -353,6 +357,13 @@ def run_one(spec_d: dict[str, Any], profile_d: dict[str, Any], sft_dir: str, out
               counters=out["counters"], spec=asdict(spec)).save(out_file)  # fmt: skip
     shutil.rmtree(Path(out_file).with_suffix(""), ignore_errors=True)  # the trainer's empty output_dir
     return out_file
+
+
+def run_one_recorded(*job: Any) -> tuple[str, tuple[Caught, ...]]:
+    """Worker entry of the job's pool: :func:`run_one` with its warnings recorded for the parent, which
+    prints each condition once for the whole job (``quiet.WarningLog``), and no progress bar."""
+    quiet_libraries()
+    return run_recording(run_one, *job)
 
 
 def main(args: argparse.Namespace) -> int:

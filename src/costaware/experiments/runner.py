@@ -6,7 +6,7 @@ that stop with their parent, and atomic, resumable results.
   one line with exit status 2. An option given as 0 is never replaced by the profile's value.
 - :func:`out_lock` takes ``fcntl.flock`` on ``--out/.lock``: a second job on the same folder is refused.
 - Workers ignore SIGINT; the parent, on Ctrl-C or SIGTERM, terminates them at once, removes partial
-  files and exits 130. Each worker also watches its parent (``PR_SET_PDEATHSIG`` on Linux and a thread
+  files and the work folders of unfinished runs, and exits 130. Each worker also watches its parent (``PR_SET_PDEATHSIG`` on Linux and a thread
   polling ``os.getppid()``), so a SIGKILLed parent leaves no orphan training on.
 - A finished run is one ``runs/<name>.json`` written by tmp + ``os.replace``; a rerun skips it.
 """
@@ -173,8 +173,9 @@ def out_lock(out: Path) -> Iterator[None]:
 
 
 def remove_partial(out: Path) -> None:
-    """Temporary files of writes that did not finish (an interrupted job; we hold the lock)."""
-    for pattern in ("runs/*.tmp", "runs/.*.tmp", ".*.tmp", ".sft-*.tmp-*"):
+    """Temporary files of writes that did not finish, and the work folders of runs that did not (an
+    interrupted job; we hold the lock): only finished runs are kept. A finished run removes its own."""
+    for pattern in ("runs/*.tmp", "runs/.*.tmp", ".*.tmp", ".sft-*.tmp-*", "runs/*-s[0-9]*-" + "[0-9a-f]" * 10):
         for p in out.glob(pattern):
             if p.is_dir():
                 import shutil
@@ -204,10 +205,10 @@ def worker_init(parent: int) -> None:
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
 
 
-def _run_one_star(job: tuple[Any, ...]) -> str:
-    from costaware.experiments.reproduce import run_one
+def _run_one_star(job: tuple[Any, ...]) -> tuple[str, Any]:
+    from costaware.experiments.reproduce import run_one_recorded
 
-    return run_one(*job)
+    return run_one_recorded(*job)
 
 
 def _raise_interrupt(signum: int, _frame: Any) -> None:
@@ -221,14 +222,21 @@ def run_pool(jobs: list[tuple[Any, ...]], processes: int) -> None:
 
     from tqdm import tqdm
 
+    from costaware.experiments.quiet import WarningLog
+
+    log, finished = WarningLog(), 0
     pool = mp.get_context("spawn").Pool(processes, initializer=worker_init, initargs=(os.getpid(),))
     try:
-        for _ in tqdm(pool.imap_unordered(_run_one_star, jobs), total=len(jobs), desc="runs"):
-            pass
+        for out_file, caught in tqdm(pool.imap_unordered(_run_one_star, jobs), total=len(jobs), desc="runs"):
+            log.add(Path(out_file).stem.rsplit("-", 1)[0], caught)  # the run's name, without its key
+            finished += 1
         pool.close()
+        pool.join()  # the workers exit on their own: one terminated while exiting could leak a semaphore
     finally:
         pool.terminate()
         pool.join()
+        for line in log.lines(finished):  # each condition once, also when interrupted
+            print(line, file=sys.stderr, flush=True)
 
 
 def reproduce(args: argparse.Namespace, *, command: str) -> int:

@@ -5,6 +5,8 @@
 - ``evidence``: the decomposition of a saving by effect, verdicts, the plateau check, the validation-tuned
   baseline; every sentence generated from numbers.
 - ``labels``: the one table of display names; nothing keys on a label.
+- ``md``: the one Markdown escape; every table (``md.table``) and every label in a sentence goes through it.
+- ``figures``: the report's figures, one panel per task and setting, two a row.
 - ``grpo``: the `costaware reproduce` report (Markdown, HTML, JSON, figures).
 - ``synthetic``: the figure and table of `costaware synthetic`.
 """

@@ -18,6 +18,7 @@ import numpy as np
 from costaware.experiments.records import RunResult
 from costaware.report.curves import AXES, DEFAULT_GENERATION_COST, Estimate, gap_at, saving, seed_curves
 from costaware.report.labels import label
+from costaware.report.md import escape
 
 __all__ = ["Section", "Plateau", "Comparison", "Evidence", "sections", "plateau", "evaluate_section",
            "describe", "verdict_line", "answer_paragraph", "COST_AWARE"]
@@ -58,25 +59,45 @@ def sections(results: Sequence[RunResult], baseline: str) -> list[Section]:
     return out
 
 
+MIN_GAIN = 0.01  # a seed-mean peak this close to the first evaluation is no learning (1 point of accuracy)
+
+
 @dataclass(frozen=True)
 class Plateau:
-    """Has the seed-mean curve flattened? Either criterion suffices; ``rise`` is the last quarter's rise."""
+    """Has the seed-mean curve flattened? Either criterion suffices; ``rise`` is the last quarter's rise.
+
+    A curve that never rose more than ``min_gain`` above its first evaluation (stuck at 0.000, say)
+    is flat because it is **not learning**, which is no plateau: :attr:`learning` tells them apart.
+    """
 
     n_points: int
     peak_index: int
     peak_late: bool
     rise: Estimate
     seeds: int
+    start: float  # seed-mean accuracy at the first evaluation
+    peak: float  # the seed-mean curve's highest accuracy
+    min_gain: float = MIN_GAIN
+
+    @property
+    def learning(self) -> bool:
+        return bool(self.peak - self.start > self.min_gain)
 
     @property
     def plateaued(self) -> bool:
         return (not self.peak_late) or not (self.rise.lo > 0)
 
     def text(self, name: str) -> str:
+        """The plateau line of the report, in Markdown (``name`` is a plain label)."""
+        name = escape(name)
         where = (f"its peak is at evaluation {self.peak_index + 1} of {self.n_points}"
                  + (", among the last 20%" if self.peak_late else ", before the last 20%"))
         rise = (f"over the last quarter of evaluations it rose by {self.rise.value:+.3f} "
                 f"[{self.rise.lo:+.3f}, {self.rise.hi:+.3f}] ({self.seeds} seed{'s' if self.seeds != 1 else ''})")
+        if not self.learning:
+            return (f"Plateau check: **{name} is not learning**: its seed-mean accuracy starts at {self.start:.3f} "
+                    f"and its peak, {self.peak:.3f}, is no more than {self.min_gain:.3f} above that; a flat curve "
+                    "that never rose is no plateau, and savings to a target on it say nothing about the methods.")
         if self.plateaued:
             return f"Plateau check: {name}'s seed-mean curve has flattened: {where}; {rise}."
         return (f"Plateau check: **{name}'s seed-mean curve has NOT flattened**: {where}, and {rise}, a CI "
@@ -85,14 +106,17 @@ class Plateau:
 
 
 def plateau(runs: Sequence[RunResult], *, late: float = 0.2, tail: float = 0.25, n_boot: int = 2000,
-            seed: int = 0) -> Plateau:
+            seed: int = 0, min_gain: float = MIN_GAIN) -> Plateau:
     """Plateau check on the PO-token seed-mean curve, at as many points as a run has evaluations.
 
     The peak is "late" if it is among the last ``late`` share of evaluations; the rise is the
     least-squares slope over the last ``tail`` share times its span, with a bootstrap CI over seeds.
+    A peak no more than ``min_gain`` above the first evaluation is "not learning".
     """
     if not (0 < late < 1 and 0 < tail < 1):
         raise ValueError(f"late and tail must be in (0, 1), got {late!r}, {tail!r}")
+    if not (math.isfinite(min_gain) and min_gain >= 0):
+        raise ValueError(f"min_gain must be a finite number >= 0, got {min_gain!r}")
     k = max(4, min(len(r.evals) for r in runs))
     c = seed_curves(runs, "po_tokens", points=k)
     mean = c.mean
@@ -111,7 +135,7 @@ def plateau(runs: Sequence[RunResult], *, late: float = 0.2, tail: float = 0.25,
     boot = rises(c.boot_means(picks))
     lo, hi = np.quantile(boot, [0.025, 0.975])
     return Plateau(k, peak, peak >= k - math.ceil(late * k), Estimate(float(rises(mean)), float(lo), float(hi)),
-                   len(runs))
+                   len(runs), float(mean[0]), float(mean[peak]), min_gain)
 
 
 def _peak(runs: Sequence[RunResult], metric: str) -> float:
@@ -280,8 +304,9 @@ def describe(est: Estimate, axis: str) -> str:
 
 def verdict_line(claim: str, comp: Comparison | None, absent: str, *, target: float) -> str:
     """One computed verdict: yes / no / not shown, decided by the PO-token CI alone, then the other axes."""
+    claim = escape(claim)  # a label: "p* beats p* (paper's proxy |A|)"
     if comp is None:
-        return f"- {claim}: **cannot say** ({absent})."
+        return f"- {claim}: **cannot say** ({escape(absent)})."
     s = comp.savings["po_tokens"]
     verdict = ("**yes**" if s.lo > 0 else "**no, it is worse**" if s.hi < 0 else "**not shown**")
     rest = "; ".join(f"at {AXIS_WORDS[a]}: {describe(comp.savings[a], a)}" for a in AXES[1:])
@@ -294,15 +319,21 @@ def verdict_line(claim: str, comp: Comparison | None, absent: str, *, target: fl
 def answer_paragraph(ev: Evidence, baseline: str, candidate: str = "p_star") -> str:
     """The report's first paragraph for one section: what a user gains on each axis, and from which effect."""
     sec = ev.section
-    base_name, cand_name = label(baseline), label(candidate)
+    base_name, cand_name = escape(label(baseline)), escape(label(candidate))
+
+    def name(key: Key) -> str:
+        return escape(sec.name(key))
+
     seeds = len(sec.arms[ev.baseline])
-    out = [f"**{sec.task} / {sec.setting}** ({seeds} seed{'s' if seeds != 1 else ''}; target accuracy {ev.target:.3f}, "
+    out = [f"**{escape(sec.task)} / {escape(sec.setting)}** ({seeds} seed{'s' if seeds != 1 else ''}; target accuracy {ev.target:.3f}, "
            f"{100 * ev.target_fraction:.0f}% of the lowest seed-mean peak among the methods compared; "
            f"a generated token costs {ev.generation_cost:.2g} PO tokens in the total cost)."]
     if not ev.informative:
         out.append(f"Nothing to compare: the target {ev.target:.3f} is not above the starting accuracy "
                    f"{ev.start:.3f}, so every method reaches it at once; these runs are too short or too small "
                    "to say anything about the methods.")
+        if not ev.plateau.learning:  # the likeliest reason, said where a reader starts
+            out.append(f"The {base_name} baseline **is not learning** (see the plateau check).")
         return " ".join(out)
     first = ev.claims[0][1] if ev.claims else None
     if first is not None:
@@ -310,17 +341,20 @@ def answer_paragraph(ev: Evidence, baseline: str, candidate: str = "p_star") -> 
                    + "; ".join(describe(first.savings[a], a) for a in AXES) + ".")
     if ev.decomposition:
         out.append("By effect, in PO tokens: " + "; ".join(
-            f"{c.name} ({sec.name(c.a)} → {sec.name(c.b)}): {describe(c.savings['po_tokens'], 'po_tokens')}"
+            f"{escape(c.name)} ({name(c.a)} → {name(c.b)}): {describe(c.savings['po_tokens'], 'po_tokens')}"
             for c in ev.decomposition if c.name != TUNED_STEP) + ".")
     if ev.tuned is not None and ev.best is not None:
         tuned = next((c for c in ev.decomposition if c.name == TUNED_STEP), None)
         if tuned is not None:
-            out.append(f"Against {sec.name(ev.tuned)}, tuned on validation accuracy, the best cost-aware "
-                       f"method ({sec.name(ev.best)}) needs {describe(tuned.savings['po_tokens'], 'po_tokens')}.")
+            out.append(f"Against {name(ev.tuned)}, tuned on validation accuracy, the best cost-aware "
+                       f"method ({name(ev.best)}) needs {describe(tuned.savings['po_tokens'], 'po_tokens')}.")
     else:
-        out.append(f"No tuned {base_name} baseline: {ev.tuned_note}.")
-    out.append(f"The {base_name} baseline {'has' if ev.plateau.plateaued else '**has not**'} plateaued"
-               + ("" if ev.tuned_plateau is None else
-                  f", the tuned one {'has' if ev.tuned_plateau.plateaued else '**has not**'}")
+        out.append(f"No tuned {base_name} baseline: {escape(ev.tuned_note)}.")
+
+    def state(p: Plateau) -> str:
+        return "**is not learning**" if not p.learning else "has plateaued" if p.plateaued else "**has not** plateaued"
+
+    out.append(f"The {base_name} baseline {state(ev.plateau)}"
+               + ("" if ev.tuned_plateau is None else f", the tuned one {state(ev.tuned_plateau)}")
                + " (see the plateau check).")
     return " ".join(out)

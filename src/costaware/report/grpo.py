@@ -30,7 +30,9 @@ from costaware.report.curves import (
     first_crossings,
     seed_curves,
 )
+from costaware.report.figures import AXIS_TITLES, plot_ablations, plot_axis
 from costaware.report.labels import label
+from costaware.report.md import code, escape, table
 
 __all__ = ["write_report", "arm_stats", "fidelity_summary", "tokens_to_reach", "area_under_curve", "bootstrap_ci",
            "FIGURES", "FIDELITY_KEYS"]
@@ -38,8 +40,6 @@ __all__ = ["write_report", "arm_stats", "fidelity_summary", "tokens_to_reach", "
 tokens_to_reach = first_crossing  # the one first-crossing helper, under its old name
 FIGURES = {"po_tokens": "accuracy_vs_po_tokens.png", "rounds": "accuracy_vs_rounds.png",
            "total_cost": "accuracy_vs_total_cost.png"}
-AXIS_TITLES = {"po_tokens": "cumulative policy-optimisation tokens", "rounds": "generation rounds",
-               "total_cost": "total cost (generated tokens × ratio + PO tokens)"}
 FIDELITY_KEYS = ("pearson", "chi2", "j_vs_uniform")
 
 
@@ -68,13 +68,12 @@ def arm_stats(runs: Sequence[RunResult], target: float, upto: float, *,
     return out
 
 
-def _arm_row(name: str, st: dict[str, Any]) -> str:
+def _arm_row(name: str, st: dict[str, Any]) -> list[str]:
     cells = [name, str(st["seeds"]), f"{st['peak']:.3f} [{st['peak_ci'][0]:.3f}, {st['peak_ci'][1]:.3f}]"]
     for axis in AXES:
         lo, hi = st[f"{axis}_to_target_ci"]
         cells.append(f"{_fmt(st[f'{axis}_to_target'], axis)} [{_fmt(lo, axis)}, {_fmt(hi, axis)}]")
-    cells += [f"{st['auc']:.3f} [{st['auc_ci'][0]:.3f}, {st['auc_ci'][1]:.3f}]", f"{st['po_seconds']:.1f}"]
-    return "| " + " | ".join(cells) + " |"
+    return cells + [f"{st['auc']:.3f} [{st['auc_ci'][0]:.3f}, {st['auc_ci'][1]:.3f}]", f"{st['po_seconds']:.1f}"]
 
 
 def _proxy_sentence(sec: E.Section) -> str:
@@ -88,7 +87,7 @@ def _proxy_sentence(sec: E.Section) -> str:
     proxy, beta = resolve_proxy("auto", None, loss_type=loss, method="p_star")
     what = ("the paper's |A|" if proxy == "advantage" else
             f"{proxy} (β fitted online from the prior {beta:g}; this loss sums token losses)")
-    return f" Under loss `{loss}`, p* uses proxy 'auto' = {what}."
+    return f" Under loss {code(loss)}, {escape(label('p_star'))} uses proxy 'auto' = {escape(what)}."
 
 
 def _upto(ev: E.Evidence) -> float:
@@ -105,93 +104,45 @@ def _section_lines(ev: E.Evidence, baseline: str) -> list[str]:
     upto = _upto(ev)
     controlled = all(r.po_seconds_controlled for runs in sec.arms.values() for r in runs)
     clock = "PO wall s (controlled)" if controlled else "PO wall s (contended)"
-    lines = [f"## {sec.task} / {sec.setting}", "",
+    lines = [f"## {escape(sec.task)} / {escape(sec.setting)}", "",
              f"Common target: **{ev.target:.3f}** ({100 * ev.target_fraction:.0f}% of the lowest seed-mean peak "
              f"among the methods compared). AUC is the mean accuracy over the first {upto / 1e3:.1f}k PO tokens. "
-             f"Total cost = generated tokens × {ev.generation_cost:.3g} + PO tokens." + _proxy_sentence(sec), "",
-             f"| method | seeds | peak [95% CI] | PO tokens to target | rounds to target | total cost to target | "
-             f"AUC | {clock} |", "|---|---|---|---|---|---|---|---|"]
+             f"Total cost = generated tokens × {ev.generation_cost:.3g} + PO tokens." + _proxy_sentence(sec), ""]
     order = sorted(sec.arms, key=lambda k: (k[0] != baseline, k[0], k[1]))
     stats = _all_stats(ev)
-    lines += [_arm_row(sec.name(k), stats[k]) for k in order]
+    lines += table(["method", "seeds", "peak [95% CI]", "PO tokens to target", "rounds to target",
+                    "total cost to target", "AUC", clock], [_arm_row(sec.name(k), stats[k]) for k in order])
     if not controlled:
-        lines += ["", "The PO wall-clock column was measured while other runs shared the CPU (contended): "
-                  "it is not a measurement of the time saved; `benchmarks/` holds the controlled one."]
-    lines += ["", "### Decomposition: saving to the common target, by effect", "",
-              "| step | PO tokens [95% CI] | generation rounds [95% CI] | total cost [95% CI] | "
-              "Δ accuracy at equal rounds [95% CI] |", "|---|---|---|---|---|"]
+        # true on any machine: with --jobs 1 no other run shares the CPU, but nothing controlled it either
+        lines += ["", "The PO wall-clock column was not measured under control (contended: other runs of the job "
+                  "or other processes may have shared the CPU): it is not a measurement of the time saved; "
+                  "`benchmarks/` holds the controlled one."]
+    rows = []
     for c in ev.decomposition:
         cells = [f"{E._pct(s.value)} [{E._pct(s.lo)}, {E._pct(s.hi)}]" for s in (c.savings[a] for a in AXES)]
         g = c.rounds_gap
         cells.append("–" if g is None else f"{g.value:+.3f} [{g.lo:+.3f}, {g.hi:+.3f}] at round {c.rounds_at:.0f}")
-        lines.append(f"| {c.name}: {sec.name(c.a)} → {sec.name(c.b)} | " + " | ".join(cells) + " |")
+        rows.append([f"{c.name}: {sec.name(c.a)} → {sec.name(c.b)}", *cells])
     if not ev.decomposition:
         why = ("the target is not above the starting accuracy" if not ev.informative
                else "no pair of the decomposition was run")
-        lines.append(f"| (not computed: {why}) | – | – | – | – |")
+        rows.append([f"(not computed: {why})", "–", "–", "–", "–"])
+    lines += ["", "### Decomposition: saving to the common target, by effect", ""]
+    lines += table(["step", "PO tokens [95% CI]", "generation rounds [95% CI]", "total cost [95% CI]",
+                    "Δ accuracy at equal rounds [95% CI]"], rows)
     lines += ["", "Saving = 1 − x(later)/x(earlier) to reach the target on each method's seed-mean curve; positive "
               "means the later method needs less. Δ accuracy at equal rounds is the later method's seed-mean "
               "accuracy minus the earlier one's at the last generation round both reached: the comparison at "
               "equal rollouts. CIs resample the seeds (paired when both ran the same seeds). "
-              f"Tuned baseline: {sec.name(ev.tuned) if ev.tuned else 'none'} ({ev.tuned_note}). "
-              f"Best cost-aware method: {sec.name(ev.best) if ev.best else 'none'}"
-              + (f" ({ev.best_note})." if ev.best_note else "."), "", "### Verdicts", ""]
+              f"Tuned baseline: {escape(sec.name(ev.tuned)) if ev.tuned else 'none'} ({escape(ev.tuned_note)}). "
+              f"Best cost-aware method: {escape(sec.name(ev.best)) if ev.best else 'none'}"
+              + (f" ({escape(ev.best_note)})." if ev.best_note else "."), "", "### Verdicts", ""]
     lines += [E.verdict_line(claim, comp, why, target=ev.target) for claim, comp, why in ev.claims]
     lines += ["", "A claim is **yes** only when the PO-token CI lies above zero, **no** when below, and "
               "**not shown** otherwise.", "", ev.plateau.text(label(baseline)), ""]
     if ev.tuned_plateau is not None and ev.tuned is not None:
         lines += [ev.tuned_plateau.text(sec.name(ev.tuned)), ""]
     return lines
-
-
-def _plot_axis(evs: Sequence[E.Evidence], axis: str, path: Path, sft: Sequence[RunResult]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(evs), figsize=(6.5 * len(evs), 4.4), squeeze=False)
-    for ax, ev in zip(axes[0], evs, strict=True):
-        sec = ev.section
-        for key in sorted(sec.arms, key=lambda k: (k[0], k[1])):
-            runs = sec.arms[key]
-            c = seed_curves(runs, axis, generation_cost=ev.generation_cost, points=64)
-            picks = np.random.default_rng(0).integers(0, len(runs), size=(500, len(runs)))
-            lo, hi = np.quantile(c.boot_means(picks), [0.025, 0.975], axis=0)
-            (line,) = ax.plot(c.grid, c.mean, label=f"{sec.name(key)} (n={len(runs)})")
-            ax.fill_between(c.grid, lo, hi, color=line.get_color(), alpha=0.15)
-        own = [r for r in sft if r.id.task == sec.task]
-        if axis == "po_tokens" and own and sec.setting == "grpo":
-            c = seed_curves(own, axis, points=64)
-            ax.plot(c.grid, c.mean, "k--", lw=1, label=f"{label('sft')} (x = SFT tokens, n={len(own)})")
-        ax.axhline(ev.target, color="k", lw=0.7, ls=":")
-        ax.set(title=f"{sec.task} / {sec.setting}: held-out accuracy", xlabel=AXIS_TITLES[axis], ylabel="accuracy")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def _plot_ablations(runs: Sequence[RunResult], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    by: dict[str, list[RunResult]] = defaultdict(list)
-    for r in runs:
-        by[f"{r.id.task}/{r.id.setting}: {label(r.id.arm)}"].append(r)
-    fig, ax = plt.subplots(figsize=(7, 4.4))
-    for name, rs in sorted(by.items()):
-        c = seed_curves(rs, "po_tokens", points=64)
-        ax.plot(c.grid, c.mean, label=f"{name} (n={len(rs)})")
-    ax.set(title="Ablations (proxy noise, G ≡ 1, α, tokens/step)", xlabel=AXIS_TITLES["po_tokens"], ylabel="accuracy")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def _ablation_lines(runs: Sequence[RunResult], evs: Sequence[E.Evidence], generation_cost: float) -> list[str]:
@@ -203,15 +154,15 @@ def _ablation_lines(runs: Sequence[RunResult], evs: Sequence[E.Evidence], genera
             by[(r.id.task, r.id.arm)].append(r)
     if not by:
         return []
-    lines = ["| task | arm | seeds | peak [95% CI] | PO tokens to the headline target | AUC [95% CI] |",
-             "|---|---|---|---|---|---|"]
+    rows = []
     for (task, arm), rs in sorted(by.items()):
         upto = float(min(r.evals[-1].po_tokens for r in rs))
         st = arm_stats(rs, targets[task], upto, generation_cost=generation_cost)
         lo, hi = st["po_tokens_to_target_ci"]
-        lines.append(f"| {task} | {label(arm)} | {st['seeds']} | {st['peak']:.3f} [{st['peak_ci'][0]:.3f}, "
-                     f"{st['peak_ci'][1]:.3f}] | {_fmt(st['po_tokens_to_target'], 'po_tokens')} [{_fmt(lo, 'po_tokens')}, "
-                     f"{_fmt(hi, 'po_tokens')}] | {st['auc']:.3f} [{st['auc_ci'][0]:.3f}, {st['auc_ci'][1]:.3f}] |")
+        rows.append([task, label(arm), st["seeds"], f"{st['peak']:.3f} [{st['peak_ci'][0]:.3f}, {st['peak_ci'][1]:.3f}]",
+                     f"{_fmt(st['po_tokens_to_target'], 'po_tokens')} [{_fmt(lo, 'po_tokens')}, {_fmt(hi, 'po_tokens')}]",
+                     f"{st['auc']:.3f} [{st['auc_ci'][0]:.3f}, {st['auc_ci'][1]:.3f}]"])
+    lines = table(["task", "arm", "seeds", "peak [95% CI]", "PO tokens to the headline target", "AUC [95% CI]"], rows)
     return lines + ["", "Ablation runs use the ablation seeds; GRPO and p* rows are the headline runs of those seeds. "
                     "The target is the task's headline target.", ""]
 
@@ -234,16 +185,16 @@ def _fidelity_lines(results: Sequence[RunResult]) -> list[str]:
     if not fid:
         return []
     lines = ["## Proxy fidelity across training (paper Figure 3, G.8)", "",
-             "Measured by the trainer on a random subset of each pool: the exact per-sequence gradient norm G_i "
-             "against the proxy |A_i|. J(p_|A|)/J(p*_true) = 1 + χ² (Theorem 4.2); J(p_|A|)/J(uniform) < 1 means "
-             "sampling by |A|/√c is predicted to cost less than uniform sampling.", "",
-             "| task/setting | method | Pearson mean [min, max] | χ² mean [min, max] | J(p)/J(uniform) mean [min, max] |",
-             "|---|---|---|---|---|"]
+             escape("Measured by the trainer on a random subset of each pool: the exact per-sequence gradient norm "
+                    "G_i against the proxy |A_i|. J(p_|A|)/J(p*_true) = 1 + χ² (Theorem 4.2); J(p_|A|)/J(uniform) "
+                    "< 1 means sampling by |A|/√c is predicted to cost less than uniform sampling."), ""]
+    rows = []
     for s, by_arm in sorted(fid.items()):
         for arm, vals in sorted(by_arm.items()):
-            cells = [f"{vals[k]['mean']:.2f} [{vals[k]['min']:.2f}, {vals[k]['max']:.2f}]" if k in vals else "–"
-                     for k in FIDELITY_KEYS]
-            lines.append(f"| {s} | {label(arm)} | " + " | ".join(cells) + " |")
+            rows.append([s, label(arm)] + [f"{vals[k]['mean']:.2f} [{vals[k]['min']:.2f}, {vals[k]['max']:.2f}]"
+                                           if k in vals else "–" for k in FIDELITY_KEYS])
+    lines += table(["task/setting", "method", "Pearson mean [min, max]", "χ² mean [min, max]",
+                    "J(p)/J(uniform) mean [min, max]"], rows)
     return lines + [""]
 
 
@@ -257,10 +208,7 @@ def _token_share_lines(results: Sequence[RunResult]) -> list[str]:
     if not by:
         return []
     clock = "controlled" if all(r.po_seconds_controlled for rs in by.values() for r in rs) else "contended"
-    lines = ["## Tokens per run, on the run's own pools (mean over seeds)", "",
-             "| task/setting | method | lr | own PO tokens | plain GRPO on the same pools | nonzero rows only | "
-             f"own / plain | generation rounds | run wall s (median) | PO s (median, {clock}) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    rows = []
     for (task, setting, arm, lr), rs in sorted(by.items()):
         own = np.mean([r.evals[-1].po_tokens for r in rs])
         plain = np.mean([r.evals[-1].po_tokens_plain for r in rs])
@@ -268,20 +216,22 @@ def _token_share_lines(results: Sequence[RunResult]) -> list[str]:
         rounds = np.mean([r.evals[-1].rounds for r in rs])
         wall = np.median([r.wall_seconds for r in rs])
         po = np.median([r.counters.get("po_seconds", np.nan) for r in rs])
-        lines.append(f"| {task}/{setting} | {label(arm)} | {lr:g} | {own / 1e3:.1f}k | {plain / 1e3:.1f}k | {nz / 1e3:.1f}k | "
-                     f"{own / plain:.2f} | {rounds:.0f} | {wall:.0f} | {po:.0f} |")
+        rows.append([f"{task}/{setting}", label(arm), f"{lr:g}", f"{own / 1e3:.1f}k", f"{plain / 1e3:.1f}k",
+                     f"{nz / 1e3:.1f}k", f"{own / plain:.2f}", f"{rounds:.0f}", f"{wall:.0f}", f"{po:.0f}"])
+    lines = ["## Tokens per run, on the run's own pools (mean over seeds)", ""]
+    lines += table(["task/setting", "method", "lr", "own PO tokens", "plain GRPO on the same pools",
+                    "nonzero rows only", "own / plain", "generation rounds", "run wall s (median)",
+                    f"PO s (median, {clock})"], rows)
     return lines + [""]
 
 
 def _run_lines(results: Sequence[RunResult]) -> list[str]:
-    lines = ["## Runs", "", "| group | task | setting | method | lr | seed | loss | spec | wall s |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in sorted(results, key=lambda r: (r.id.group, r.id.task, r.id.setting, r.id.arm, r.id.learning_rate,
-                                             r.id.seed)):
-        i = r.id
-        lines.append(f"| {i.group} | {i.task} | {i.setting} | {label(i.arm)} | {i.learning_rate:g} | {i.seed} | "
-                     f"{i.loss_type} | `{json.dumps(r.spec, sort_keys=True)}` | {r.wall_seconds:.0f} |")
-    return lines + [""]
+    rows = [[i.group, i.task, i.setting, label(i.arm), f"{i.learning_rate:g}", i.seed, i.loss_type,
+             code(json.dumps(r.spec, sort_keys=True)), f"{r.wall_seconds:.0f}"]
+            for i, r in sorted(((r.id, r) for r in results), key=lambda ir: (
+                ir[0].group, ir[0].task, ir[0].setting, ir[0].arm, ir[0].learning_rate, ir[0].seed))]
+    return ["## Runs", ""] + table(["group", "task", "setting", "method", "lr", "seed", "loss", "spec", "wall s"],
+                                   rows) + [""]
 
 
 def _cost_sentence(cost: float) -> str:
@@ -311,22 +261,22 @@ def write_report(results: Sequence[RunResult], out: Path, *, command: str, profi
     sft_runs = [r for r in results if r.id.method == "sft"]
     figures = {axis: out / name for axis, name in FIGURES.items()}
     for axis, path in figures.items():
-        _plot_axis(evs, axis, path, sft_runs)
+        plot_axis(evs, axis, path, sft_runs)
     ablations = [r for r in results if r.id.group == "ablation"]
     abl_ref = [r for r in results if r.id.group == "headline" and r.id.arm in (baseline, candidate)
                and (r.id.task, r.id.seed) in {(a.id.task, a.id.seed) for a in ablations}]  # same seeds, for reference
     if ablations:
         figures["ablations"] = out / "ablations.png"
-        _plot_ablations(ablations + abl_ref, figures["ablations"])
+        plot_ablations(ablations + abl_ref, figures["ablations"])
 
     lines = ["# Cost-aware GRPO against GRPO: what a user gains, and from which effect", ""]
     lines += [E.answer_paragraph(ev, baseline, candidate) + "\n" for ev in evs]
-    lines += [f"Command: `{command}`", ""]
+    lines += [f"Command: {code(command)}", ""]
     if sft:
         lines += [f"Policy: {sft.get('parameters', 0):,} parameters after SFT: greedy accuracy "
                   f"{sft.get('greedy_accuracy', float('nan')):.3f}, sampled {sft.get('sampled_accuracy', float('nan')):.3f}.", ""]
     if profile:
-        lines += ["Profile: `" + json.dumps(profile, default=str) + "`", ""]
+        lines += [f"Profile: {code(json.dumps(profile, default=str))}", ""]
     lines += [_cost_sentence(generation_cost), ""]
     for ev in evs:
         lines += _section_lines(ev, baseline)
@@ -367,7 +317,7 @@ def _summary(ev: E.Evidence) -> dict[str, Any]:
 
 
 def _plateau_dict(p: E.Plateau) -> dict[str, Any]:
-    return {"plateaued": p.plateaued, "peak_index": p.peak_index, "n_points": p.n_points, "peak_late": p.peak_late,
+    return {"plateaued": p.plateaued, "learning": p.learning, "start": p.start, "peak": p.peak, "peak_index": p.peak_index, "n_points": p.n_points, "peak_late": p.peak_late,
             "rise": p.rise.as_dict()}
 
 
@@ -378,7 +328,7 @@ def _write_html(md: str, figures: dict[str, Path], path: Path) -> None:
     for f in figures.values():  # inline every figure: the page is one self-contained file
         data = base64.b64encode(f.read_bytes()).decode()
         body = body.replace(f'src="{f.name}"', f'src="data:image/png;base64,{data}" style="max-width:100%"')
-    style = ("body{font-family:sans-serif;max-width:1400px;margin:auto}table{border-collapse:collapse}"
+    style = ("body{font-family:sans-serif;max-width:1400px;margin:auto;padding:0 1em}table{border-collapse:collapse}"
              "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}")
     path.write_text(f"<!doctype html><meta charset='utf-8'><title>costaware reproduce</title>"
                     f"<style>{style}</style><body>{body}</body>")

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from costaware.report.md import table
+
 __all__ = ["cost_to_reach", "cost_table", "markdown_table", "plot"]
 
 
@@ -50,19 +52,13 @@ def markdown_table(result: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     """The cost table as Markdown, closed-form J ratios beside the measured ones."""
     r = result["closed_form_J_ratios"]
     bias = result.get("bias_limited_sqrtS_C_ratios", {})
-    lines = [
-        "| ε | cost uniform | cost variance | cost optimal | optimal/uniform measured | J ratio | √S·C ratio | "
-        "optimal/variance measured | J ratio | √S·C ratio |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for row in rows:
-        lines.append(
-            f"| {row['eps']:.3g} | {row['cost_uniform']:.3g} | {row['cost_variance']:.3g} | "
-            f"{row['cost_optimal']:.3g} | {row['measured_optimal/uniform']:.3f} | "
-            f"{r['optimal/uniform']:.3f} | {bias.get('optimal/uniform', float('nan')):.3f} | "
-            f"{row['measured_optimal/variance']:.3f} | {r['optimal/variance']:.3f} | "
-            f"{bias.get('optimal/variance', float('nan')):.3f} |"
-        )
+    header = ["ε", "cost uniform", "cost variance", "cost optimal", "optimal/uniform measured", "J ratio",
+              "√S·C ratio", "optimal/variance measured", "J ratio", "√S·C ratio"]
+    lines = table(header, [[f"{row['eps']:.3g}", f"{row['cost_uniform']:.3g}", f"{row['cost_variance']:.3g}",
+                            f"{row['cost_optimal']:.3g}", f"{row['measured_optimal/uniform']:.3f}",
+                            f"{r['optimal/uniform']:.3f}", f"{bias.get('optimal/uniform', float('nan')):.3f}",
+                            f"{row['measured_optimal/variance']:.3f}", f"{r['optimal/variance']:.3f}",
+                            f"{bias.get('optimal/variance', float('nan')):.3f}"] for row in rows])
     cfg = result["config"]
     lines += [
         "",

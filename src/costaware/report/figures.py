@@ -1,0 +1,120 @@
+"""The figures of the `costaware reproduce` report: one panel per task and setting, two panels a row.
+
+A page is about 1,000 px wide. One row of every setting's panel made a 2,860 px PNG for four settings,
+shown at a third of its size: the legend and the axis text could not be read. Here each panel is
+:data:`PANEL_INCHES` wide at :data:`DPI`, at most two a row (so a PNG is at most ~1,100 px wide, shown
+near its own size), with its legend under the panel, where it hides no curve, in a font as large as
+the tick labels.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from costaware.experiments.records import RunResult
+from costaware.report import evidence as E
+from costaware.report.curves import seed_curves
+from costaware.report.labels import label
+
+__all__ = ["AXIS_TITLES", "COLUMNS", "DPI", "PANEL_INCHES", "plot_axis", "plot_ablations"]
+
+AXIS_TITLES = {"po_tokens": "cumulative policy-optimisation tokens", "rounds": "generation rounds",
+               "total_cost": "total cost (generated tokens × ratio + PO tokens)"}
+COLUMNS = 2  # panels a row
+DPI = 100
+PANEL_INCHES = (5.6, 4.0)  # one panel's axes area, before its legend
+FONT = {"font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "legend.fontsize": 9,
+        "xtick.labelsize": 9, "ytick.labelsize": 9}
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _tidy(ax) -> None:
+    from matplotlib.ticker import EngFormatter
+
+    ax.xaxis.set_major_formatter(EngFormatter(sep=""))  # 300k, not 300000: shorter tick labels
+    lo, hi = ax.get_ylim()  # accuracy lies in [0, 1]: a curve stuck at 0 got an axis down to -0.04
+    lo, hi = max(lo, -0.01), min(hi, 1.01)
+    ax.set_ylim(lo, max(hi, lo + 0.1))
+    ax.grid(alpha=0.3)
+
+
+def _legend_under(ax, entries: int) -> None:
+    # under the panel, so no curve is hidden; two columns keep long labels on one line each
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.17), ncols=2 if entries > 3 else 1, frameon=False)
+
+
+def _grid(n: int, legend_rows: int):
+    """A figure of ``n`` panels, at most :data:`COLUMNS` a row, with room under each for its legend."""
+    plt = _pyplot()
+    cols = min(COLUMNS, n)
+    rows = math.ceil(n / cols)
+    w, h = PANEL_INCHES
+    height = h + 0.22 * legend_rows  # one legend line is ~0.2 in at 9 pt
+    fig, axes = plt.subplots(rows, cols, figsize=(w * cols, height * rows), squeeze=False, layout="constrained")
+    for ax in axes.flat[n:]:  # an odd count leaves the last cell of the grid empty
+        ax.set_visible(False)
+    return fig, list(axes.flat[:n])
+
+
+def plot_axis(evs: Sequence[E.Evidence], axis: str, path: Path, sft: Sequence[RunResult]) -> None:
+    """Seed-mean held-out accuracy against ``axis`` with a 95% band over seeds, one panel per section."""
+    plt = _pyplot()
+    with plt.rc_context(FONT):
+        legend_rows = max(math.ceil((len(ev.section.arms) + 1) / 2) for ev in evs)
+        fig, axes = _grid(len(evs), legend_rows)
+        # one colour per method in every panel, so that "p*" is the same line wherever it is drawn
+        names = sorted({ev.section.name(k) for ev in evs for k in ev.section.arms})
+        palette = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
+        colour = {n: palette(i % palette.N) for i, n in enumerate(names)}
+        for ax, ev in zip(axes, evs, strict=True):
+            sec = ev.section
+            for key in sorted(sec.arms, key=lambda k: (k[0], k[1])):
+                runs = sec.arms[key]
+                c = seed_curves(runs, axis, generation_cost=ev.generation_cost, points=64)
+                picks = np.random.default_rng(0).integers(0, len(runs), size=(500, len(runs)))
+                lo, hi = np.quantile(c.boot_means(picks), [0.025, 0.975], axis=0)
+                ax.plot(c.grid, c.mean, color=colour[sec.name(key)], label=f"{sec.name(key)} (n={len(runs)})")
+                ax.fill_between(c.grid, lo, hi, color=colour[sec.name(key)], alpha=0.15)
+            own = [r for r in sft if r.id.task == sec.task]
+            if axis == "po_tokens" and own and sec.setting == "grpo":
+                c = seed_curves(own, axis, points=64)
+                ax.plot(c.grid, c.mean, "k--", lw=1, label=f"{label('sft')} (x = SFT tokens, n={len(own)})")
+            ax.axhline(ev.target, color="k", lw=0.7, ls=":")
+            ax.set(title=f"{sec.task} / {sec.setting}: held-out accuracy", xlabel=AXIS_TITLES[axis],
+                   ylabel="accuracy")
+            _tidy(ax)
+            _legend_under(ax, len(ax.get_legend_handles_labels()[1]))
+        fig.savefig(path, dpi=DPI)
+        plt.close(fig)
+
+
+def plot_ablations(runs: Sequence[RunResult], path: Path) -> None:
+    """Seed-mean held-out accuracy against PO tokens of each ablation arm, in one panel."""
+    plt = _pyplot()
+    by: dict[str, list[RunResult]] = defaultdict(list)
+    for r in runs:
+        by[f"{r.id.task}/{r.id.setting}: {label(r.id.arm)}"].append(r)
+    with plt.rc_context(FONT):
+        fig, (ax,) = _grid(1, math.ceil(len(by) / 2))
+        for name, rs in sorted(by.items()):
+            c = seed_curves(rs, "po_tokens", points=64)
+            ax.plot(c.grid, c.mean, label=f"{name} (n={len(rs)})")
+        ax.set(title="Ablations (proxy noise, G ≡ 1, α, tokens/step)", xlabel=AXIS_TITLES["po_tokens"],
+               ylabel="accuracy")
+        _tidy(ax)
+        _legend_under(ax, len(by))
+        fig.savefig(path, dpi=DPI)
+        plt.close(fig)
