@@ -214,3 +214,14 @@ def test_calibration_waits_for_enough_rows_from_enough_groups_across_a_resume(tm
     resumed = _trainer(tmp_path, **kw)
     resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))  # 4 rows of the fit under way
     assert first_fit(resumed) == [4] and resumed.cost_aware_calibrator.updates == 1
+
+
+def test_the_main_job_stops_through_the_public_budget(tmp_path):
+    from costaware.experiments.profile import PROFILES, run_specs
+    from costaware.experiments.reproduce import trainer_args
+
+    p = PROFILES["default"]
+    spec = run_specs(p)[0]
+    assert trainer_args(spec, p, tmp_path).cost_aware_token_budget == p.token_budget == 300_000
+    rounds_only = dataclasses.replace(p, token_budget=0)
+    assert trainer_args(spec, rounds_only, tmp_path).cost_aware_token_budget == 0  # off: the round cap ends it
