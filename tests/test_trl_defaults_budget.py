@@ -225,3 +225,12 @@ def test_the_main_job_stops_through_the_public_budget(tmp_path):
     assert trainer_args(spec, p, tmp_path).cost_aware_token_budget == p.token_budget == 300_000
     rounds_only = dataclasses.replace(p, token_budget=0)
     assert trainer_args(spec, rounds_only, tmp_path).cost_aware_token_budget == 0  # off: the round cap ends it
+
+
+def test_token_budget_accepts_any_integral_count(tmp_path):
+    for value in (np.int64(1000), 1000.0, 1000):
+        args = CostAwareGRPOConfig(**_kwargs(tmp_path, cost_aware_token_budget=value))
+        assert args.cost_aware_token_budget == 1000 and type(args.cost_aware_token_budget) is int
+    for bad in (-1, 2.5, True, "1000", float("nan")):
+        with pytest.raises(ValueError, match=r"cost_aware_token_budget must be a non-negative integer"):
+            CostAwareGRPOConfig(**_kwargs(tmp_path, cost_aware_token_budget=bad))

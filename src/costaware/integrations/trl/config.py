@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
 from trl import GRPOConfig
 
+from costaware._checks import integer
 from costaware.grpo.config import METHODS, PROXIES, SamplingConfig, paper_proxy_warning, resolve_proxy
 from costaware.grpo.factors import NORMALISERS, TRL_LOSS_FAMILY
 from costaware.grpo.proxy import loss_family
@@ -62,9 +63,6 @@ def resolve_method(method: str, *, loss_type: str, beta: float = 0.0) -> str:
     return AUTO_METHOD[loss_family(loss_type).name]
 
 
-def _int_at_least(name: str, v: object, low: int) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or v < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
 
 
 @dataclass
@@ -207,13 +205,12 @@ class CostAwareGRPOConfig(GRPOConfig):
             raise ValueError(
                 f"cost_aware_logprob_rows must be one of {LOGPROB_ROWS}, got {self.cost_aware_logprob_rows!r}"
             )
-        _int_at_least("cost_aware_zvf_max_rounds", self.cost_aware_zvf_max_rounds, 1)
-        _int_at_least("cost_aware_diagnostics_interval", self.cost_aware_diagnostics_interval, 0)
-        _int_at_least("cost_aware_diagnostics_rows", self.cost_aware_diagnostics_rows, 2)
-        _int_at_least("cost_aware_warn_after_skips", self.cost_aware_warn_after_skips, 0)
-        _int_at_least("cost_aware_calibration_interval", self.cost_aware_calibration_interval, 1)
-        _int_at_least("cost_aware_calibration_rows", self.cost_aware_calibration_rows, 3)
-        _int_at_least("cost_aware_token_budget", self.cost_aware_token_budget, 0)
+        counts = (("cost_aware_zvf_max_rounds", 1), ("cost_aware_diagnostics_interval", 0),
+                  ("cost_aware_diagnostics_rows", 2), ("cost_aware_warn_after_skips", 0),
+                  ("cost_aware_calibration_interval", 1), ("cost_aware_calibration_rows", 3),
+                  ("cost_aware_token_budget", 0))  # fmt: skip
+        for name, low in counts:  # int, numpy integers and integral floats (2.0), as an int
+            setattr(self, name, integer(getattr(self, name), name, minimum=low))
         method = sampling.method
         message = paper_proxy_warning(self.cost_aware_proxy, loss_type=self.loss_type, method=method)
         if message is not None:  # only when chosen explicitly: 'auto' resolves to 'calibrated' here
