@@ -1,8 +1,5 @@
-"""Training-loop callbacks of :class:`~costaware.integrations.trl.trainer.CostAwareGRPOTrainer`.
-
-- :class:`OptimizerTimer` adds each ``optimizer.step()``'s wall time to the ``po_seconds`` counter;
-- :class:`TokenBudget` stops training once the policy-optimisation tokens reach
-  ``cost_aware_token_budget``.
+"""The PO-token budget of :class:`~costaware.integrations.trl.trainer.CostAwareGRPOTrainer`:
+:class:`TokenBudget` stops training once the policy-optimisation tokens reach ``cost_aware_token_budget``.
 
 The budget is checked when the generation batch the trainer is feeding is spent (TRL regenerates
 every ``steps_per_generation × num_iterations`` micro-steps). The counters count a batch's tokens when
@@ -14,33 +11,16 @@ every process stops at the same optimiser step (no collective needed).
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from transformers import TrainerCallback
 
-__all__ = ["OptimizerTimer", "TokenBudget", "batch_spent"]
+__all__ = ["TokenBudget", "batch_spent"]
 
 
 def batch_spent(trainer: Any) -> bool:
     """Whether the trainer's current generation batch has been fed in full (TRL regenerates next)."""
     return trainer._step % (trainer.args.steps_per_generation * trainer.num_iterations) == 0
-
-
-class OptimizerTimer(TrainerCallback):
-    """Adds the wall time of every ``optimizer.step()`` to the trainer's ``po_seconds`` counter."""
-
-    def __init__(self, trainer: Any) -> None:
-        self.trainer = trainer
-        self.start: float | None = None
-
-    def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        self.start = time.perf_counter()
-
-    def on_optimizer_step(self, args, state, control, **kwargs):
-        if self.start is not None:
-            self.trainer.cost_aware_counters.po_seconds += time.perf_counter() - self.start
-            self.start = None
 
 
 class TokenBudget(TrainerCallback):

@@ -28,6 +28,13 @@ __all__ = ["AUTO_METHOD", "CostAwareGRPOConfig", "SUPPORTED_LOSS_TYPES", "resolv
 
 SUPPORTED_LOSS_TYPES = tuple(TRL_LOSS_FAMILY)
 LOGPROB_ROWS = ("fed", "all")
+
+
+def _int_at_least(name: str, v: object, low: int) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
+
+
 # cost_aware_method="auto", per loss family (costaware.grpo.proxy.loss_family): what the main job measured
 # best (README, "Measured, default profile" and "Measured, --profile full"; sort task, PO tokens to a
 # common accuracy target, paired bootstrap CIs over seeds).
@@ -61,8 +68,6 @@ def resolve_method(method: str, *, loss_type: str, beta: float = 0.0) -> str:
             "with full support; set cost_aware_method='p_smooth' (with cost_aware_alpha > 0), or 'none', or beta=0"
         )
     return AUTO_METHOD[loss_family(loss_type).name]
-
-
 
 
 @dataclass
@@ -114,7 +119,8 @@ class CostAwareGRPOConfig(GRPOConfig):
         metadata={
             "help": f"[proxy] Gradient-norm proxy G ≈ |A|·c^β behind p_star/p_smooth, p ∝ |A|·c^(β-½): 'auto' or "
             f"one of {PROXIES}. 'auto': 'advantage' (the paper's, β=0) for sequence-mean losses (grpo, sapo), "
-            "'calibrated' (β fitted online) for token-sum losses (dapo, cispo, bnpo, dr_grpo, luspo, vespo)."
+            "'calibrated' (β fitted online) for token-sum losses (dapo, cispo, bnpo, dr_grpo, luspo, vespo). "
+            "Unused by the other methods, so by cost_aware_method='auto' under a token-sum loss ('nonzero')."
         },
     )
     cost_aware_proxy_beta: float | None = field(
@@ -199,18 +205,20 @@ class CostAwareGRPOConfig(GRPOConfig):
         if self.loss_type not in SUPPORTED_LOSS_TYPES:
             raise ValueError(f"loss_type must be one of {SUPPORTED_LOSS_TYPES} here, got {self.loss_type!r}")
         sampling = self.sampling_config()  # validates every field SamplingConfig holds
+        # int, numpy integers and integral floats (2.0), stored as an int
+        self.cost_aware_token_budget = integer(self.cost_aware_token_budget, "cost_aware_token_budget", minimum=0)
         if self.cost_aware_normaliser not in NORMALISERS:
             raise ValueError(f"cost_aware_normaliser must be one of {NORMALISERS}, got {self.cost_aware_normaliser!r}")
         if self.cost_aware_logprob_rows not in LOGPROB_ROWS:
             raise ValueError(
                 f"cost_aware_logprob_rows must be one of {LOGPROB_ROWS}, got {self.cost_aware_logprob_rows!r}"
             )
-        counts = (("cost_aware_zvf_max_rounds", 1), ("cost_aware_diagnostics_interval", 0),
-                  ("cost_aware_diagnostics_rows", 2), ("cost_aware_warn_after_skips", 0),
-                  ("cost_aware_calibration_interval", 1), ("cost_aware_calibration_rows", 3),
-                  ("cost_aware_token_budget", 0))  # fmt: skip
-        for name, low in counts:  # int, numpy integers and integral floats (2.0), as an int
-            setattr(self, name, integer(getattr(self, name), name, minimum=low))
+        _int_at_least("cost_aware_zvf_max_rounds", self.cost_aware_zvf_max_rounds, 1)
+        _int_at_least("cost_aware_diagnostics_interval", self.cost_aware_diagnostics_interval, 0)
+        _int_at_least("cost_aware_diagnostics_rows", self.cost_aware_diagnostics_rows, 2)
+        _int_at_least("cost_aware_warn_after_skips", self.cost_aware_warn_after_skips, 0)
+        _int_at_least("cost_aware_calibration_interval", self.cost_aware_calibration_interval, 1)
+        _int_at_least("cost_aware_calibration_rows", self.cost_aware_calibration_rows, 3)
         method = sampling.method
         message = paper_proxy_warning(self.cost_aware_proxy, loss_type=self.loss_type, method=method)
         if message is not None:  # only when chosen explicitly: 'auto' resolves to 'calibrated' here

@@ -73,6 +73,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
+from transformers import TrainerCallback
 from trl import GRPOTrainer
 from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 
@@ -85,13 +86,14 @@ from costaware.grpo.plan import Plan, plan_minibatches
 from costaware.grpo.shard import ShardStep, rank_offsets, shard_minibatches
 from costaware.integrations.trl import measure
 from costaware.integrations.trl.batch import MULTIMODAL, index_rows, loss_mask, trim_padding
-from costaware.integrations.trl.callbacks import OptimizerTimer, TokenBudget
+from costaware.integrations.trl.callbacks import TokenBudget
 from costaware.integrations.trl.config import CostAwareGRPOConfig
 from costaware.integrations.trl.logprobs import FedLogprobsMixin
-from costaware.integrations.trl.measure import CALIBRATOR_FILE
 from costaware.integrations.trl.zvf import GenerationMixin
 
 __all__ = ["CALIBRATOR_FILE", "CostAwareGRPOTrainer", "GlobalPool"]
+
+CALIBRATOR_FILE = measure.CALIBRATOR_FILE  # beside accounting's STATE_FILE in each checkpoint
 
 _WEIGHT_KEY = "cost_aware_weight"  # (k,) per-row loss factor folded into advantages
 _SKIP_KEY = "cost_aware_skip"
@@ -106,6 +108,22 @@ class GlobalPool:
     lengths: torch.Tensor  # (N,) float64, completion tokens the loss counts
     rewards: torch.Tensor  # (N,) float64
     rank_sizes: tuple[int, ...]
+
+
+class _OptimizerTimer(TrainerCallback):
+    """Adds the wall time of every ``optimizer.step()`` to the trainer's ``po_seconds`` counter."""
+
+    def __init__(self, trainer: CostAwareGRPOTrainer) -> None:
+        self.trainer = trainer
+        self.start: float | None = None
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        self.start = time.perf_counter()
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        if self.start is not None:
+            self.trainer.cost_aware_counters.po_seconds += time.perf_counter() - self.start
+            self.start = None
 
 
 class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, GRPOTrainer):
@@ -130,7 +148,7 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, GRPOTrainer):
         # wants the gradients themselves replaces this attribute (examples/proxy_fidelity_probe.py)
         self.per_row_grad_norms = per_sequence_grad_norms
         measure.init_calibration(self)
-        self.add_callback(OptimizerTimer(self))
+        self.add_callback(_OptimizerTimer(self))
         self.add_callback(TokenBudget(self))
 
     @property
