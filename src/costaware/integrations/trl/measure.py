@@ -10,9 +10,9 @@ The ``'calibrated'`` proxy: β fitted on exact per-row gradient norms, identical
 
 A fit starts every ``cost_aware_calibration_interval`` generation batches and uses
 ``cost_aware_calibration_rows`` = k rows with A ≠ 0, at most ⌈k/4⌉ (:data:`MIN_GROUPS`) from any one
-group, so at least min(4, k) groups. A batch that holds fewer such rows (a pool of one group of 8
-rows holds at most 8, from one prompt) gives what it has, and the next batches add theirs until the
-fit has k: β is never fitted on one prompt's rows, nor on fewer rows than asked (with pools of 8 rows
+group, so at least min(4, k) groups. A batch that cannot give them all (a pool of one group of 8
+rows gives at most ⌈k/4⌉) gives what it may, and the next batches add theirs until the fit has k
+measured rows: β is never fitted on one prompt's rows, nor on fewer rows than asked (with pools of 8 rows
 the first fit used to see one group and returned β̂ = 3.97, clipped to 2). β stays at the loss
 family's prior until the first fit. Why these minimums:
 
