@@ -68,6 +68,7 @@ def trl_step_seconds() -> float | None:
             save_strategy="no",
             beta=0.0,
             loss_type="dapo",
+            cost_aware_method="p_star",  # the method this benchmark has always timed ("auto" is nonzero here)
             disable_tqdm=True,
             logging_steps=1000,
         )

@@ -17,7 +17,7 @@ MODULES = [
 ]
 
 
-@pytest.mark.parametrize("name", MODULES + ["costaware.integrations.trl.batch"])
+@pytest.mark.parametrize("name", MODULES + ["costaware.integrations.trl.batch", "costaware.integrations.trl.config"])
 def test_docstring_examples_run(name):
     if name.startswith("costaware.integrations.trl"):
         pytest.importorskip("trl", reason="the 'trl' extra is not installed")

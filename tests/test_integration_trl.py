@@ -154,8 +154,9 @@ def test_trainer_runs_and_counts_the_tokens_it_feeds(tmp_path, method, extra):
     micro_steps = 4 * a.gradient_accumulation_steps
     assert state["generations"] == micro_steps // (a.steps_per_generation * trainer.num_iterations)
     assert state["tokens"] == sum(fed) > 0
-    logged = [h for h in trainer.state.log_history if "cost_aware/tokens" in h]
-    assert len(logged) == 4 and logged[-1]["cost_aware/tokens"] == sum(fed)
+    logged = [h for h in trainer.state.log_history if "cost_aware/total/tokens" in h]
+    assert len(logged) == 5 and logged[-1]["cost_aware/total/tokens"] == sum(fed)  # 4 steps + the summary
+    assert "train_runtime" in logged[-1] and logged[-2]["cost_aware/total/tokens"] == sum(fed)
     assert logged[-1]["cost_aware/total/tokens_plain"] == state["tokens_plain"]
     assert 0 < logged[-1]["cost_aware/total/po_seconds"] == pytest.approx(state["po_seconds"])
     # every forward/backward is counted (each plan runs num_iterations times): tokens == sum(fed) above
@@ -311,8 +312,8 @@ def test_logprobs_of_the_fed_rows_only_equal_stocks(tmp_path, loss_type, method,
         assert computed["fed"] < computed["all"]
 
 
-@pytest.mark.parametrize("extra", [{}, {"cost_aware_method": "p_smooth", "loss_type": "grpo", **KL}],
-                         ids=["old", "old+ref"])  # fmt: skip
+@pytest.mark.parametrize("extra", [{}, {"cost_aware_method": "p_star"}, {"cost_aware_method": "p_smooth", "loss_type": "grpo", **KL}],
+                         ids=["old-auto", "old-p_star-calibrated", "old+ref"])  # fmt: skip
 def test_logprob_rows_fed_or_all_train_to_the_same_parameters(tmp_path, extra):
     """Four optimiser steps, two per pool (the second one off-policy; KL on in the second case): the same
     parameters either way."""
@@ -439,7 +440,7 @@ def test_a_pool_without_signal_is_skipped_without_moving_the_parameters(tmp_path
         torch.testing.assert_close(p, q, rtol=0, atol=0)
     state = trainer.cost_aware_state
     assert state["skipped"] == 2 and state["tokens"] == 0 and state["tokens_plain"] > 0
-    assert [h["cost_aware/skipped"] for h in trainer.state.log_history if "cost_aware/skipped" in h] == [
+    assert [h["cost_aware/step/skipped"] for h in trainer.state.log_history if "cost_aware/step/skipped" in h] == [
         1.0,
         1.0,
     ]
@@ -523,10 +524,12 @@ def test_checkpoint_keeps_the_counters(tmp_path):
         ("cost_aware_diagnostics_rows", 1),
         ("entropy_coef", 0.01),
         ("top_entropy_quantile", 0.2),
-        ("beta", 0.1),  # with p_star: zero-advantage rows are never drawn, their KL gradient would be lost
+        ("beta", 0.1),  # with auto (p_star/nonzero): zero-advantage rows are never drawn, their KL gradient would be lost
         ("cost_aware_zero_tol", 1.5),
         ("cost_aware_max_draws_factor", 0.5),
         ("cost_aware_warn_after_skips", -1),
+        ("cost_aware_token_budget", -5),
+        ("cost_aware_token_budget", 2.5),
     ],
 )
 def test_bad_config_is_refused_naming_the_value(tmp_path, field, value):
@@ -569,23 +572,24 @@ def test_calibrated_proxy_logs_beta_and_round_trips_through_a_checkpoint(tmp_pat
     from costaware.grpo.proxy import BetaCalibrator
     from costaware.integrations.trl.trainer import CALIBRATOR_FILE
 
+    # pools of 4 groups: 6 rows at most 2 per group (at least 3 groups) fit on every pool
     kw = dict(cost_aware_method="p_star", cost_aware_proxy="calibrated", cost_aware_calibration_interval=1,
-              cost_aware_calibration_rows=6, save_strategy="steps", save_steps=2)
+              cost_aware_calibration_rows=6, save_strategy="steps", save_steps=2, per_device_train_batch_size=8)
     trainer = _trainer(tmp_path, **kw)
     assert trainer.sampling.proxy == "calibrated" and trainer.cost_aware_calibrator.beta == 1.0  # dapo prior
     trainer.train()
     cal = trainer.cost_aware_calibrator
     assert cal.updates == trainer.cost_aware_state["generations"] == 2
-    logs = [h for h in trainer.state.log_history if "cost_aware/beta_hat" in h]
+    logs = [h for h in trainer.state.log_history if "cost_aware/proxy_beta_hat" in h]
     assert logs, "no calibration logged"
     first = next(h for h in trainer.state.log_history if "cost_aware/proxy_beta" in h)
     assert first["cost_aware/proxy_beta"] == 1.0  # the pool that is measured uses the earlier β
     for h in logs:
-        for key in ("beta", "beta_hat", "beta_stderr", "beta_low", "beta_high", "beta_rows",
-                    "predicted_j_vs_optimal", "predicted_j_vs_uniform", "calibration_seconds"):
+        for key in ("proxy_beta_next", "proxy_beta_hat", "proxy_beta_stderr", "proxy_beta_low", "proxy_beta_high",
+                    "proxy_beta_rows", "predicted_j_vs_optimal", "predicted_j_vs_uniform", "calibration_seconds"):
             assert math.isfinite(h[f"cost_aware/{key}"]), key
-        assert -0.5 <= h["cost_aware/beta"] <= 2.0
-        assert h["cost_aware/beta_low"] <= h["cost_aware/beta_hat"] <= h["cost_aware/beta_high"]
+        assert -0.5 <= h["cost_aware/proxy_beta_next"] <= 2.0
+        assert h["cost_aware/proxy_beta_low"] <= h["cost_aware/proxy_beta_hat"] <= h["cost_aware/proxy_beta_high"]
         assert h["cost_aware/predicted_j_vs_optimal"] >= 1.0 - 1e-9
     assert any(math.isfinite(h.get("cost_aware/calibration_share_of_po", math.nan)) for h in trainer.state.log_history)
     with open(tmp_path / "checkpoint-4" / CALIBRATOR_FILE) as f:
@@ -600,19 +604,23 @@ def test_calibrated_proxy_logs_beta_and_round_trips_through_a_checkpoint(tmp_pat
 
 
 def test_proxy_auto_resolves_per_loss_type_and_warns_on_the_papers_under_token_sum(tmp_path):
-    assert CostAwareGRPOConfig(**_kwargs(tmp_path)).sampling_config().proxy == "calibrated"  # dapo
-    grpo = CostAwareGRPOConfig(**_kwargs(tmp_path, loss_type="grpo")).sampling_config()
+    def cfg(**over):
+        return CostAwareGRPOConfig(**_kwargs(tmp_path, **{"cost_aware_method": "p_star", **over}))
+
+    assert cfg().sampling_config().proxy == "calibrated"  # dapo
+    grpo = cfg(loss_type="grpo").sampling_config()
     assert (grpo.proxy, grpo.beta) == ("advantage", 0.0)
-    fixed = CostAwareGRPOConfig(**_kwargs(tmp_path, cost_aware_proxy="length_aware")).sampling_config()
+    fixed = cfg(cost_aware_proxy="length_aware").sampling_config()
     assert (fixed.proxy, fixed.proxy_beta) == ("length_aware", 1.0)  # the token-sum prior
     with pytest.warns(UserWarning, match="sums each row's token losses"):
-        CostAwareGRPOConfig(**_kwargs(tmp_path, cost_aware_proxy="advantage"))
+        cfg(cost_aware_proxy="advantage")
     import warnings as w
 
     with w.catch_warnings():
         w.simplefilter("error")
-        CostAwareGRPOConfig(**_kwargs(tmp_path, cost_aware_proxy="advantage", loss_type="grpo"))
-        CostAwareGRPOConfig(**_kwargs(tmp_path))
+        cfg(cost_aware_proxy="advantage", loss_type="grpo")
+        cfg()
+        cfg(cost_aware_method="auto", cost_aware_proxy="advantage")  # auto: nonzero under dapo, no proxy
 
 
 @pytest.mark.parametrize(

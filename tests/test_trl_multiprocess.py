@@ -121,6 +121,18 @@ NONE_VS_STOCK = [
     for kind in ("none", "stock")
 ]
 COMPARED = MATRIX + EXTRAS  # 2 processes against 1
+# issue 23, in their own launches: the PO-token budget stops every process at the end of the round that
+# reaches it (budget 1: the first round), and a β fitted on pool 1 plans pool 2 alike on every process
+BUDGETED = [
+    _case("dapo-auto-budget-rank1", zero="rank1", loss_type="dapo", cost_aware_method="auto",
+          cost_aware_token_budget=1, max_steps=6),
+    _case("grpo-kl-iters2-budget", loss_type="grpo", beta=0.1, cost_aware_method="p_smooth", cost_aware_alpha=0.1,
+          num_iterations=2, cost_aware_token_budget=1, max_steps=8),
+    _case("bnpo-spg4-ga2-budget", loss_type="bnpo", steps_per_generation=4, gradient_accumulation_steps=2,
+          cost_aware_token_budget=1, max_steps=6),
+]  # fmt: skip
+CALIBRATED = [_case("dapo-calibrated-every1", loss_type="dapo", cost_aware_proxy="calibrated",
+                    cost_aware_calibration_interval=1, cost_aware_calibration_rows=6)]  # fmt: skip
 
 
 def _env() -> dict[str, str]:
@@ -229,6 +241,12 @@ def runs(tmp_path_factory):
     return two, one
 
 
+@pytest.fixture(scope="module")
+def issue23_runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("trl_mp_issue23")
+    return run_cases(BUDGETED + CALIBRATED, 2, root / "two"), run_cases(BUDGETED + CALIBRATED, 1, root / "one")
+
+
 def _get(results, name):
     r = results[name]
     if "error" in r:
@@ -317,6 +335,38 @@ def test_logprobs_of_the_fed_rows_give_stocks_steps_on_two_processes(runs, fed):
     for a, b in zip(_get(two, fed), _get(two, f"{fed}-allrows"), strict=True):
         torch.testing.assert_close(a["params"], b["params"], rtol=1e-4, atol=1e-6)
     assert float((_get(two, fed)[0]["params"] - _get(two, fed)[0]["init"]).norm()) > 1e-3
+
+
+@pytest.mark.parametrize("case", BUDGETED, ids=[c["name"] for c in BUDGETED])
+def test_token_budget_stops_every_process_at_the_end_of_the_same_round(issue23_runs, case):
+    two, one = issue23_runs
+    ranks, (ref,) = _get(two, case["name"]), _get(one, case["name"])
+    cfg = case["config"]
+    round_steps = cfg.get("steps_per_generation", 2) * cfg.get("num_iterations", 1) // cfg.get("gradient_accumulation_steps", 1)
+    assert [r["global_step"] for r in ranks] == [round_steps, round_steps] and ref["global_step"] == round_steps
+    assert round_steps < cfg["max_steps"]  # the budget, not max_steps, ended the run
+    assert all(r["state"]["tokens"] == ref["state"]["tokens"] >= 1 for r in ranks) and ref["state"]["generations"] == 1
+    torch.testing.assert_close(ranks[0]["params"], ranks[1]["params"], rtol=0, atol=0)
+    _assert_same_step(ranks[0]["params"], ref["params"], ref["init"])
+    for r in (*ranks, ref):  # the end-of-training summary carries the totals on every process
+        assert "train_runtime" in r["logged"][-1] and r["logged"][-1]["cost_aware/total/tokens"] == r["state"]["tokens"]
+
+
+def test_calibrated_beta_is_the_same_on_every_process_and_plans_the_next_pool(issue23_runs):
+    two, one = issue23_runs
+    name = CALIBRATED[0]["name"]
+    ranks, (ref,) = _get(two, name), _get(one, name)
+
+    def logged(r, key):
+        return [h[key] for h in r["logged"] if key in h]
+
+    hat = logged(ranks[0], "cost_aware/proxy_beta_hat")
+    assert len(hat) == 2  # a fit on each of the two pools (4 groups, 2 rows each, of the 6 asked)
+    for key in ("cost_aware/proxy_beta_hat", "cost_aware/proxy_beta_next", "cost_aware/proxy_beta"):
+        assert logged(ranks[0], key) == logged(ranks[1], key), key
+        assert logged(ranks[0], key) == pytest.approx(logged(ref, key), rel=1e-4), key
+    assert logged(ranks[0], "cost_aware/proxy_beta")[-1] != 1.0  # pool 2 was planned with the fitted β
+    _assert_same_step(ranks[0]["params"], ref["params"], ref["init"])
 
 
 def test_wall_time_is_reported(runs):

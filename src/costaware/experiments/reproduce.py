@@ -212,6 +212,7 @@ def trainer_args(spec: RunSpec, profile: Profile, workdir: Path) -> Any:
             cost_aware_diagnostics_interval=profile.diagnostics_every if profile.diagnostics_rows else 0,
             cost_aware_diagnostics_rows=max(2, profile.diagnostics_rows),
             cost_aware_logprob_rows=profile.logprob_rows,
+            cost_aware_token_budget=profile.token_budget,  # stops at the end of the round that reaches it
         )  # fmt: skip
 
 
@@ -295,9 +296,7 @@ def _run_grpo(spec: RunSpec, profile: Profile, sft_dir: Path, workdir: Path) -> 
             tokens = int(trainer.cost_aware_state["tokens"])
             watch(tokens)
             if due(state.global_step // spg, tokens, last=state.global_step == args.max_steps):
-                record(state.global_step)
-            if due.done(tokens):
-                control.should_training_stop = True
+                record(state.global_step)  # the trainer's cost_aware_token_budget ends the run at the same step
 
     trainer = CostAwareGRPOTrainer(model=model, args=args, reward_funcs=reward, train_dataset=data,
                                    processing_class=tok, callbacks=[Evaluate()])  # fmt: skip
@@ -324,7 +323,7 @@ def _run_grpo(spec: RunSpec, profile: Profile, sft_dir: Path, workdir: Path) -> 
     counters = {k: float(v) for k, v in trainer.cost_aware_state.items() if isinstance(v, int | float)}
     counters.update(round_cap_hit=float(capped), longest_skipped_run=float(watch.longest))
     fidelity = tuple(
-        ProxyFidelityPoint(step=int(h["step"]), po_tokens=int(h["cost_aware/tokens"]),
+        ProxyFidelityPoint(step=int(h["step"]), po_tokens=int(h["cost_aware/total/tokens"]),
                            **{k: _finite(h.get(f"cost_aware/{k}")) for k in ("pearson", "chi2", "j_vs_uniform")})
         for h in trainer.state.log_history if "cost_aware/chi2" in h
     )  # fmt: skip

@@ -1,7 +1,7 @@
 """Cost-Aware GRPO on TRL's ``GRPOTrainer``: :class:`CostAwareGRPOConfig` and :class:`CostAwareGRPOTrainer`.
 
 >>> from costaware.integrations.trl import CostAwareGRPOConfig, CostAwareGRPOTrainer  # doctest: +SKIP
->>> args = CostAwareGRPOConfig(output_dir="out", cost_aware_method="p_star", loss_type="dapo")  # doctest: +SKIP
+>>> args = CostAwareGRPOConfig(output_dir="out")  # CPU or GPU; method "auto": nonzero under dapo  # doctest: +SKIP
 >>> trainer = CostAwareGRPOTrainer(model=model, args=args, reward_funcs=reward, train_dataset=ds,
 ...                                processing_class=tokenizer)  # doctest: +SKIP
 >>> trainer.train(); trainer.cost_aware_counters.tokens  # doctest: +SKIP

@@ -54,17 +54,19 @@ Proxy (``cost_aware_proxy``, see :mod:`costaware.grpo.proxy`): p_star/p_smooth s
 p ∝ |A|·c^(β−½). Under ``"calibrated"`` (the default for token-sum losses) a
 :class:`~costaware.grpo.proxy.BetaCalibrator` holds β: every ``cost_aware_calibration_interval``
 generation batches, each process measures exact per-row gradient norms (the diagnostics' hook,
-``per_row_grad_norms``) on ``cost_aware_calibration_rows`` of its rows with A ≠ 0, every process gathers
-every process's (|A|, G, c) and runs the same fit, so β is the same on every rank. The pool that is
-measured is planned with the β of earlier rounds; the new β serves the next pools. The calibrator is
-saved beside the counters in every checkpoint (``CALIBRATOR_FILE``).
+``per_row_grad_norms``) on rows with A ≠ 0, every process gathers every process's (|A|, G, c) and runs
+the same fit, so β is the same on every rank; a fit waits for ``cost_aware_calibration_rows`` rows from
+at least 4 groups (:mod:`~costaware.integrations.trl.calibration`). The pool that is measured is planned
+with the β of earlier fits; the new β serves the next pools. The calibrator is saved beside the counters
+in every checkpoint (``CALIBRATOR_FILE``).
+
+Token budget (``cost_aware_token_budget``): training stops once the counted tokens reach it, when a
+generation batch is spent (:class:`~costaware.integrations.trl.callbacks.TokenBudget`). The counters are
+logged with every log and with TRL's end-of-training summary, whatever ``logging_steps`` is.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import os
 import time
 import warnings
 from dataclasses import dataclass, replace
@@ -78,19 +80,20 @@ from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 from costaware.grpo.accounting import METRIC_PREFIX, Counters, StepCounts, load_counters, save_counters
 from costaware.grpo.advantages import sequence_costs_from_masks
 from costaware.grpo.config import SUBSET, plan_seed
-from costaware.grpo.diagnostics import per_sequence_grad_norms, proxy_fidelity
+from costaware.grpo.diagnostics import per_sequence_grad_norms
 from costaware.grpo.factors import TRL_LOSS_FAMILY, global_tokens, row_factors, step_normalisers
 from costaware.grpo.plan import Plan, plan_minibatches
-from costaware.grpo.proxy import BetaCalibrator, fit_beta, predicted_j_ratios
 from costaware.grpo.shard import ShardStep, rank_offsets, shard_minibatches
+from costaware.integrations.trl import measure
 from costaware.integrations.trl.batch import MULTIMODAL, index_rows, loss_mask, trim_padding
+from costaware.integrations.trl.callbacks import TokenBudget
 from costaware.integrations.trl.config import CostAwareGRPOConfig
 from costaware.integrations.trl.logprobs import FedLogprobsMixin
 from costaware.integrations.trl.zvf import GenerationMixin
 
 __all__ = ["CALIBRATOR_FILE", "CostAwareGRPOTrainer", "GlobalPool"]
 
-CALIBRATOR_FILE = "cost_aware_calibrator.json"  # beside accounting's STATE_FILE in each checkpoint
+CALIBRATOR_FILE = measure.CALIBRATOR_FILE  # beside accounting's STATE_FILE in each checkpoint
 
 _WEIGHT_KEY = "cost_aware_weight"  # (k,) per-row loss factor folded into advantages
 _SKIP_KEY = "cost_aware_skip"
@@ -144,14 +147,9 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, GRPOTrainer):
         # (model, loss_fn, rows) -> (k,) exact per-row gradient norms, for the diagnostics; a probe that
         # wants the gradients themselves replaces this attribute (examples/proxy_fidelity_probe.py)
         self.per_row_grad_norms = per_sequence_grad_norms
-        # β of the 'calibrated' proxy (None for the other proxies) and the wall time its fits took
-        self.cost_aware_calibrator: BetaCalibrator | None = None
-        self.cost_aware_calibration_seconds = 0.0
-        if self.sampling.proxy == "calibrated":
-            self.cost_aware_calibrator = BetaCalibrator.for_loss(
-                self.loss_type, every=self.args.cost_aware_calibration_interval
-            )
+        measure.init_calibration(self)
         self.add_callback(_OptimizerTimer(self))
+        self.add_callback(TokenBudget(self))
 
     @property
     def cost_aware_state(self) -> dict[str, float]:
@@ -215,11 +213,10 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, GRPOTrainer):
         for key in ("beta", "alpha"):
             if plan.meta.get(key) is not None:
                 metrics[f"cost_aware/{'proxy_beta' if key == 'beta' else key}"].append(float(plan.meta[key]))
-        if cal is not None and cal.due(int(self.cost_aware_counters.generations)):
-            self._calibrate(batch, plan, pool, offset)
+        measure.maybe_calibrate(self, batch, plan, pool, offset)
         interval = self.args.cost_aware_diagnostics_interval
         if interval and self.cost_aware_counters.generations % interval == 0:
-            self._diagnostics(batch, plan, pool, offset)
+            measure.diagnostics(self, batch, plan, pool, offset)
         iters = self.num_iterations
         if self.sampling.method == "none" and n == self.args.per_device_train_batch_size * spg:
             # exactly stock TRL's split (same global RNG draw, same chunks)
@@ -291,9 +288,8 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, GRPOTrainer):
     def _account(self, step: StepCounts) -> None:
         counters, metrics = self.cost_aware_counters, self._metrics["train"]
         counters.add(step)
-        metrics[f"{METRIC_PREFIX}/tokens_step"].append(step.tokens)
-        metrics[f"{METRIC_PREFIX}/rows_unique"].append(step.rows_unique)
-        metrics[f"{METRIC_PREFIX}/skipped"].append(step.skipped)
+        for name in ("tokens", "rows_unique", "skipped"):  # per pool (TRL averages them over a log's pools)
+            metrics[f"{METRIC_PREFIX}/step/{name}"].append(getattr(step, name))
         k = self.args.cost_aware_warn_after_skips
         if k and counters.consecutive_skipped and counters.consecutive_skipped % k == 0:
             warnings.warn(
@@ -303,119 +299,6 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, GRPOTrainer):
                 RuntimeWarning,
                 stacklevel=2,
             )
-
-    # -- calibration of the proxy -------------------------------------------------------------------
-    def _calibrate(self, batch: dict[str, Any], plan: Plan, pool: GlobalPool, offset: int) -> None:
-        """Fit β on exact gradient norms of rows with A ≠ 0 of the global pool; update the calibrator.
-
-        The rows are drawn from the global pool with a seed every process shares, so the same rows are
-        measured whatever the number of processes; each process measures the ones it holds. Collective-
-        safe: every process (holding chosen rows or not) takes part in one gather of a fixed-shape
-        table, then every process fits the same rows in the same order, so β agrees on every rank.
-        """
-        start = time.perf_counter()
-        k = self.args.cost_aware_calibration_rows
-        abs_pool = plan.advantages.abs().double()
-        signal = torch.nonzero(abs_pool > self.sampling.zero_tol * abs_pool.max()).reshape(-1)
-        gen = torch.Generator().manual_seed(
-            int(self.args.seed) * 7919 + int(self.cost_aware_counters.generations) + 104_729
-        )
-        chosen = torch.sort(signal[torch.randperm(signal.numel(), generator=gen)[:k]]).values
-        if chosen.numel() == 0:  # no signal anywhere (known to every process alike): nothing to fit
-            return
-        rows = self._measure_global(batch, plan, pool, offset, chosen)
-        cal = self.cost_aware_calibrator
-        assert cal is not None
-        metrics = self._metrics["train"]
-        if rows.shape[0]:
-            abs_a, g, c, p = (rows[:, i].numpy() for i in range(1, 5))
-            cal.update(fit_beta(abs_a, g, c, level=cal.level))
-            usable = torch.isfinite(rows[:, 2]) & (rows[:, 2] > 0) & (rows[:, 4] > 0)
-            if bool(usable.any()):
-                for key, value in predicted_j_ratios(p, g, c).items():
-                    metrics[f"cost_aware/predicted_{key}"].append(value)
-        for key, value in cal.metrics().items():
-            if math.isfinite(value):
-                metrics[f"cost_aware/{key}"].append(value)
-        seconds = time.perf_counter() - start
-        self.cost_aware_calibration_seconds += seconds
-        metrics["cost_aware/calibration_seconds"].append(seconds)
-
-    # -- diagnostics --------------------------------------------------------------------------------
-    def _measure_rows(
-        self, batch: dict[str, Any], advantages: torch.Tensor, idx: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(|A|, exact ‖∇ℓ_i‖, c) of local rows ``idx`` under the trainer's own loss, as float64 CPU.
-
-        TRL's metrics are left as they were (the single-row losses must not enter them).
-        """
-        n = batch["advantages"].shape[0]
-        rows = self._with_ref_logprobs(index_rows(batch, idx, n))  # a deferred reference pass: these rows' own
-        rows["advantages"] = advantages[idx].to(rows["advantages"])
-        abs_a = rows["advantages"].abs().double().cpu()
-        per_row = {key: v for key, v in rows.items() if isinstance(v, torch.Tensor) and v.ndim >= 1}
-        scalars = {key: v for key, v in rows.items() if key not in per_row}
-        saved = {key: list(v) for key, v in self._metrics["train"].items()}
-
-        def row_loss(model, one):
-            return GRPOTrainer._compute_loss(self, model, trim_padding({**one, **scalars}))
-
-        norms = self.per_row_grad_norms(self.model, row_loss, per_row)
-        self._metrics["train"].clear()
-        self._metrics["train"].update(saved)  # the k single-row losses must not enter TRL's metrics
-        costs = (rows["prompt_mask"].sum(1) + rows["completion_mask"].sum(1)).clamp(min=1).double().cpu()
-        return abs_a, torch.as_tensor(norms).double().cpu(), costs
-
-    def _measure_global(
-        self, batch: dict[str, Any], plan: Plan, pool: GlobalPool, offset: int, chosen: torch.Tensor
-    ) -> torch.Tensor:
-        """Rows (1, |A|, G, c, p) of the global pool's rows ``chosen``, gathered from the processes holding them.
-
-        ``chosen`` (global indices) must be the same on every process. Collective-safe: TRL's loss gathers
-        its clip metrics on every call, so every process runs as many single-row losses as the busiest one
-        (the others repeat a row of their own, whose norm is discarded), then every process joins one
-        gather of a fixed-shape table; every process returns the same rows in the same order. p is the
-        plan's probability of the row (0 when the plan drew nothing); G is NaN where a norm failed.
-        """
-        n = batch["advantages"].shape[0]
-        idx = chosen[(chosen >= offset) & (chosen < offset + n)] - offset
-        local = plan.advantages[offset : offset + n]
-        bounds = rank_offsets(pool.rank_sizes)
-        busiest = max(int(((chosen >= lo) & (chosen < hi)).sum()) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True))
-        table = torch.zeros(chosen.numel(), 5, dtype=torch.float64)
-        if busiest:
-            fill = torch.zeros(busiest - idx.numel(), dtype=idx.dtype)
-            abs_a, norms, costs = self._measure_rows(batch, local, torch.cat([idx, fill]))
-            abs_a, norms, costs = abs_a[: idx.numel()], norms[: idx.numel()], costs[: idx.numel()]
-            p = plan.probs[offset + idx].double() if plan.probs is not None else torch.zeros_like(abs_a)
-            if idx.numel():
-                table[: idx.numel()] = torch.stack([torch.ones_like(abs_a), abs_a, norms.double(), costs, p], 1)
-        rows = self.accelerator.gather(table.to(self.accelerator.device)).cpu()
-        return rows[rows[:, 0] > 0]
-
-    def _diagnostics(self, batch: dict[str, Any], plan: Plan, pool: GlobalPool, offset: int) -> None:
-        """Pearson(|A|, ‖∇ℓ_i‖) and the cost-biased χ² on a random subset of the global pool (paper Fig. 3, G.8).
-
-        The rows are drawn from the global pool with a seed every process shares, and measured through
-        :meth:`_measure_global`, so every process joins the same collectives (a process whose rows all
-        have A = 0 included) and logs the same numbers.
-        """
-        total = plan.advantages.numel()
-        k = min(self.args.cost_aware_diagnostics_rows, total)
-        gen = torch.Generator().manual_seed(
-            int(self.args.seed) * 7919 + int(self.cost_aware_counters.generations)
-        )
-        chosen = torch.sort(torch.randperm(total, generator=gen)[:k]).values
-        if not bool((plan.advantages[chosen] != 0).any()):  # global knowledge: every process returns here
-            return
-        rows = self._measure_global(batch, plan, pool, offset, chosen)
-        abs_a, norms, costs = rows[:, 1], rows[:, 2], rows[:, 3]
-        if not bool((norms > 0).any()):
-            return
-        out = proxy_fidelity(abs_a, norms, costs)
-        for key in ("pearson", "chi2", "j_vs_uniform"):
-            if math.isfinite(out[key]):
-                self._metrics["train"][f"cost_aware/{key}"].append(out[key])
 
     # -- loss ---------------------------------------------------------------------------------------
     def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any):  # type: ignore[override]
@@ -481,14 +364,13 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, GRPOTrainer):
         return out
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if self.model.training and "loss" in logs:  # one value per log, so TRL's averaging keeps it
-            metrics = self._metrics["train"]
-            for key, value in self.cost_aware_counters.metrics().items():
-                metrics[key] = [value]
-            metrics[f"{METRIC_PREFIX}/tokens"] = [self.cost_aware_counters.tokens]  # experiments' x-axis
+        # with every training log and with the end-of-training summary (TRL's "train_runtime" log), so a
+        # run logs its totals whatever logging_steps is; one value per log, never averaged by TRL
+        if (self.model.training and "loss" in logs) or "train_runtime" in logs:
+            logs = {**logs, **self.cost_aware_counters.metrics()}
             if self.cost_aware_calibrator is not None and self.cost_aware_counters.po_seconds > 0:
                 share = self.cost_aware_calibration_seconds / self.cost_aware_counters.po_seconds
-                metrics[f"{METRIC_PREFIX}/calibration_share_of_po"] = [share]
+                logs[f"{METRIC_PREFIX}/calibration_share_of_po"] = share
         super().log(logs, start_time)
 
     def _save_checkpoint(self, model, trial):  # type: ignore[override]
@@ -496,15 +378,7 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, GRPOTrainer):
         if self.args.should_save:
             folder = f"{self._get_output_dir(trial=trial)}/checkpoint-{self.state.global_step}"
             save_counters(self.cost_aware_counters, folder)
-            if self.cost_aware_calibrator is not None:
-                state = {
-                    "calibrator": self.cost_aware_calibrator.to_dict(),
-                    "seconds": self.cost_aware_calibration_seconds,
-                }
-                path = os.path.join(folder, CALIBRATOR_FILE)
-                with open(f"{path}.tmp", "w") as handle:
-                    json.dump(state, handle)
-                os.replace(f"{path}.tmp", path)  # atomic, like the counters
+            measure.save_calibration(self, folder)
 
     def _load_optimizer_and_scheduler(self, checkpoint):  # type: ignore[override]
         super()._load_optimizer_and_scheduler(checkpoint)
@@ -512,9 +386,4 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, GRPOTrainer):
             saved = load_counters(checkpoint)
             if saved is not None:
                 self.cost_aware_counters = saved
-            path = os.path.join(checkpoint, CALIBRATOR_FILE)
-            if self.cost_aware_calibrator is not None and os.path.isfile(path):
-                with open(path) as handle:
-                    state = json.load(handle)
-                self.cost_aware_calibrator = BetaCalibrator.from_dict(state["calibrator"])
-                self.cost_aware_calibration_seconds = float(state["seconds"])
+            measure.load_calibration(self, checkpoint)
