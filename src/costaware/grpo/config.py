@@ -50,26 +50,28 @@ __all__ = [
 
 
 def _p_star(g: np.ndarray, c: np.ndarray, alpha: float) -> np.ndarray:
-    return dist.optimal(g, c)
+    return dist._optimal(g, c)
 
 
 def _p_smooth(g: np.ndarray, c: np.ndarray, alpha: float) -> np.ndarray:
-    return dist.smoothed(dist.optimal(g, c), alpha)
+    return dist._smoothed(dist._optimal(g, c), alpha)
 
 
 def _inv_sqrt_cost(g: np.ndarray, c: np.ndarray, alpha: float) -> np.ndarray:
-    return dist.inverse_sqrt_cost(c)
+    return dist._inverse_sqrt_cost(c)
 
 
 def _variance(g: np.ndarray, c: np.ndarray, alpha: float) -> np.ndarray:
-    return dist.variance(g)
+    return dist._variance(g)
 
 
 def _uniform(g: np.ndarray, c: np.ndarray, alpha: float) -> np.ndarray:
-    return dist.uniform(g.size)
+    return np.full(g.size, 1.0 / g.size)
 
 
 # name -> p(proxy G, costs c, alpha); the only place a method name is mapped to a distribution.
+# Kernels: they take the inputs the plan has already checked (float64 G >= 0 finite with an entry > 0,
+# c > 0 finite, equal lengths, α in [0, 1]) and do not check them again (check once, at the edge).
 DISTRIBUTIONS: dict[str, Callable[[np.ndarray, np.ndarray, float], np.ndarray]] = {
     "p_star": _p_star,
     "p_smooth": _p_smooth,

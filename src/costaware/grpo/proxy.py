@@ -147,13 +147,16 @@ def proxy_probs(abs_adv: Any, costs: Any, *, beta: float, alpha: float = 0.0) ->
     a = nonnegative_vector(abs_adv, "abs_adv", not_all_zero=True)
     c = positive_vector(costs, "costs")
     same_length(abs_adv=a, costs=c)
-    beta = _finite(beta, "beta")
-    alpha = in_unit_interval(alpha, "alpha")
+    return _proxy_probs(a, c, _finite(beta, "beta"), in_unit_interval(alpha, "alpha"))
+
+
+def _proxy_probs(a: np.ndarray, c: np.ndarray, beta: float, alpha: float) -> np.ndarray:
+    """Kernel of :func:`proxy_probs` for checked inputs (a >= 0 with an entry > 0, c > 0, equal lengths)."""
     logw = np.full(a.size, -np.inf)
     nz = a > 0
     logw[nz] = np.log(a[nz]) + (beta - 0.5) * np.log(c[nz])
     w = np.exp(logw - logw[nz].max())
-    return dist.smoothed(w / w.sum(), alpha)
+    return dist._smoothed(w / w.sum(), alpha)
 
 
 @dataclass(frozen=True)
@@ -380,6 +383,11 @@ def adaptive_alpha(
     hi = in_unit_interval(alpha_max, "alpha_max")
     if lo > hi:
         raise ValueError(f"alpha_min must be <= alpha_max, got {alpha_min!r} > {alpha_max!r}")
+    return _adaptive_alpha(p, W, lo, hi)
+
+
+def _adaptive_alpha(p: np.ndarray, W: float, lo: float, hi: float) -> float:
+    """Kernel of :func:`adaptive_alpha` for a checked probability vector and checked bounds."""
     q = p.size * p[p > 0].min()
     need = 0.0 if q >= 1.0 / W else (1.0 / W - q) / (1.0 - q)
     return float(min(max(need, lo), hi))
