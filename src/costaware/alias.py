@@ -143,10 +143,16 @@ def _check_table(prob: Any, alias: Any) -> tuple[np.ndarray, np.ndarray]:
     return prob, alias.astype(np.int64, copy=False)
 
 
+MAX_DRAWS = 1 << 32  # draws per call: 2^32 int64 indices already take 32 GB
+
+
 def _size(size: Any) -> int | tuple[int, ...]:
     if isinstance(size, tuple):
-        return tuple(integer(s, "size", minimum=0) for s in size)
-    return integer(size, "size", minimum=0)
+        out = tuple(integer(s, "size", minimum=0, maximum=MAX_DRAWS) for s in size)
+        if int(np.prod(out, dtype=object)) > MAX_DRAWS:
+            raise ValueError(f"size must hold at most {MAX_DRAWS} draws in all, got {size!r}")
+        return out
+    return integer(size, "size", minimum=0, maximum=MAX_DRAWS)
 
 
 def draw(

@@ -30,6 +30,7 @@ from costaware._checks import (
 )
 
 __all__ = [
+    "MAX_COMPONENTS",
     "uniform",
     "variance",
     "optimal",
@@ -74,13 +75,18 @@ def _ratio_normalise(G: np.ndarray, root: np.ndarray, name: str) -> np.ndarray:
     return _normalise(np.exp(logq - logq.max()), name)
 
 
-_MAX_N = int(np.iinfo(np.intp).max)  # the longest array numpy can index
+# The most components a distribution may have: 2^32 float64 entries already take 32 GB. A larger n
+# is a ValueError here rather than a MemoryError (or an out-of-memory kill) inside numpy.
+MAX_COMPONENTS = 1 << 32
 
 
 def uniform(n: int) -> np.ndarray:
-    """p_i = 1/n."""
-    n = integer(n, "n", minimum=1, maximum=_MAX_N)
-    return np.full(n, 1.0 / n)
+    """p_i = 1/n, for 1 <= n <= :data:`MAX_COMPONENTS`."""
+    n = integer(n, "n", minimum=1, maximum=MAX_COMPONENTS)
+    try:
+        return np.full(n, 1.0 / n)
+    except MemoryError:
+        raise ValueError(f"n = {n} components need {8 * n / 2**30:.1f} GiB, more than this machine can allocate") from None
 
 
 def variance(G: Any) -> np.ndarray:

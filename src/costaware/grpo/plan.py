@@ -31,10 +31,17 @@ import torch
 
 from costaware import distributions as dist
 from costaware._checks import _show, integer
-from costaware.alias import _build_alias, draw
+from costaware.alias import MAX_DRAWS, _build_alias, draw
 from costaware.grpo._draws import draw_until_fed_tokens, draw_until_tokens, gather, merge_chunks
 from costaware.grpo.advantages import group_advantages
-from costaware.grpo.config import ALPHA_AUTO_MAX, DISTRIBUTIONS, METHODS, PROXY_METHODS, SamplingConfig
+from costaware.grpo.config import (
+    ALPHA_AUTO_MAX,
+    DISTRIBUTIONS,
+    MAX_STEPS,
+    METHODS,
+    PROXY_METHODS,
+    SamplingConfig,
+)
 from costaware.grpo.proxy import _adaptive_alpha, _proxy_probs
 
 __all__ = ["METHODS", "SamplingConfig", "MiniBatch", "Plan", "plan_minibatches", "pods_select"]
@@ -281,12 +288,13 @@ def plan_minibatches(
         i = int(np.flatnonzero((cost_np <= 0) | (cost_np > _MAX_COST))[0])
         raise ValueError(f"costs must lie in (0, 2**53], got {cost_np[i]} at row {i}")
     n = adv.numel()
-    num_minibatches = integer(num_minibatches, "num_minibatches", minimum=1)  # the rule of costaware._checks
+    # the rule of costaware._checks, with upper bounds: both counts size arrays and loops
+    num_minibatches = integer(num_minibatches, "num_minibatches", minimum=1, maximum=MAX_STEPS)
     if minibatch_size is None:
         if n < num_minibatches:
             raise ValueError(f"num_minibatches must be <= the pool's N={n} rows, got {num_minibatches}")
         minibatch_size = n // num_minibatches
-    minibatch_size = integer(minibatch_size, "minibatch_size", minimum=1)
+    minibatch_size = integer(minibatch_size, "minibatch_size", minimum=1, maximum=MAX_DRAWS // num_minibatches)
     # numpy from here on (torch views of the same memory where a torch op needs them): a torch op on
     # 65,536 rows costs several times its numpy twin, and the plan's goal is < 5 ms at that size
     c_np = np.maximum(np.round(cost_np), 1.0).astype(np.int64)  # a fractional cost still feeds one token
@@ -353,11 +361,17 @@ def plan_minibatches(
     # From here on every input is checked: the kernels below (p, weights, alias table, draws) check
     # nothing again (one plan used to validate the same p five times).
     p, beta, alpha = _drawing_probs(config, proxy, cost_np)
-    w = dist._all_weights(p, config.weights)
+    try:
+        w = dist._all_weights(p, config.weights)
+    except ValueError as exc:  # name what the caller can change
+        raise ValueError(
+            f"advantages and costs (with alpha={alpha!r}, beta={beta!r}) give a row so small a probability "
+            f"that its importance weight overflows float64: {exc}"
+        ) from None
     table = _build_alias(p)  # built once per plan; every draw below reuses it
     rng = _numpy_rng(generator)
     sizes, capped = None, False
-    cap = max(1, int(config.max_draws_factor * minibatch_size))
+    cap = max(1, min(int(config.max_draws_factor * minibatch_size), MAX_DRAWS // num_minibatches))
     if config.budget == "rows":
         draws = draw(*table, num_minibatches * minibatch_size, rng, validate=False)
     elif config.merge_duplicates:  # match the tokens fed, which merging makes fewer than those drawn
