@@ -101,6 +101,8 @@ def step_normalisers(
             out.append(StepNormaliser(0.0, 0.0))
             continue
         mb = minibatches[j]
+        if mb.indices.numel() and not (0 <= int(mb.indices.min()) and int(mb.indices.max()) < pool_rows):
+            raise ValueError(f"minibatches[{j}] holds rows outside the pool of pool_rows={pool_rows}")
         drawn_tokens = float((lengths[mb.indices] * mb.counts.to(torch.float64)).sum())
         if normaliser == "draws":
             out.append(StepNormaliser(float(mb.num_draws), drawn_tokens))

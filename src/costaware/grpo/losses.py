@@ -217,11 +217,11 @@ def aggregate(
     if mode == "token-mean":
         denom = row_tokens.sum() if num_tokens is None else torch.tensor(real_scalar(num_tokens, "num_tokens"))
         if not denom > 0:
-            raise ValueError(f"token-mean needs a positive token count (num_tokens or the mask), got {float(denom)}")
+            raise ValueError(f"token-mean needs a positive token count, got num_tokens={float(denom)} (empty mask?)")
         return _finite_loss((w * row_sums).sum() / denom, "num_tokens")
     denom = (row_tokens > 0).sum() if num_sequences is None else torch.tensor(real_scalar(num_sequences, "num_sequences"))
     if not denom > 0:
-        raise ValueError(f"{mode} needs a positive sequence count (num_sequences or the mask), got {float(denom)}")
+        raise ValueError(f"{mode} needs a positive sequence count, got num_sequences={float(denom)} (empty mask?)")
     if mode == "seq-mean-token-mean":
         # Fully masked rows contribute 0 (their sum is 0); clamp avoids 0/0.
         row_sums = row_sums / row_tokens.clamp(min=1.0)

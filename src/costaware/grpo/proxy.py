@@ -136,7 +136,10 @@ def loss_family(loss_type: str) -> LossFamily:
 
 
 def _finite(x: float, name: str) -> float:
-    return real_scalar(x, name)  # the rule of costaware._checks: ValueError naming the argument
+    try:
+        return real_scalar(x, name)  # the rule of costaware._checks: ValueError naming the argument
+    except ValueError:
+        raise ValueError(f"{name} must be a finite number, got {x!r}") from None
 
 
 def _sd(x: Any, name: str) -> float:

@@ -19,11 +19,7 @@ the padded row count and the padded token count, so the weighted sum is the same
 padding (``tests/test_grpo_shard.py`` checks this against the unsharded plan).
 
 >>> import torch
->>> from costaware._checks import integer
-from costaware.grpo.config import MAX_STEPS
-from costaware.grpo.plan import MiniBatch
-
-_MAX_ROWS = 2**53  # a rank's rows; cumulative sums of larger counts would leave int64
+>>> from costaware.grpo.plan import MiniBatch
 >>> mb = MiniBatch(indices=torch.tensor([0, 1, 5]), weights=torch.tensor([1.0, 2.0, 1.0]),
 ...                counts=torch.tensor([1, 2, 1]), num_draws=4, tokens=30)
 >>> steps = shard_minibatches((mb,), rank_sizes=[4, 4], num_steps=2)
