@@ -274,7 +274,7 @@ def plan_minibatches(
 
     On several ranks, build the plan on the *global* pool (every rank's rows, in rank order) with
     the same seed on every rank, then give each rank its part with
-    :func:`costaware.grpo.shard.shard_plan`.
+    :func:`costaware.grpo.shard.shard_minibatches`.
     """
     config = config or SamplingConfig()
     if not isinstance(config, SamplingConfig):

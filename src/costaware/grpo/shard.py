@@ -4,7 +4,7 @@ On P data-parallel ranks each rank holds its own rows of the generation batch. T
 once on the *global* pool (every rank's rows concatenated in rank order, the order of
 ``accelerator.gather``), from a seed every rank shares, so every rank computes the same plan and the
 same n_supp (a per-rank plan with a local n_supp up-weights ranks with few informative rows, which
-biases the expected gradient across ranks). :func:`shard_plan` then gives every rank, for every
+biases the expected gradient across ranks). :func:`shard_minibatches` then gives every rank, for every
 optimiser step, the rows of that step's mini-batch it holds, padded with zero-factor rows to the
 largest rank's count, so that every rank runs the same number of rows in every micro-step and the
 collectives in the loss (``accelerator.gather`` of per-row values, DDP's all-reduce) meet equal
