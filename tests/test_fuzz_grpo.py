@@ -18,7 +18,6 @@ from test_fuzz import (
     _vector,
     check_call,
     floats,
-    good_vec,
     int_scalar,
     moderate,
     scalar,
@@ -168,5 +167,3 @@ def test_fuzz_sgd_schedule_and_runs(args):
     check_call(run_trials, [*names, "trials"], _PROBLEM, p, small, 2, step_size=step_size, mu=mu, weights=weights,
                averaging=averaging, checkpoints=3)
 
-
-_ = good_vec
