@@ -65,7 +65,7 @@ def test_table_encodes_p_exactly(n, seed, zero_frac):
     assert not np.isin(alias[prob < 1], np.flatnonzero(zero)).any()
 
 
-def test_large_table_reconstruction():
+def test_large_table_encodes_p_to_1e_minus_12():
     p = _random_p(np.random.default_rng(7), 1_000_000)
     prob, alias = build_alias(p)
     np.testing.assert_allclose(alias_probabilities(prob, alias), p, rtol=0, atol=1e-12)
@@ -113,7 +113,7 @@ def test_numba_draw_matches_rule_at_boundaries():
     np.testing.assert_array_equal(_draw_one(prob, alias, np.array([0.1, 0.8, 0.7])), [0, 0, 1])
 
 
-def test_degenerate_distributions():
+def test_degenerate_distributions_draw_only_their_support():
     prob, alias = build_alias([1.0])
     assert draw(prob, alias, 10, 0).tolist() == [0] * 10
     prob, alias = build_alias([0.0, 0.0, 1.0, 0.0])
@@ -149,12 +149,12 @@ def test_sum_tolerance_is_renormalised():
         ([[0.5, 0.5]], "1-D"),
     ],
 )
-def test_bad_p(p, match):
+def test_bad_p_raises_value_error_naming_it(p, match):
     with pytest.raises(ValueError, match=match):
         build_alias(p)
 
 
-def test_bad_table():
+def test_bad_table_raises_value_error_naming_the_array():
     with pytest.raises(ValueError, match="equal length"):
         draw(np.ones(3), np.zeros(2, dtype=np.int64), 5)
     with pytest.raises(ValueError, match="integer"):

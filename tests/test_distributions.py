@@ -47,7 +47,7 @@ def test_variance_uniform_inverse_sqrt(gc):
 
 @settings(max_examples=60, deadline=None)
 @given(G_c(), st.floats(0.0, 1.0))
-def test_smoothed(gc, alpha):
+def test_smoothed_mixes_p_with_uniform(gc, alpha):
     G, c = gc
     p = dist.optimal(G, c)
     q = dist.smoothed(p, alpha)
@@ -71,7 +71,7 @@ def test_noisy_proxy_moments_and_reproducibility():
     assert clipped.min() == 0.0 and (clipped > 0).any()
 
 
-def test_support_size():
+def test_support_size_counts_the_positive_entries():
     assert dist.support_size([0.5, 0.0, 0.5]) == 2
 
 
@@ -135,7 +135,7 @@ BAD_VECTORS = [
 
 
 @pytest.mark.parametrize(("bad", "match"), BAD_VECTORS)
-def test_bad_vectors_everywhere(bad, match):
+def test_bad_vectors_raise_in_every_function(bad, match):
     for call in (
         lambda: dist.variance(bad),
         lambda: dist.optimal(bad, [1.0, 1.0]),
@@ -149,7 +149,7 @@ def test_bad_vectors_everywhere(bad, match):
             call()
 
 
-def test_bad_values():
+def test_bad_values_raise_value_error_naming_the_argument():
     with pytest.raises(ValueError, match=r"c must be > 0"):
         dist.optimal([1.0, 1.0], [1.0, 0.0])
     with pytest.raises(ValueError, match=r"c must be > 0"):

@@ -58,7 +58,7 @@ def test_ratio_optimal_to_uniform_is_scale_free_at_1e_minus_200():
     )
 
 
-def test_pearson_at_1e200():
+def test_pearson_at_1e200_equals_the_unit_scale_value():
     assert theory.pearson([1e200, -1e200, 0], [1, 2, 3]) == pytest.approx(-0.5, rel=1e-14)
 
 
@@ -128,7 +128,7 @@ def test_alias_draw_validates_its_table():
         alias.draw([0.5, 0.5], [-1, 0], 5, 0)
     with pytest.raises(ValueError, match=r"prob must lie in \[0, 1\], got 1.5"):
         alias.draw([1.5, 0.5], [0, 0], 5, 0)
-    with pytest.raises(ValueError, match="size must be a non-negative integer, got -1"):
+    with pytest.raises(ValueError, match="size must be a non-negative integer.*, got -1"):
         alias.draw([1.0, 1.0], [0, 1], -1, 0)
     prob, al = alias.build_alias([0.25, 0.75])
     r1, r2 = np.random.default_rng(3), np.random.default_rng(3)
@@ -315,6 +315,6 @@ def test_checks_docstring_states_the_rule():
 
 
 @pytest.mark.parametrize("module", [dist, theory, alias, subset, _checks], ids=lambda m: m.__name__)
-def test_module_doctests(module):
+def test_module_doctests_pass(module):
     res = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert res.failed == 0

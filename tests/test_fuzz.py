@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import os
 import re
 import signal
 import warnings
@@ -33,7 +34,8 @@ from costaware.grpo import advantages as adv
 from costaware.sampler import CostAwareSampler
 
 TIMEOUT_S = 10
-EXAMPLES = 40
+# COSTAWARE_FUZZ_EXAMPLES=500 for a deeper local run; CI keeps the default
+EXAMPLES = int(os.environ.get("COSTAWARE_FUZZ_EXAMPLES", "40"))
 
 
 class Hang(Exception):
@@ -280,3 +282,57 @@ def _plan(advantages, costs, num_minibatches, method, budget, rewards, group_siz
 def test_fuzz_plan_minibatches(args):
     names = [*_names(grpo_plan.plan_minibatches), "group_size", "pods_keep"]
     check_call(_plan, names, *args)
+
+
+# -- the lower-level calls the first-hour fuzz found (each now a clear error naming its argument) -----
+
+from costaware.grpo import diagnostics, factors, losses, proxy, shard  # noqa: E402
+
+_LP = torch.zeros(2, 3)
+_MB = (grpo_plan.MiniBatch(torch.tensor([0, 1]), torch.tensor([1.0, 2.0]), torch.tensor([1, 2]), 3, 10),)
+_FOUND = [
+    # (call, the exception it must raise, the argument its message must name)
+    (lambda: grpo_plan.plan_minibatches([1.0, 2.0], [1 + 1j, 2.0], num_minibatches=1), ValueError, "costs"),
+    (lambda: grpo_plan.plan_minibatches([1.0, 2.0], [1.0, 2.0], num_minibatches=10**30), ValueError, "num_minibatches"),
+    (lambda: grpo_plan.plan_minibatches([1.0, 2.0], [1.0, 2.0], num_minibatches=2, minibatch_size=2**62),
+     ValueError, "minibatch_size"),
+    (lambda: losses.cispo_token_loss(_LP, _LP, torch.tensor([1 + 1j, 1.0])), ValueError, "advantages"),
+    (lambda: losses.aggregate(_LP, torch.ones(2, 3) * (1 + 0j)), ValueError, "mask"),
+    (lambda: losses.aggregate(_LP, torch.ones(2, 3), seq_weights=torch.tensor([1 + 1j, 1.0])), ValueError, "seq_weights"),
+    (lambda: proxy.fit_beta([1.0, 2.0, 3.0], np.array([1 + 1j, 2, 3]), [1.0, 2.0, 3.0]), ValueError, "grad_norms"),
+    (lambda: factors.row_factors("row_mean", torch.ones(2), torch.ones(2), num_ranks=1, draws=float("nan"), tokens=1.0),
+     ValueError, "draws"),
+    (lambda: factors.row_factors("row_mean", torch.ones(2), torch.ones(2), num_ranks=1, draws=-3, tokens=1.0),
+     ValueError, "draws"),
+    (lambda: factors.row_factors("row_mean", torch.tensor([float("nan"), 1.0]), torch.ones(2), num_ranks=1, draws=2,
+                                 tokens=1.0), ValueError, "weights"),
+    (lambda: factors.row_factors("token_mean", torch.ones(2), torch.ones(2), num_ranks=1, draws=2, tokens=5e-324),
+     ValueError, "tokens"),
+    (lambda: factors.step_normalisers(_MB, [1.0, float("nan")], normaliser="draws", pool_rows=2, num_steps=1),
+     ValueError, "lengths"),
+    (lambda: factors.step_normalisers(_MB, [1.0, 2.0], normaliser="draws", pool_rows=2, num_steps=10**30),
+     ValueError, "num_steps"),
+    (lambda: shard.shard_minibatches(_MB, [2], 10**30), ValueError, "num_steps"),
+    (lambda: dist.uniform(2**40), ValueError, "n"),
+    (lambda: subset.biased_cost([1e200, 1e200], [1.0, 1.0], [0, 1], 1e-300, 1.0), ValueError, "eps"),
+    (lambda: losses.grpo_token_loss(_LP, _LP, None), TypeError, "advantages"),
+    (lambda: losses.grpo_token_loss(_LP, _LP, torch.ones(2), ref_logp=_LP, beta=1e300), ValueError, "beta"),
+    (lambda: proxy.shrink(proxy.fit_beta([1.0, 2.0, 3.0], [1.0, 2.5, 2.0], [1.0, 2.0, 4.0]), 0.0, 5e-324) * 0,
+     None, None),
+]
+
+
+@pytest.mark.parametrize("k", range(len(_FOUND)))
+def test_calls_the_fuzz_found_raise_a_clear_error_naming_the_argument(k):
+    call, exc_type, name = _FOUND[k]
+    if exc_type is None:  # a documented result (a tiny prior_sd pins β to the prior), not an exception
+        assert check_call(call, []) == 0.0
+        return
+    with pytest.raises(exc_type, match=rf"\b{name}\b"):
+        with time_limit(TIMEOUT_S):
+            call()
+
+
+def test_proxy_fidelity_with_tiny_gradient_norms_is_finite():
+    out = check_call(diagnostics.proxy_fidelity, ["abs_adv", "grad_norms", "costs"], [1.0, 2.0], [1e-320, 3e-320], [1, 2])
+    assert out["j_ratio"] >= 1.0 and 0 < out["j_vs_uniform"]

@@ -84,7 +84,7 @@ def test_matches_trl_formula_with_eps_1e4():
         ([1.0, 0.0], 0, "group_size"),
     ],
 )
-def test_bad_rewards(rewards, m, match):
+def test_bad_rewards_raise_value_error(rewards, m, match):
     with pytest.raises(ValueError, match=match):
         group_advantages(torch.tensor(rewards), m)
 
@@ -96,7 +96,7 @@ def test_eps_zero_constant_group_raises():
         group_advantages(torch.tensor([1.0, 0.0]), 2, eps=-1.0)
 
 
-def test_sequence_costs():
+def test_sequence_costs_count_the_real_tokens():
     mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1], [0, 1, 0, 0, 0]])
     c = sequence_costs(mask)
     assert c.dtype == torch.int64 and c.tolist() == [3, 5, 1]
@@ -120,6 +120,6 @@ def test_sequence_costs():
         (lambda: sequence_costs_from_masks(torch.zeros(1, 2), torch.zeros(1, 2)), "no tokens"),
     ],
 )
-def test_bad_masks(call, match):
+def test_bad_masks_raise_value_error(call, match):
     with pytest.raises(ValueError, match=match):
         call()

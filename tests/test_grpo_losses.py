@@ -37,7 +37,7 @@ def test_grpo_clipping_known_values(ratio, adv, loss, grad):
     assert got_grad == pytest.approx(grad, abs=1e-12)
 
 
-def test_grpo_asymmetric_clip():
+def test_grpo_clips_the_ratio_asymmetrically():
     assert _one(math.log(1.5), 1.0, clip_high=0.28)[0] == pytest.approx(-1.28, abs=1e-12)
     assert _one(math.log(0.5), -1.0, clip_low=0.1)[0] == pytest.approx(0.9, abs=1e-12)
 
@@ -52,7 +52,7 @@ def test_cispo_known_values_gradient_always_flows(ratio, clipped, adv):
     assert grad == pytest.approx(-clipped * adv, abs=1e-12)  # sg(clip(ρ)): gradient even when clipped
 
 
-def test_kl_k3_term():
+def test_kl_k3_term_matches_its_formula():
     gen = torch.Generator().manual_seed(1)
     logp = torch.randn(3, 4, generator=gen, dtype=torch.float64) - 2
     ref = logp + 0.3 * torch.randn(3, 4, generator=gen, dtype=torch.float64)
@@ -154,6 +154,6 @@ def test_weights_are_not_self_normalised_and_normalisers_override():
         (lambda: grpo_token_loss(torch.zeros(2), torch.zeros(2), torch.ones(2)), "2-D"),
     ],
 )
-def test_bad_inputs(call, match):
+def test_bad_inputs_raise_value_error(call, match):
     with pytest.raises(ValueError, match=match):
         call()

@@ -215,7 +215,7 @@ def test_same_seed_same_curves_any_thread_count_and_chunking():
     assert not np.array_equal(a.err_avg, other.err_avg)
 
 
-def test_step_rules():
+def test_step_rules_follow_their_documented_formulas():
     prob = _problem()
     p = dist.optimal(prob.G, prob.c)
     conv = step_schedule(prob, p, 2000)
@@ -274,7 +274,7 @@ def test_measured_cost_ratio_matches_theory():
     assert measured == pytest.approx(predicted, rel=0.15), (measured, predicted)
 
 
-def test_log_checkpoints():
+def test_log_checkpoints_increase_from_1_to_steps():
     ck = log_checkpoints(100_000, 60)
     assert ck[0] == 1 and ck[-1] == 100_000 and np.all(np.diff(ck) > 0)
     assert log_checkpoints(1, 5).tolist() == [1]

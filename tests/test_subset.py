@@ -143,7 +143,7 @@ def test_full_subset_reduces_to_unbiased_cost():
     )
 
 
-def test_bad_input():
+def test_bad_input_raises_value_error():
     G, c = np.array([1.0, 2.0]), np.array([1.0, 4.0])
     with pytest.raises(ValueError, match="eps"):
         biased_cost(G, c, [0], 0.5, 1.0)  # β = 1, D·β = 1 ≥ ε

@@ -309,7 +309,7 @@ def test_lower_bound_bad_input():
 # --- bad input for the existing functions -------------------------------------------------------
 
 
-def test_bad_input_existing():
+def test_bad_input_raises_value_error():
     G, c, p = [1.0, 2.0], [1.0, 2.0], [0.5, 0.5]
     calls = {
         "S": lambda G=G, c=c, p=p: th.S(p, G),

@@ -15,6 +15,13 @@ floats (``2.0`` → 2); it rejects ``2.5``, ``nan``, ``inf``, ``True``. A real a
 ``int``, ``float``, numpy integer/float scalars and 0-d arrays or tensors holding one. Arrays are
 converted to float64; complex arrays are rejected rather than silently losing the imaginary part.
 Each check fails at the call site, never as a NaN further down.
+
+Check once, at the public edge: a public function checks its arguments and then calls a kernel (a
+private ``_name`` function or a numba ``@njit``) that takes checked inputs and checks nothing again.
+``plan_minibatches`` checks its pool once and runs the distribution, weight, alias and draw kernels on
+it (it used to validate the same p five times). Counts that size an array or a loop have upper bounds
+(``MAX_STEPS``, ``MAX_DRAWS``, ``MAX_COMPONENTS``), so a huge count is a ValueError, not a hang or a
+MemoryError.
 """
 
 from __future__ import annotations

@@ -29,46 +29,75 @@ __all__ = ["build_alias", "draw", "alias_draw", "alias_draw_single", "alias_prob
 @njit(cache=True)
 def _vose(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
     n = p.size
-    scaled = p * (n / p.sum())  # renormalise: probability_vector tolerates sums off by ~1e-8·n
+    f = n / p.sum()  # renormalise: probability_vector tolerates sums off by ~1e-8·n
     prob = np.zeros(n, dtype=np.float64)
     alias = np.arange(n, dtype=np.int64)
-    small = np.empty(n, dtype=np.int64)
-    large = np.empty(n, dtype=np.int64)
+    # One array holds both stacks: the small one grows up from slot 0, the large one down from slot
+    # n − 1 (slot n − 1 − k is large[k]); together they never hold more than n columns. Fewer and
+    # smaller temporaries matter: freeing megabytes per call made the allocator return the memory to
+    # the system and fault it back in on the next plan.
+    stack = np.empty(n, dtype=np.int64)
     ns = 0
     nl = 0
     # Zeros are pushed last so they are popped first: each is paired with a large column while large
     # columns remain, so rounding can never leave a zero-mass column as a prob = 1 leftover.
+    # Branch-free pushes (write both candidate slots, advance one top by 0 or 1): which stack a
+    # column joins is random, and a mispredicted branch per column cost more than the rest.
     for i in range(n):
-        if scaled[i] >= 1.0:
-            large[nl] = i
-            nl += 1
-        elif scaled[i] > 0.0:
-            small[ns] = i
-            ns += 1
+        v = p[i] * f
+        big = v >= 1.0
+        stack[n - 1 - nl] = i
+        stack[ns] = i
+        nl += big
+        ns += (not big) and v > 0.0
+    free = n - nl  # slots [ns, free) are free; once the zeros fill them, a write would hit large[]
     for i in range(n):
-        if scaled[i] == 0.0:
-            small[ns] = i
-            ns += 1
-    while ns > 0 and nl > 0:
+        if ns < free:  # predictable: false only after the last zero
+            stack[ns] = i
+            ns += p[i] * f == 0.0
+    # Vose's loop: pop a small s and a large g, give s the column, push g back where its remaining
+    # mass puts it. The pushed g is always the next one popped from its stack, so it is carried in a
+    # register (cur) instead of going through memory: the same pairs and the same float operations in
+    # the same order as the textbook loop (bit-identical tables, tests/test_alias.py).
+    last = -1  # the column whose mass the loop changed, left on a stack when the loop ends
+    last_val = 0.0
+    if ns > 0 and nl > 0:
         ns -= 1
-        s = small[ns]
+        s = stack[ns]
+        ss = p[s] * f
         nl -= 1
-        g = large[nl]
-        prob[s] = scaled[s]
-        alias[s] = g
-        scaled[g] = (scaled[g] + scaled[s]) - 1.0
-        if scaled[g] < 1.0:
-            small[ns] = g
-            ns += 1
-        else:
-            large[nl] = g
-            nl += 1
-    # Whatever is left has scaled ≈ 1 up to rounding: it keeps its own column.
+        g = stack[n - 1 - nl]
+        cur = p[g] * f
+        while True:
+            prob[s] = ss
+            alias[s] = g
+            cur = (cur + ss) - 1.0
+            if cur < 1.0:  # g turns small: it is the next small popped, against the next large
+                if nl == 0:
+                    stack[ns] = g
+                    ns += 1
+                    last, last_val = g, cur
+                    break
+                s = g
+                ss = cur
+                nl -= 1
+                g = stack[n - 1 - nl]
+                cur = p[g] * f
+            else:  # g stays large: it meets the next small
+                if ns == 0:
+                    stack[n - 1 - nl] = g
+                    nl += 1
+                    break
+                ns -= 1
+                s = stack[ns]
+                ss = p[s] * f
+    # Whatever is left has scaled mass ≈ 1 up to rounding: it keeps its own column.
     for k in range(nl):
-        prob[large[k]] = 1.0
+        prob[stack[n - 1 - k]] = 1.0
     for k in range(ns):
-        s = small[k]
-        prob[s] = 1.0 if scaled[s] > 0.0 else 0.0
+        s = stack[k]
+        v = last_val if s == last else p[s] * f
+        prob[s] = 1.0 if v > 0.0 else 0.0
     return prob, alias
 
 
@@ -79,7 +108,11 @@ def build_alias(p: Any) -> tuple[np.ndarray, np.ndarray]:
     >>> prob, alias
     (array([1. , 0.5]), array([0, 0]))
     """
-    p = probability_vector(p, "p")
+    return _build_alias(probability_vector(p, "p"))
+
+
+def _build_alias(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Kernel of :func:`build_alias` for a checked float64 probability vector (no second check)."""
     return _vose(np.ascontiguousarray(p))
 
 
@@ -110,10 +143,16 @@ def _check_table(prob: Any, alias: Any) -> tuple[np.ndarray, np.ndarray]:
     return prob, alias.astype(np.int64, copy=False)
 
 
+MAX_DRAWS = 1 << 32  # draws per call: 2^32 int64 indices already take 32 GB
+
+
 def _size(size: Any) -> int | tuple[int, ...]:
     if isinstance(size, tuple):
-        return tuple(integer(s, "size", minimum=0) for s in size)
-    return integer(size, "size", minimum=0)
+        out = tuple(integer(s, "size", minimum=0, maximum=MAX_DRAWS) for s in size)
+        if int(np.prod(out, dtype=object)) > MAX_DRAWS:
+            raise ValueError(f"size must hold at most {MAX_DRAWS} draws in all, got {size!r}")
+        return out
+    return integer(size, "size", minimum=0, maximum=MAX_DRAWS)
 
 
 def draw(
@@ -142,7 +181,18 @@ def draw(
     rng = as_generator(rng, "rng")
     j = rng.integers(0, prob.size, size=size, dtype=np.int64)
     coin = rng.random(size=size)
-    return np.where(coin < prob[j], j, alias[j]).astype(np.int64, copy=False)
+    _keep_or_alias(j.reshape(-1), coin.reshape(-1), prob, alias)
+    return j
+
+
+@njit(cache=True)
+def _keep_or_alias(j: np.ndarray, coin: np.ndarray, prob: np.ndarray, alias: np.ndarray) -> None:  # pragma: no cover
+    """j[i] ← j[i] if coin[i] < prob[j[i]] else alias[j[i]], in place: the same result as the numpy
+    ``np.where(coin < prob[j], j, alias[j])`` without its four draw-sized temporaries."""
+    for i in range(j.size):
+        c = j[i]
+        if not coin[i] < prob[c]:
+            j[i] = alias[c]
 
 
 @njit(inline="always")

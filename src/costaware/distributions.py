@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import numpy as np
+from numba import njit
 
 from costaware._checks import (
     _show,
@@ -29,6 +30,7 @@ from costaware._checks import (
 )
 
 __all__ = [
+    "MAX_COMPONENTS",
     "uniform",
     "variance",
     "optimal",
@@ -73,19 +75,23 @@ def _ratio_normalise(G: np.ndarray, root: np.ndarray, name: str) -> np.ndarray:
     return _normalise(np.exp(logq - logq.max()), name)
 
 
-_MAX_N = int(np.iinfo(np.intp).max)  # the longest array numpy can index
+# The most components a distribution may have: 2^32 float64 entries already take 32 GB. A larger n
+# is a ValueError here rather than a MemoryError (or an out-of-memory kill) inside numpy.
+MAX_COMPONENTS = 1 << 32
 
 
 def uniform(n: int) -> np.ndarray:
-    """p_i = 1/n."""
-    n = integer(n, "n", minimum=1, maximum=_MAX_N)
-    return np.full(n, 1.0 / n)
+    """p_i = 1/n, for 1 <= n <= :data:`MAX_COMPONENTS`."""
+    n = integer(n, "n", minimum=1, maximum=MAX_COMPONENTS)
+    try:
+        return np.full(n, 1.0 / n)
+    except MemoryError:
+        raise ValueError(f"n = {n} components need {8 * n / 2**30:.1f} GiB, more than this machine can allocate") from None
 
 
 def variance(G: Any) -> np.ndarray:
     """The variance-minimising, cost-blind baseline: p_i ∝ G_i."""
-    G = nonnegative_vector(G, "G", not_all_zero=True)
-    return _normalise(G, "G")
+    return _variance(nonnegative_vector(G, "G", not_all_zero=True))
 
 
 def optimal(G: Any, c: Any) -> np.ndarray:
@@ -93,19 +99,40 @@ def optimal(G: Any, c: Any) -> np.ndarray:
     G = nonnegative_vector(G, "G", not_all_zero=True)
     c = positive_vector(c, "c")
     same_length(G=G, c=c)
-    return _ratio_normalise(G, np.sqrt(c), "G")
+    return _optimal(G, c)
 
 
 def inverse_sqrt_cost(c: Any) -> np.ndarray:
     """p_i ∝ 1/√c_i: the optimum when every G_i is replaced by 1 (the paper's G ≡ 1 ablation)."""
-    c = positive_vector(c, "c")
-    return _ratio_normalise(np.ones_like(c), np.sqrt(c), "c")
+    return _inverse_sqrt_cost(positive_vector(c, "c"))
 
 
 def smoothed(p: Any, alpha: float) -> np.ndarray:
     """(1−α)·p + α·uniform. α = 0 returns p, α = 1 uniform; any α > 0 gives full support."""
-    p = probability_vector(p, "p")
-    alpha = in_unit_interval(alpha, "alpha")
+    return _smoothed(probability_vector(p, "p"), in_unit_interval(alpha, "alpha"))
+
+
+# -- kernels: checked inputs only (the public functions above check, then call these; the plan checks
+# its pool once and calls these directly, so one plan validates each vector once) ------------------
+
+
+def _variance(G: np.ndarray) -> np.ndarray:
+    """p ∝ G for a finite float64 G >= 0 (all zeros still raise: the normaliser needs a positive entry)."""
+    return _normalise(G, "G")
+
+
+def _optimal(G: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """p ∝ G/√c for finite float64 G >= 0 and c > 0 of equal length."""
+    return _ratio_normalise(G, np.sqrt(c), "G")
+
+
+def _inverse_sqrt_cost(c: np.ndarray) -> np.ndarray:
+    """p ∝ 1/√c for a finite float64 c > 0."""
+    return _ratio_normalise(np.ones_like(c), np.sqrt(c), "c")
+
+
+def _smoothed(p: np.ndarray, alpha: float) -> np.ndarray:
+    """(1−α)p + α/n for a probability vector p and a float α in [0, 1]."""
     return (1.0 - alpha) * p + alpha / p.size
 
 
@@ -127,6 +154,28 @@ def support_size(p: Any) -> int:
     return int(np.count_nonzero(nonnegative_vector(p, "p") > 0))
 
 
+def _all_weights(p: np.ndarray, mode: WeightMode) -> np.ndarray:
+    """Kernel of ``importance_weights(p, None, mode)`` for a checked probability vector p."""
+    n = int(np.count_nonzero(p)) if mode == "centred" else p.size
+    w, finite = _inverse_n_p(p, float(n))
+    if not finite:
+        _weights(p[p > 0], n, p)  # raises with the offending entry
+    return w
+
+
+@njit(cache=True)
+def _inverse_n_p(p: np.ndarray, n: float) -> tuple[np.ndarray, bool]:  # pragma: no cover - compiled
+    """1/(n·p_i) where p_i > 0, else 0 (one pass, the same float operations as the numpy formula),
+    and whether every weight is finite."""
+    w = np.zeros(p.size)
+    finite = True
+    for i in range(p.size):
+        if p[i] > 0.0:
+            w[i] = 1.0 / (n * p[i])
+            finite &= w[i] < np.inf
+    return w, finite
+
+
 def importance_weights(p: Any, indices: Any | None = None, mode: WeightMode = "centred") -> np.ndarray:
     """Importance weights for drawn ``indices`` (all components if None).
 
@@ -137,11 +186,9 @@ def importance_weights(p: Any, indices: Any | None = None, mode: WeightMode = "c
     p = probability_vector(p, "p")
     if not (isinstance(mode, str) and mode in ("centred", "raw")):
         raise ValueError(f"mode must be 'centred' or 'raw', got {mode!r}")
-    n = support_size(p) if mode == "centred" else p.size
     if indices is None:  # every component; those with p = 0 are never drawn and get weight 0
-        w = np.zeros_like(p)
-        w[p > 0] = _weights(p[p > 0], n, p)
-        return w
+        return _all_weights(p, mode)
+    n = int(np.count_nonzero(p)) if mode == "centred" else p.size
     if isinstance(indices, (str, bytes, dict, set)):
         raise TypeError(f"indices must be an array-like of integers, got {type(indices).__name__}")
     idx = np.asarray(indices.detach().cpu().numpy() if hasattr(indices, "detach") else indices)

@@ -259,7 +259,11 @@ def biased_cost(G: Any, c: Any, subset: Any, eps: float, D: float) -> float:
         raise ValueError(f"eps = {eps!r} must exceed D·β_π = {D * bias(G, idx)!r} for this subset")
     with np.errstate(all="ignore"):
         log_k = 2.0 * (np.log(D) + np.log(subset_cost(G, c, idx)) - np.log(G.size) - np.log(slack))
-        value = np.float64(D) ** 2 * subset_cost(G, c, idx) ** 2 / (G.size**2 * np.float64(slack) ** 2)
+        # numpy floats throughout: a Python float ** 2 raises OverflowError instead of giving inf
+        value = np.float64(D) ** 2 * np.float64(subset_cost(G, c, idx)) ** 2 / (
+            np.float64(G.size) ** 2 * np.float64(slack) ** 2
+        )
     if not (np.isfinite(value) and value > 0) and np.isfinite(log_k):
-        value = np.exp(log_k)  # squares over/underflowed; the cost itself may still fit
+        with np.errstate(over="ignore"):  # an overflow to inf is reported by finite_result
+            value = np.exp(log_k)  # squares over/underflowed; the cost itself may still fit
     return finite_result(value, "biased_cost", f"eps = {eps!r}, D = {D!r}, G = {G!r}, c = {c!r}")

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costaware import distributions as dist
+from costaware._checks import real_scalar
 
 __all__ = [
     "METHODS",
@@ -44,32 +45,35 @@ __all__ = [
     "PROXIES",
     "PROXY_METHODS",
     "ALPHA_AUTO_MAX",
+    "MAX_STEPS",
     "resolve_proxy",
     "paper_proxy_warning",
 ]
 
 
 def _p_star(g: np.ndarray, c: np.ndarray, alpha: float) -> np.ndarray:
-    return dist.optimal(g, c)
+    return dist._optimal(g, c)
 
 
 def _p_smooth(g: np.ndarray, c: np.ndarray, alpha: float) -> np.ndarray:
-    return dist.smoothed(dist.optimal(g, c), alpha)
+    return dist._smoothed(dist._optimal(g, c), alpha)
 
 
 def _inv_sqrt_cost(g: np.ndarray, c: np.ndarray, alpha: float) -> np.ndarray:
-    return dist.inverse_sqrt_cost(c)
+    return dist._inverse_sqrt_cost(c)
 
 
 def _variance(g: np.ndarray, c: np.ndarray, alpha: float) -> np.ndarray:
-    return dist.variance(g)
+    return dist._variance(g)
 
 
 def _uniform(g: np.ndarray, c: np.ndarray, alpha: float) -> np.ndarray:
-    return dist.uniform(g.size)
+    return np.full(g.size, 1.0 / g.size)
 
 
 # name -> p(proxy G, costs c, alpha); the only place a method name is mapped to a distribution.
+# Kernels: they take the inputs the plan has already checked (float64 G >= 0 finite with an entry > 0,
+# c > 0 finite, equal lengths, α in [0, 1]) and do not check them again (check once, at the edge).
 DISTRIBUTIONS: dict[str, Callable[[np.ndarray, np.ndarray, float], np.ndarray]] = {
     "p_star": _p_star,
     "p_smooth": _p_smooth,
@@ -87,8 +91,15 @@ FULL_SUPPORT = ("none", "inv_sqrt_cost", "uniform")
 PROXIES = ("advantage", "length_aware", "calibrated")
 # The methods whose p is built from the proxy; the others ignore it (so a β there is refused).
 PROXY_METHODS = ("p_star", "p_smooth")
+# The most optimiser steps (mini-batches) one pool may be split into: a bound on the arrays and loops
+# sized by a step count (10**30 would otherwise run for ever); real runs use a handful per pool.
+MAX_STEPS = 1 << 20
 # Adaptive smoothing never mixes in more than this much uniform: beyond it p_smooth is mostly uniform.
 ALPHA_AUTO_MAX = 0.5
+
+
+# The smallest α > 0: a zero-advantage row's importance weight is about 1/α, which must fit float64.
+_MIN_ALPHA = 1e-300
 
 
 def _real(x: object) -> bool:
@@ -151,8 +162,8 @@ class SamplingConfig:
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
-        if not (_real(self.alpha) and 0.0 <= self.alpha <= 1.0):
-            raise ValueError(f"alpha must lie in [0, 1], got {self.alpha!r}")
+        if not (_real(self.alpha) and (self.alpha == 0.0 or _MIN_ALPHA <= self.alpha <= 1.0)):
+            raise ValueError(f"alpha must be 0 or lie in [{_MIN_ALPHA}, 1], got {self.alpha!r}")
         if not _real(self.proxy_noise) or self.proxy_noise < 0:
             raise ValueError(f"proxy_noise must be a finite variance >= 0, got {self.proxy_noise!r}")
         if self.weights not in ("centred", "raw"):
@@ -251,8 +262,10 @@ def resolve_proxy(
     """
     from costaware.grpo.proxy import loss_family
 
-    if proxy not in ("auto", *PROXIES):
+    if not (isinstance(proxy, str) and proxy in ("auto", *PROXIES)):
         raise ValueError(f"proxy must be one of {('auto', *PROXIES)}, got {proxy!r}")
+    if proxy_beta is not None:
+        proxy_beta = real_scalar(proxy_beta, "proxy_beta")
     fam = loss_family(loss_type)
     if proxy == "auto":
         if method not in PROXY_METHODS or proxy_beta is not None:

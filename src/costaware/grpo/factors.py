@@ -33,9 +33,13 @@ from dataclasses import dataclass
 
 import torch
 
+from costaware._checks import boolean, integer, nonnegative_vector, positive_scalar, same_length
+from costaware.grpo.config import MAX_STEPS
 from costaware.grpo.plan import MiniBatch
 
-__all__ = ["FAMILIES", "TRL_LOSS_FAMILY", "StepNormaliser", "step_normalisers", "global_tokens", "row_factors"]
+__all__ = [
+    "FAMILIES", "MAX_STEPS", "TRL_LOSS_FAMILY", "StepNormaliser", "step_normalisers", "global_tokens", "row_factors",
+]
 
 FAMILIES = ("row_mean", "token_mean", "global_tokens")
 # TRL 1.16 _compute_loss: which normaliser each loss_type divides by.
@@ -71,16 +75,24 @@ def step_normalisers(
     ``"pool"``: the baseline's normaliser scaled to the step's draws: M_j = draws (a subset method's
     rows stand for the baseline's N/num_steps rows), T_j = (pool tokens) · M_j / N. With raw weights
     this makes Σ_j L_j an unbiased estimate of stock's loss (``tests/test_grpo_unbiased.py``).
-    Steps past the plan get (0, 0): they hold padding only.
+    Steps past the plan get (0, 0): they hold padding only. ``num_steps`` is at most :data:`MAX_STEPS`;
+    ``lengths`` must be finite and >= 0.
 
     With ``budget="tokens"`` the draws M_j are random and both normalisers divide by the realised
     M_j: a ratio estimator, biased by O(1/E[M_j]) (``tests/test_grpo_plan_hardening.py`` measures
     +5% on a 12-row pool with ~10 draws per step); dividing by E[M_j] would be unbiased (Wald).
     """
-    if normaliser not in NORMALISERS:
+    if not (isinstance(normaliser, str) and normaliser in NORMALISERS):
         raise ValueError(f"normaliser must be one of {NORMALISERS}, got {normaliser!r}")
-    lengths = torch.as_tensor(lengths, dtype=torch.float64)
-    if lengths.ndim != 1 or lengths.numel() != pool_rows:
+    pool_rows = integer(pool_rows, "pool_rows", minimum=1)
+    num_steps = integer(num_steps, "num_steps", minimum=1, maximum=MAX_STEPS)
+    subset = boolean(subset, "subset")
+    if isinstance(minibatches, (str, bytes, dict, set)) or not hasattr(minibatches, "__len__"):
+        raise TypeError(f"minibatches must be a sequence of MiniBatch, got {type(minibatches).__name__}")
+    if len(minibatches) > num_steps:
+        raise ValueError(f"minibatches holds {len(minibatches)} steps, more than num_steps={num_steps}")
+    lengths = torch.from_numpy(nonnegative_vector(lengths, "lengths", allow_empty=True))
+    if lengths.numel() != pool_rows:
         raise ValueError(f"lengths must be (pool_rows={pool_rows},), got shape {tuple(lengths.shape)}")
     pool_tokens = float(lengths.sum())
     out = []
@@ -89,6 +101,8 @@ def step_normalisers(
             out.append(StepNormaliser(0.0, 0.0))
             continue
         mb = minibatches[j]
+        if mb.indices.numel() and not (0 <= int(mb.indices.min()) and int(mb.indices.max()) < pool_rows):
+            raise ValueError(f"minibatches[{j}] holds rows outside the pool of pool_rows={pool_rows}")
         drawn_tokens = float((lengths[mb.indices] * mb.counts.to(torch.float64)).sum())
         if normaliser == "draws":
             out.append(StepNormaliser(float(mb.num_draws), drawn_tokens))
@@ -104,6 +118,12 @@ def global_tokens(norms: Sequence[StepNormaliser]) -> float:
     With ``"draws"`` this is the completion tokens of every draw of the plan; with ``"pool"`` it is
     the pool's completion tokens × (draws / N), stock's ``num_items_in_batch`` when draws = N.
     """
+    if isinstance(norms, (str, bytes, dict, set)) or not hasattr(norms, "__iter__"):
+        raise TypeError(f"norms must be a sequence of StepNormaliser, got {type(norms).__name__}")
+    norms = list(norms)
+    bad = [n for n in norms if not isinstance(n, StepNormaliser)]
+    if bad:
+        raise ValueError(f"norms must hold StepNormaliser entries, got {bad[0]!r}")
     return float(sum(n.tokens for n in norms))
 
 
@@ -119,19 +139,31 @@ def row_factors(
         fed_lengths: (s,) completion tokens of each fed row, padding rows included (they count in a
             token-mean engine's normaliser).
         num_ranks: P, the data-parallel ranks that average their gradients.
-        draws, tokens: the step's :class:`StepNormaliser` (M_j, T_j).
+        draws, tokens: the step's :class:`StepNormaliser` (M_j, T_j), finite and >= 0. A step with
+            M_j = 0 (row mean) or T_j = 0 (token mean) holds padding only and gets factor 0; a T_j so
+            small that a factor overflows is a ValueError.
+
+    Weights must be finite and >= 0 (padding rows 0): a NaN weight is a ValueError, never a NaN loss.
     """
-    if family not in FAMILIES:
+    if not (isinstance(family, str) and family in FAMILIES):
         raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
-    w = torch.as_tensor(weights, dtype=torch.float64)
-    if w.ndim != 1 or w.numel() == 0:
-        raise ValueError(f"weights must be a non-empty 1-D tensor, got shape {tuple(w.shape)}")
-    if isinstance(num_ranks, bool) or not isinstance(num_ranks, int) or num_ranks < 1:
-        raise ValueError(f"num_ranks must be a positive integer, got {num_ranks!r}")
+    w = torch.from_numpy(nonnegative_vector(weights, "weights"))
+    num_ranks = integer(num_ranks, "num_ranks", minimum=1)
+    draws = positive_scalar(draws, "draws", allow_zero=True)
+    tokens = positive_scalar(tokens, "tokens", allow_zero=True)
     if family == "global_tokens":
         return w.clone()
     if family == "row_mean":
-        # the rank divides by s rows (padding included) and DDP by P
-        return w * (num_ranks * w.numel() / draws) if draws > 0 else torch.zeros_like(w)
-    t_fed = max(float(torch.as_tensor(fed_lengths, dtype=torch.float64).sum()), 1.0)  # TRL clamps at 1
-    return w * (num_ranks * t_fed / tokens) if tokens > 0 else torch.zeros_like(w)
+        # the rank divides by s rows (padding included) and DDP by P; a step with no draws is padding only
+        return _finite_factors(w * (num_ranks * w.numel() / draws), "draws", draws) if draws > 0 else torch.zeros_like(w)
+    fed = nonnegative_vector(fed_lengths, "fed_lengths")
+    same_length(weights=w, fed_lengths=fed)
+    t_fed = max(float(fed.sum()), 1.0)  # TRL clamps at 1
+    return _finite_factors(w * (num_ranks * t_fed / tokens), "tokens", tokens) if tokens > 0 else torch.zeros_like(w)
+
+
+def _finite_factors(f: torch.Tensor, name: str, value: float) -> torch.Tensor:
+    """``f``, or ValueError naming the normaliser so small (e.g. tokens=5e-324) that a factor overflows."""
+    if not bool(torch.isfinite(f).all()):
+        raise ValueError(f"{name}={value!r} is so small that a loss factor overflows float64")
+    return f

@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from costaware._checks import real_scalar
+
 __all__ = ["AGG_MODES", "grpo_token_loss", "cispo_token_loss", "aggregate", "importance_ratio"]
 
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
@@ -32,20 +34,37 @@ _LOG_RATIO_CLAMP = 20.0  # verl clamps log π − log π_old for numerical stabi
 
 
 def _finite_matrix(x: Any, name: str) -> torch.Tensor:
+    if x is None or isinstance(x, (str, bytes, dict, set)):  # the container rule of costaware._checks
+        raise TypeError(f"{name} must be a 2-D torch.Tensor, got {type(x).__name__}")
     if not isinstance(x, torch.Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        raise ValueError(f"{name} must be a torch.Tensor (it carries the gradient), got {type(x).__name__}")
     if x.ndim != 2:
         raise ValueError(f"{name} must be 2-D (rows, tokens), got shape {tuple(x.shape)}")
-    if not x.is_floating_point():
-        raise ValueError(f"{name} must be floating point, got dtype {x.dtype}")
+    if not x.is_floating_point():  # complex and integer tensors alike
+        raise ValueError(f"{name} must be real floating point, got dtype {x.dtype}")
     if not torch.isfinite(x.detach()).all():
         i, j = (int(v) for v in torch.nonzero(~torch.isfinite(x.detach()))[0])
         raise ValueError(f"{name} must be finite, got {x[i, j].item()} at [{i}, {j}]")
     return x
 
 
+def _real_tensor(x: Any, name: str, device: torch.device | None = None) -> torch.Tensor:
+    """``x`` as a real tensor: TypeError for a wrong container, ValueError for complex/bool/non-numbers."""
+    if x is None or isinstance(x, (str, bytes, dict, set)):
+        raise TypeError(f"{name} must be an array-like of numbers, got {type(x).__name__}")
+    try:
+        t = torch.as_tensor(x, device=device)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise ValueError(f"{name} must be a rectangular array of numbers, got {x!r:.80}: {exc}") from None
+    if t.is_complex():
+        raise ValueError(f"{name} must be real, got complex dtype {t.dtype}")
+    return t
+
+
 def _per_token_advantages(advantages: Any, shape: torch.Size) -> torch.Tensor:
-    a = torch.as_tensor(advantages)
+    a = _real_tensor(advantages, "advantages")
+    if a.dtype == torch.bool:
+        raise ValueError("advantages must hold numbers, not booleans")
     if a.ndim == 1:
         if a.shape[0] != shape[0]:
             raise ValueError(f"advantages has {a.shape[0]} rows, logp has {shape[0]}")
@@ -62,11 +81,13 @@ def _per_token_advantages(advantages: Any, shape: torch.Size) -> torch.Tensor:
     return a.detach()
 
 
-def _check_clip(clip_low: float, clip_high: float) -> None:
-    if not (0.0 <= float(clip_low) < 1.0):
+def _check_clip(clip_low: float, clip_high: float) -> tuple[float, float]:
+    lo, hi = real_scalar(clip_low, "clip_low"), real_scalar(clip_high, "clip_high")
+    if not 0.0 <= lo < 1.0:
         raise ValueError(f"clip_low must lie in [0, 1), got {clip_low!r}")
-    if not (float(clip_high) >= 0.0 and float(clip_high) < float("inf")):
+    if not hi >= 0.0:
         raise ValueError(f"clip_high must be finite and >= 0, got {clip_high!r}")
+    return lo, hi
 
 
 def importance_ratio(logp: torch.Tensor, old_logp: torch.Tensor) -> torch.Tensor:
@@ -101,14 +122,17 @@ def grpo_token_loss(
     >>> grpo_token_loss(lp + 0.5, lp, torch.tensor([1.0]))  # ρ = e^0.5 > 1.2: clipped at 1.2
     tensor([[-1.2000]])
     """
-    _check_clip(clip_low, clip_high)
+    clip_low, clip_high = _check_clip(clip_low, clip_high)
+    beta = real_scalar(beta, "beta")
+    if not beta >= 0.0:
+        raise ValueError(f"beta must be finite and >= 0, got {beta!r}")
     ratio = importance_ratio(logp, old_logp)
     a = _per_token_advantages(advantages, logp.shape)
     clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
     loss = torch.maximum(-ratio * a, -clipped * a)
-    if not (float(beta) >= 0.0 and float(beta) < float("inf")):
-        raise ValueError(f"beta must be finite and >= 0, got {beta!r}")
     if beta > 0:
+        if beta > torch.finfo(logp.dtype).max:  # it would round to inf, and inf · (k3 = 0) is NaN
+            raise ValueError(f"beta must fit {logp.dtype} (at most {torch.finfo(logp.dtype).max:.4g}), got {beta!r}")
         if ref_logp is None:
             raise ValueError("ref_logp is required when beta > 0")
         _finite_matrix(ref_logp, "ref_logp")
@@ -116,6 +140,8 @@ def grpo_token_loss(
             raise ValueError(f"ref_logp shape {tuple(ref_logp.shape)} != logp shape {tuple(logp.shape)}")
         d = ref_logp.detach() - logp
         loss = loss + beta * (torch.exp(d) - d - 1.0)
+        if not torch.isfinite(loss.detach()).all():
+            raise ValueError(f"beta={beta!r} times the KL term overflows {loss.dtype}; use a smaller beta")
     return loss
 
 
@@ -135,7 +161,7 @@ def cispo_token_loss(
     >>> cispo_token_loss(lp, lp, torch.tensor([2.0]))  # −1 · 2 · log 0.5
     tensor([[1.3863]])
     """
-    _check_clip(clip_low, clip_high)
+    clip_low, clip_high = _check_clip(clip_low, clip_high)
     ratio = importance_ratio(logp, old_logp)
     a = _per_token_advantages(advantages, logp.shape)
     clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high).detach()
@@ -167,9 +193,9 @@ def aggregate(
     tensor(2.)
     """
     _finite_matrix(token_losses, "token_losses")
-    if mode not in AGG_MODES:
+    if not (isinstance(mode, str) and mode in AGG_MODES):
         raise ValueError(f"mode must be one of {AGG_MODES}, got {mode!r}")
-    m = torch.as_tensor(mask, device=token_losses.device)
+    m = _real_tensor(mask, "mask", token_losses.device)
     if tuple(m.shape) != tuple(token_losses.shape):
         raise ValueError(f"mask shape {tuple(m.shape)} != token_losses shape {tuple(token_losses.shape)}")
     if ((m != 0) & (m != 1)).any():
@@ -179,7 +205,7 @@ def aggregate(
     if seq_weights is None:
         w = torch.ones(rows, dtype=token_losses.dtype, device=token_losses.device)
     else:
-        w = torch.as_tensor(seq_weights, device=token_losses.device)
+        w = _real_tensor(seq_weights, "seq_weights", token_losses.device)
         if w.ndim != 1 or w.shape[0] != rows:
             raise ValueError(f"seq_weights must have shape ({rows},), got {tuple(w.shape)}")
         w = w.detach().to(token_losses.dtype)
@@ -189,14 +215,23 @@ def aggregate(
     row_tokens = m.sum(dim=1)
     row_sums = (token_losses * m).sum(dim=1)
     if mode == "token-mean":
-        denom = row_tokens.sum() if num_tokens is None else torch.tensor(float(num_tokens))
+        denom = row_tokens.sum() if num_tokens is None else torch.tensor(real_scalar(num_tokens, "num_tokens"))
         if not denom > 0:
-            raise ValueError(f"token-mean needs a positive token count, got {float(denom)} (empty mask?)")
-        return (w * row_sums).sum() / denom
-    denom = (row_tokens > 0).sum() if num_sequences is None else torch.tensor(float(num_sequences))
+            raise ValueError(f"token-mean needs a positive token count, got num_tokens={float(denom)} (empty mask?)")
+        return _finite_loss((w * row_sums).sum() / denom, "num_tokens")
+    denom = (row_tokens > 0).sum() if num_sequences is None else torch.tensor(real_scalar(num_sequences, "num_sequences"))
     if not denom > 0:
-        raise ValueError(f"{mode} needs a positive sequence count, got {float(denom)} (empty mask?)")
+        raise ValueError(f"{mode} needs a positive sequence count, got num_sequences={float(denom)} (empty mask?)")
     if mode == "seq-mean-token-mean":
         # Fully masked rows contribute 0 (their sum is 0); clamp avoids 0/0.
         row_sums = row_sums / row_tokens.clamp(min=1.0)
-    return (w * row_sums).sum() / denom
+    return _finite_loss((w * row_sums).sum() / denom, "num_sequences")
+
+
+def _finite_loss(loss: torch.Tensor, normaliser: str) -> torch.Tensor:
+    """The loss, or ValueError when finite inputs overflow (a tiny normaliser, weights near 1e308)."""
+    if not torch.isfinite(loss.detach()).all():
+        raise ValueError(
+            f"the aggregated loss overflows {loss.dtype}: token_losses × seq_weights / {normaliser} is too large"
+        )
+    return loss

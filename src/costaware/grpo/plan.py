@@ -30,10 +30,19 @@ import numpy as np
 import torch
 
 from costaware import distributions as dist
-from costaware._checks import integer
-from costaware.alias import build_alias, draw
+from costaware._checks import _show, integer
+from costaware.alias import MAX_DRAWS, _build_alias, draw
+from costaware.grpo._draws import draw_until_fed_tokens, draw_until_tokens, gather, merge_chunks
 from costaware.grpo.advantages import group_advantages
-from costaware.grpo.config import ALPHA_AUTO_MAX, DISTRIBUTIONS, METHODS, PROXY_METHODS, SamplingConfig
+from costaware.grpo.config import (
+    ALPHA_AUTO_MAX,
+    DISTRIBUTIONS,
+    MAX_STEPS,
+    METHODS,
+    PROXY_METHODS,
+    SamplingConfig,
+)
+from costaware.grpo.proxy import _adaptive_alpha, _proxy_probs
 
 __all__ = ["METHODS", "SamplingConfig", "MiniBatch", "Plan", "plan_minibatches", "pods_select"]
 
@@ -95,22 +104,30 @@ class Plan:
 
 
 def _as_vector(x: Any, name: str, dtype: torch.dtype) -> torch.Tensor:
+    """``x`` as a finite 1-D CPU tensor of ``dtype``; the rule of :mod:`costaware._checks`.
+
+    The conversion is torch's (``torch.as_tensor`` then ``.to(dtype)``), kept so that every plan is
+    the same as before: a list of Python floats passes through float32, as it always did.
+    """
     if x is None or isinstance(x, (str, bytes, dict, set)):  # the container rule of costaware._checks
         raise TypeError(f"{name} must be a 1-D array-like of numbers, got {type(x).__name__}")
     try:
         t = torch.as_tensor(x).detach().cpu()
     except (TypeError, ValueError, RuntimeError) as exc:  # ragged lists, None inside, non-numbers
-        raise TypeError(f"{name} must be a 1-D array-like of numbers, got {x!r:.80}: {exc}") from None
+        raise ValueError(f"{name} must be a 1-D array of numbers, got {_show(x)}: {exc}") from None
+    if t.is_complex():
+        raise ValueError(f"{name} must be real, got complex dtype {t.dtype}: {_show(t.numpy())}")
+    if t.dtype == torch.bool:
+        raise ValueError(f"{name} must hold numbers, not booleans, got {_show(t.numpy())}")
     if t.ndim != 1:
         raise ValueError(f"{name} must be 1-D (one value per row), got shape {tuple(t.shape)}")
     if t.numel() == 0:
-        raise ValueError(f"{name} must not be empty")
+        raise ValueError(f"{name} must not be empty, got {_show(t.numpy())}")
     t = t.to(dtype)
-    if dtype.is_floating_point:
-        bad = ~torch.isfinite(t)
-        if bad.any():
-            i = int(torch.nonzero(bad)[0])
-            raise ValueError(f"{name} must be finite, got {t[i].item()} at row {i}")
+    a = t.numpy()
+    if not np.isfinite(a).all():  # numpy: several times faster than torch.isfinite(t).any() here
+        i = int(np.flatnonzero(~np.isfinite(a))[0])
+        raise ValueError(f"{name} must be finite, got {a[i]} at row {i}")
     return t
 
 
@@ -168,98 +185,29 @@ def _numpy_rng(gen: torch.Generator | None) -> np.random.Generator:
     return np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=gen)))
 
 
-def _draw_until_tokens(
-    table: tuple[np.ndarray, np.ndarray], p: np.ndarray, costs: np.ndarray, budget: int, cap: int,
-    rng: np.random.Generator, min_draws: int = 1,
-) -> tuple[np.ndarray, bool]:
-    """i.i.d. draws from p until their summed cost first reaches ``budget`` with at least ``min_draws``
-    draws (one per mini-batch, so that none is empty), or ``cap`` draws. Still a stopping time."""
-    per_draw = float(p @ costs)
-    out: list[np.ndarray] = []
-    spent = taken = 0
-    while (spent < budget or taken < min_draws) and taken < cap:
-        k = min(cap - taken, max(16, int(1.2 * (budget - spent) / per_draw) + 16))
-        d = draw(*table, k, rng)
-        cum = np.cumsum(costs[d]) + spent
-        hit = np.flatnonzero((cum >= budget) & (taken + np.arange(1, k + 1) >= min_draws))
-        if hit.size:
-            d = d[: hit[0] + 1]
-        out.append(d)
-        spent, taken = int(cum[d.size - 1]), taken + d.size
-    return np.concatenate(out), spent < budget
-
-
-def _draw_until_fed_tokens(
-    table: tuple[np.ndarray, np.ndarray], p: np.ndarray, costs: np.ndarray, budget: int,
-    num_minibatches: int, cap: int, rng: np.random.Generator,
-) -> tuple[np.ndarray, list[int], bool]:
-    """Per mini-batch, i.i.d. draws from p until its *distinct* rows hold ``budget / num_minibatches``
-    tokens, or ``cap`` draws.
-
-    With duplicates merged, a mini-batch feeds each distinct row once, so this matches the tokens
-    actually fed (not the drawn ones) to the baseline's. A mini-batch whose support holds fewer
-    tokens than its share stops once it has every row of the support. Returns the draws, the
-    number of draws of each mini-batch, and whether a mini-batch stopped at the cap.
-    """
-    c = costs.astype(np.float64)
-    share = budget / num_minibatches
-    reachable = min(share, float(c[p > 0].sum()))
-    per_draw = float(p @ c)
-    out: list[np.ndarray] = []
-    sizes: list[int] = []
-    capped = False
-    for _ in range(num_minibatches):
-        seen = np.zeros(p.size, dtype=bool)
-        spent, taken = 0.0, 0
-        while spent < reachable and taken < cap:
-            k = min(cap - taken, max(16, int(1.5 * (reachable - spent) / per_draw) + 16))
-            d = draw(*table, k, rng)
-            _, first = np.unique(d, return_index=True)
-            first = first[~seen[d[first]]]  # first draws of rows this mini-batch has not fed yet
-            gain = np.zeros(k)
-            gain[first] = c[d[first]]
-            cum = np.cumsum(gain) + spent
-            hit = np.flatnonzero(cum >= reachable)
-            if hit.size:
-                d = d[: hit[0] + 1]
-            seen[d] = True
-            spent = float(cum[d.size - 1])
-            out.append(d)
-            taken += d.size
-        capped |= spent < reachable
-        sizes.append(taken)
-    return np.concatenate(out), sizes, capped
-
-
 def _split_weighted(
-    draws: torch.Tensor, w: torch.Tensor, costs: torch.Tensor, num_minibatches: int, merge: bool, n: int,
+    draws: np.ndarray, w: np.ndarray, costs: np.ndarray, num_minibatches: int, merge: bool, n: int,
     sizes_given: list[int] | None = None,
 ) -> tuple[MiniBatch, ...]:
+    """The drawn rows as mini-batches: consecutive chunks of ``draws`` (``sizes_given``, or
+    ``num_minibatches`` near-equal chunks as ``torch.tensor_split`` makes them), duplicates merged."""
     if sizes_given is not None:
-        sizes = torch.tensor(sizes_given)
+        sizes = np.asarray(sizes_given, dtype=np.int64)
     else:
-        sizes = torch.tensor([c.numel() for c in draws.tensor_split(num_minibatches)])
+        q, r = divmod(draws.size, num_minibatches)
+        sizes = np.array([q + 1] * r + [q] * (num_minibatches - r), dtype=np.int64)
     sizes = sizes[sizes > 0]
-    if merge:  # one int32 sort for all mini-batches, keyed by (mini-batch, row)
-        # numpy's integer sort is several times faster than torch's here
-        chunk = np.repeat(np.arange(sizes.numel(), dtype=np.int64), sizes.numpy())
-        keys = np.sort(chunk * n + draws.numpy())
-        first = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
-        counts = torch.from_numpy(np.diff(np.r_[first, keys.size]))
-        keys = keys[first]
-        rows = torch.from_numpy(keys % n)
-        per_chunk = np.bincount(keys // n, minlength=sizes.numel()).tolist()
+    if merge:
+        rows, counts, per_chunk = merge_chunks(draws, sizes, n)
     else:
-        rows, counts, per_chunk = draws, torch.ones_like(draws), sizes.tolist()
-    weights = (w[rows] * counts).to(torch.float32)
-    tokens = torch.zeros(len(per_chunk), dtype=torch.int64).index_add_(
-        0, torch.repeat_interleave(torch.arange(len(per_chunk)), torch.tensor(per_chunk)), costs[rows]
-    )
+        rows, counts, per_chunk = draws, np.ones_like(draws), sizes
+    weights, tokens = gather(rows, counts, per_chunk, w, costs)
+    tokens, split = tokens.tolist(), per_chunk.tolist()
     return tuple(
         MiniBatch(indices=i, weights=wt, counts=c, num_draws=int(m), tokens=int(t))
         for i, wt, c, m, t in zip(
-            rows.split(per_chunk), weights.split(per_chunk), counts.split(per_chunk), sizes.tolist(),
-            tokens.tolist(), strict=True,
+            torch.from_numpy(rows).split(split), torch.from_numpy(weights).split(split),
+            torch.from_numpy(counts).split(split), sizes.tolist(), tokens, strict=True,
         )
     )
 
@@ -278,6 +226,7 @@ def _split_unweighted(rows: torch.Tensor, costs: torch.Tensor, num_minibatches: 
     )
 
 
+
 def _drawing_probs(
     config: SamplingConfig, g: np.ndarray, c: np.ndarray
 ) -> tuple[np.ndarray, float | None, float | None]:
@@ -287,24 +236,18 @@ def _drawing_probs(
     β ≠ 0 uses :func:`costaware.grpo.proxy.proxy_probs`, p ∝ |A|·c^(β−½) in log space.
     """
     if config.method not in PROXY_METHODS:
-        return DISTRIBUTIONS[config.method](g, c, config.alpha), None, None
+        return DISTRIBUTIONS[config.method](g, c, float(config.alpha)), None, None
     beta = config.beta
     if beta == 0.0:
         base = DISTRIBUTIONS["p_star"](g, c, 0.0)
     else:
-        from costaware.grpo.proxy import proxy_probs
-
-        base = proxy_probs(g, c, beta=beta)
+        base = _proxy_probs(g, c, beta, 0.0)
     if config.method == "p_star":
         return base, beta, 0.0
-    alpha = config.alpha
+    alpha = float(config.alpha)
     if config.adaptive_alpha_max_weight is not None:
-        from costaware.grpo.proxy import adaptive_alpha
-
-        alpha = adaptive_alpha(
-            base, max_weight=config.adaptive_alpha_max_weight, alpha_min=config.alpha, alpha_max=ALPHA_AUTO_MAX
-        )
-    return dist.smoothed(base, alpha), beta, float(alpha)
+        alpha = _adaptive_alpha(base, float(config.adaptive_alpha_max_weight), alpha, ALPHA_AUTO_MAX)
+    return dist._smoothed(base, alpha), beta, float(alpha)
 
 
 def plan_minibatches(
@@ -331,7 +274,7 @@ def plan_minibatches(
 
     On several ranks, build the plan on the *global* pool (every rank's rows, in rank order) with
     the same seed on every rank, then give each rank its part with
-    :func:`costaware.grpo.shard.shard_plan`.
+    :func:`costaware.grpo.shard.shard_minibatches`.
     """
     config = config or SamplingConfig()
     if not isinstance(config, SamplingConfig):
@@ -340,24 +283,30 @@ def plan_minibatches(
     cost = _as_vector(costs, "costs", torch.float64)
     if cost.shape != adv.shape:
         raise ValueError(f"costs has {cost.numel()} rows but advantages has {adv.numel()}")
-    if (cost <= 0).any() or (cost > _MAX_COST).any():
-        i = int(torch.nonzero((cost <= 0) | (cost > _MAX_COST))[0])
-        raise ValueError(f"costs must lie in (0, 2**53], got {cost[i].item()} at row {i}")
+    cost_np = cost.numpy()
+    if not ((cost_np > 0).all() and cost_np.max() <= _MAX_COST):
+        i = int(np.flatnonzero((cost_np <= 0) | (cost_np > _MAX_COST))[0])
+        raise ValueError(f"costs must lie in (0, 2**53], got {cost_np[i]} at row {i}")
     n = adv.numel()
-    num_minibatches = integer(num_minibatches, "num_minibatches", minimum=1)  # the rule of costaware._checks
+    # the rule of costaware._checks, with upper bounds: both counts size arrays and loops
+    num_minibatches = integer(num_minibatches, "num_minibatches", minimum=1, maximum=MAX_STEPS)
     if minibatch_size is None:
         if n < num_minibatches:
             raise ValueError(f"num_minibatches must be <= the pool's N={n} rows, got {num_minibatches}")
         minibatch_size = n // num_minibatches
-    minibatch_size = integer(minibatch_size, "minibatch_size", minimum=1)
-    cost_i = cost.round().clamp(min=1).to(torch.int64)  # a fractional cost still feeds one token
-    abs_a = adv.abs().double()
+    minibatch_size = integer(minibatch_size, "minibatch_size", minimum=1, maximum=MAX_DRAWS // num_minibatches)
+    # numpy from here on (torch views of the same memory where a torch op needs them): a torch op on
+    # 65,536 rows costs several times its numpy twin, and the plan's goal is < 5 ms at that size
+    c_np = np.maximum(np.round(cost_np), 1.0).astype(np.int64)  # a fractional cost still feeds one token
+    cost_i = torch.from_numpy(c_np)
+    abs_np = np.abs(adv.numpy()).astype(np.float64)
     # float rounding of a row equal to its group's mean is not signal (see SamplingConfig.zero_tol)
-    nonzero = abs_a > config.zero_tol * abs_a.max()
+    nonzero_np = abs_np > config.zero_tol * abs_np.max()
+    nonzero = torch.from_numpy(nonzero_np)
     common = dict(
         method=config.method,
-        tokens_plain=int(cost_i.sum()),
-        tokens_nonzero=int(cost_i[nonzero].sum()),
+        tokens_plain=int(c_np.sum()),
+        tokens_nonzero=int(c_np[nonzero_np].sum()),
     )
 
     if config.method == "none":
@@ -402,29 +351,37 @@ def plan_minibatches(
                     skipped=None, **common)
 
     # Drawing methods: p from the proxy |A| (zero below the tolerance, optionally noised) and the costs.
-    proxy = torch.where(nonzero, abs_a, torch.zeros_like(abs_a))
+    proxy = np.where(nonzero_np, abs_np, 0.0)
     if config.proxy_noise > 0:
         noise = torch.randn(n, generator=generator, dtype=torch.float64) * math.sqrt(config.proxy_noise)
-        proxy = (proxy + noise).clamp(min=0.0)
+        proxy = (torch.from_numpy(proxy) + noise).clamp(min=0.0).numpy()
         if not (proxy > 0).any():
             return Plan((), probs=None, advantages=adv, skipped="the noised proxy is zero on every row",
                         **common)
-    p, beta, alpha = _drawing_probs(config, proxy.numpy(), cost.numpy())
-    w = torch.from_numpy(dist.importance_weights(p, None, config.weights))
-    table = build_alias(p)  # built once per plan; every draw below reuses it
+    # From here on every input is checked: the kernels below (p, weights, alias table, draws) check
+    # nothing again (one plan used to validate the same p five times).
+    p, beta, alpha = _drawing_probs(config, proxy, cost_np)
+    try:
+        w = dist._all_weights(p, config.weights)
+    except ValueError as exc:  # name what the caller can change
+        raise ValueError(
+            f"advantages and costs (with alpha={alpha!r}, beta={beta!r}) give a row so small a probability "
+            f"that its importance weight overflows float64: {exc}"
+        ) from None
+    table = _build_alias(p)  # built once per plan; every draw below reuses it
     rng = _numpy_rng(generator)
     sizes, capped = None, False
-    cap = max(1, int(config.max_draws_factor * minibatch_size))
+    cap = max(1, min(int(config.max_draws_factor * minibatch_size), MAX_DRAWS // num_minibatches))
     if config.budget == "rows":
-        draws = draw(*table, num_minibatches * minibatch_size, rng)
+        draws = draw(*table, num_minibatches * minibatch_size, rng, validate=False)
     elif config.merge_duplicates:  # match the tokens fed, which merging makes fewer than those drawn
-        draws, sizes, capped = _draw_until_fed_tokens(
-            table, p, cost_i.numpy(), common["tokens_plain"], num_minibatches, cap, rng
+        draws, sizes, capped = draw_until_fed_tokens(
+            table, p, c_np, common["tokens_plain"], num_minibatches, cap, rng
         )
     else:
-        draws, capped = _draw_until_tokens(
-            table, p, cost_i.numpy(), common["tokens_plain"], cap * num_minibatches, rng, num_minibatches
+        draws, capped = draw_until_tokens(
+            table, p, c_np, common["tokens_plain"], cap * num_minibatches, rng, num_minibatches
         )
-    mbs = _split_weighted(torch.from_numpy(draws), w, cost_i, num_minibatches, config.merge_duplicates, n, sizes)
+    mbs = _split_weighted(draws, w, c_np, num_minibatches, config.merge_duplicates, n, sizes)
     return Plan(mbs, probs=torch.from_numpy(np.asarray(p)).to(torch.float32), advantages=adv, skipped=None,
                 meta={"draw_cap_hit": capped, "proxy": config.proxy, "beta": beta, "alpha": alpha}, **common)

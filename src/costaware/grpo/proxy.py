@@ -30,7 +30,14 @@ from scipy import stats
 
 from costaware import distributions as dist
 from costaware import theory
-from costaware._checks import in_unit_interval, nonnegative_vector, positive_vector, same_length
+from costaware._checks import (
+    as_array,
+    in_unit_interval,
+    nonnegative_vector,
+    positive_vector,
+    real_scalar,
+    same_length,
+)
 
 __all__ = [
     "BETA_BOUNDS",
@@ -129,13 +136,26 @@ def loss_family(loss_type: str) -> LossFamily:
 
 
 def _finite(x: float, name: str) -> float:
-    if (
-        isinstance(x, bool)
-        or not isinstance(x, (int, float, np.integer, np.floating))
-        or not math.isfinite(x)
-    ):
-        raise ValueError(f"{name} must be a finite number, got {x!r}")
-    return float(x)
+    try:
+        return real_scalar(x, name)  # the rule of costaware._checks: ValueError naming the argument
+    except ValueError:
+        raise ValueError(f"{name} must be a finite number, got {x!r}") from None
+
+
+def _sd(x: Any, name: str) -> float:
+    """A standard deviation: a real number >= 0, +inf allowed (an uninformative prior)."""
+    v = _unwrap_real(x, name)
+    if not v >= 0:
+        raise ValueError(f"{name} must be >= 0 (inf allowed), got {x!r}")
+    return v
+
+
+def _unwrap_real(x: Any, name: str) -> float:
+    if isinstance(x, float) and math.isinf(x):
+        return x
+    if isinstance(x, (np.floating, np.ndarray)) and np.ndim(x) == 0 and np.isinf(x):
+        return float(x)
+    return real_scalar(x, name)
 
 
 def proxy_probs(abs_adv: Any, costs: Any, *, beta: float, alpha: float = 0.0) -> np.ndarray:
@@ -147,13 +167,16 @@ def proxy_probs(abs_adv: Any, costs: Any, *, beta: float, alpha: float = 0.0) ->
     a = nonnegative_vector(abs_adv, "abs_adv", not_all_zero=True)
     c = positive_vector(costs, "costs")
     same_length(abs_adv=a, costs=c)
-    beta = _finite(beta, "beta")
-    alpha = in_unit_interval(alpha, "alpha")
+    return _proxy_probs(a, c, _finite(beta, "beta"), in_unit_interval(alpha, "alpha"))
+
+
+def _proxy_probs(a: np.ndarray, c: np.ndarray, beta: float, alpha: float) -> np.ndarray:
+    """Kernel of :func:`proxy_probs` for checked inputs (a >= 0 with an entry > 0, c > 0, equal lengths)."""
     logw = np.full(a.size, -np.inf)
     nz = a > 0
     logw[nz] = np.log(a[nz]) + (beta - 0.5) * np.log(c[nz])
     w = np.exp(logw - logw[nz].max())
-    return dist.smoothed(w / w.sum(), alpha)
+    return dist._smoothed(w / w.sum(), alpha)
 
 
 @dataclass(frozen=True)
@@ -194,6 +217,14 @@ def _from_stats(sxx: float, sxy: float, syy: float, dof: float, n_used: int, lev
     return BetaFit(slope, se, (slope - half, slope + half), n_used, sxx, sxy, syy, dof, level)
 
 
+def _norms(grad_norms: Any) -> np.ndarray:
+    """Measured gradient norms: a real 1-D array; NaN/inf entries allowed (a failed measurement)."""
+    g = as_array(grad_norms, "grad_norms")
+    if g.ndim != 1:
+        raise ValueError(f"grad_norms must be 1-D, got shape {g.shape}")
+    return g
+
+
 def fit_beta(abs_adv: Any, grad_norms: Any, costs: Any, *, level: float = 0.95) -> BetaFit:
     """Fit G_i ≈ k · |A_i| · c_i^β: OLS of log(G/|A|) on log c over rows with A ≠ 0 and finite G > 0.
 
@@ -207,16 +238,12 @@ def fit_beta(abs_adv: Any, grad_norms: Any, costs: Any, *, level: float = 0.95) 
     """
     a = nonnegative_vector(abs_adv, "abs_adv")
     c = positive_vector(costs, "costs")
-    if hasattr(grad_norms, "detach"):
-        grad_norms = grad_norms.detach().cpu().numpy()
-    g = np.asarray(grad_norms, dtype=np.float64)
-    if g.ndim != 1:
-        raise ValueError(f"grad_norms must be 1-D, got shape {g.shape}")
+    g = _norms(grad_norms)
     same_length(abs_adv=a, grad_norms=g, costs=c)
     if (g < 0).any():  # NaN compares False: kept for the mask below
         i = int(np.flatnonzero(g < 0)[0])
         raise ValueError(f"grad_norms must be >= 0 (or NaN to skip a row), got {g[i]} at index {i}")
-    level = float(level)
+    level = _finite(level, "level")
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must lie in (0, 1), got {level!r}")
     use = (a > 0) & np.isfinite(g) & (g > 0)
@@ -238,10 +265,12 @@ def shrink(
     prior_sd of 0 pins β to the prior, prior_sd = inf trusts the fit alone. The clip means no fit,
     however confident, moves β outside the range a loss aggregation can produce.
     """
+    if not isinstance(fit, BetaFit):
+        raise TypeError(f"fit must be a BetaFit, got {type(fit).__name__}")
     prior_beta = _finite(prior_beta, "prior_beta")
-    prior_sd = float(prior_sd)
-    if not prior_sd >= 0:
-        raise ValueError(f"prior_sd must be >= 0 (inf allowed), got {prior_sd!r}")
+    prior_sd = _sd(prior_sd, "prior_sd")
+    if not (isinstance(bounds, (tuple, list)) and len(bounds) == 2):
+        raise ValueError(f"bounds must be a (low, high) pair, got {bounds!r}")
     lo, hi = (_finite(b, "bounds") for b in bounds)
     if not lo <= hi:
         raise ValueError(f"bounds must satisfy low <= high, got {bounds!r}")
@@ -253,8 +282,14 @@ def shrink(
     elif se == 0 or math.isinf(prior_sd):
         post = float(fit.beta_hat)
     else:
-        wp, wf = 1.0 / prior_sd**2, 1.0 / se**2
-        post = (wp * prior_beta + wf * fit.beta_hat) / (wp + wf)
+        try:
+            wp, wf = 1.0 / prior_sd**2, 1.0 / se**2
+            post = (wp * prior_beta + wf * fit.beta_hat) / (wp + wf)
+        except (OverflowError, ZeroDivisionError):  # a square beyond float64: the same mean, by the ratio
+            t = (prior_sd / se) ** 2 if prior_sd / se < 1e150 else math.inf  # (sd/se)²: the fit's share
+            post = float(fit.beta_hat) if math.isinf(t) else (prior_beta + t * fit.beta_hat) / (1.0 + t)
+        if not math.isfinite(post):
+            raise ValueError(f"fit and prior give no finite posterior: fit={fit!r}, prior_beta={prior_beta!r}")
     return float(min(max(post, lo), hi))
 
 
@@ -292,13 +327,14 @@ class BetaCalibrator:
 
     def __post_init__(self) -> None:
         _finite(self.prior_beta, "prior_beta")
-        if not float(self.prior_sd) >= 0:
-            raise ValueError(f"prior_sd must be >= 0, got {self.prior_sd!r}")
+        _sd(self.prior_sd, "prior_sd")
         if isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1:
             raise ValueError(f"every must be an integer >= 1, got {self.every!r}")
-        if not 0.0 < float(self.decay) <= 1.0:
+        if not 0.0 < _finite(self.decay, "decay") <= 1.0:
             raise ValueError(f"decay must lie in (0, 1], got {self.decay!r}")
-        self.bounds = (float(self.bounds[0]), float(self.bounds[1]))
+        if not (isinstance(self.bounds, (tuple, list)) and len(self.bounds) == 2):
+            raise ValueError(f"bounds must be a (low, high) pair, got {self.bounds!r}")
+        self.bounds = (_finite(self.bounds[0], "bounds"), _finite(self.bounds[1], "bounds"))
         if not self.bounds[0] <= self.bounds[1]:
             raise ValueError(f"bounds must satisfy low <= high, got {self.bounds!r}")
         if math.isnan(self.beta):
@@ -380,6 +416,11 @@ def adaptive_alpha(
     hi = in_unit_interval(alpha_max, "alpha_max")
     if lo > hi:
         raise ValueError(f"alpha_min must be <= alpha_max, got {alpha_min!r} > {alpha_max!r}")
+    return _adaptive_alpha(p, W, lo, hi)
+
+
+def _adaptive_alpha(p: np.ndarray, W: float, lo: float, hi: float) -> float:
+    """Kernel of :func:`adaptive_alpha` for a checked probability vector and checked bounds."""
     q = p.size * p[p > 0].min()
     need = 0.0 if q >= 1.0 / W else (1.0 / W - q) / (1.0 - q)
     return float(min(max(need, lo), hi))
@@ -394,14 +435,13 @@ def predicted_j_ratios(p: Any, grad_norms: Any, costs: Any) -> dict[str, float]:
     """
     w = nonnegative_vector(p, "p", not_all_zero=True)
     c = positive_vector(costs, "costs")
-    if hasattr(grad_norms, "detach"):
-        grad_norms = grad_norms.detach().cpu().numpy()
-    g = np.asarray(grad_norms, dtype=np.float64)
+    g = _norms(grad_norms)
     same_length(p=w, grad_norms=g, costs=c)
     keep = np.isfinite(g)
     if (g[keep] < 0).any() or not (g[keep] > 0).any() or not (w[keep] > 0).any():
         raise ValueError(f"grad_norms must be >= 0 with one finite entry > 0 where p > 0, got {g}")
-    w, g, c = w[keep] / w[keep].sum(), g[keep], c[keep]
+    # J ratios are scale-free in G and c: scaled by powers of two (exact), no J underflows to 0
+    w, g, c = w[keep] / w[keep].sum(), theory._scaled(g[keep]), theory._scaled(c[keep])
     j = theory.J(w, g, c)
     return {
         "j_vs_optimal": j / theory.J_optimal(g, c),

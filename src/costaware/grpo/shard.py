@@ -4,7 +4,7 @@ On P data-parallel ranks each rank holds its own rows of the generation batch. T
 once on the *global* pool (every rank's rows concatenated in rank order, the order of
 ``accelerator.gather``), from a seed every rank shares, so every rank computes the same plan and the
 same n_supp (a per-rank plan with a local n_supp up-weights ranks with few informative rows, which
-biases the expected gradient across ranks). :func:`shard_plan` then gives every rank, for every
+biases the expected gradient across ranks). :func:`shard_minibatches` then gives every rank, for every
 optimiser step, the rows of that step's mini-batch it holds, padded with zero-factor rows to the
 largest rank's count, so that every rank runs the same number of rows in every micro-step and the
 collectives in the loss (``accelerator.gather`` of per-row values, DDP's all-reduce) meet equal
@@ -37,7 +37,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from costaware._checks import integer
+from costaware.grpo.config import MAX_STEPS
 from costaware.grpo.plan import MiniBatch
+
+_MAX_ROWS = 2**53  # a rank's rows; cumulative sums of larger counts would leave int64
 
 __all__ = ["ShardStep", "shard_minibatches", "rank_offsets"]
 
@@ -68,10 +72,12 @@ class ShardStep:
 
 def rank_offsets(rank_sizes: Sequence[int]) -> np.ndarray:
     """Global index of each rank's first row: ``[0, n_0, n_0 + n_1, …]`` (P + 1 entries)."""
-    sizes = np.asarray([int(s) for s in rank_sizes], dtype=np.int64)
-    if sizes.ndim != 1 or sizes.size == 0 or (sizes < 1).any():
-        raise ValueError(f"rank_sizes must be a non-empty list of positive row counts, got {list(rank_sizes)!r}")
-    return np.concatenate([[0], np.cumsum(sizes)])
+    if rank_sizes is None or isinstance(rank_sizes, (str, bytes, dict, set)) or not hasattr(rank_sizes, "__iter__"):
+        raise TypeError(f"rank_sizes must be a list of row counts, got {type(rank_sizes).__name__}")
+    sizes = [integer(s, "rank_sizes", minimum=1, maximum=_MAX_ROWS) for s in rank_sizes]
+    if not sizes:
+        raise ValueError(f"rank_sizes must be a non-empty list of positive row counts, got {rank_sizes!r}")
+    return np.concatenate([[0], np.cumsum(np.asarray(sizes, dtype=np.int64))])
 
 
 def shard_minibatches(
@@ -80,18 +86,24 @@ def shard_minibatches(
 ) -> list[tuple[ShardStep, ...]]:
     """Split the global plan's mini-batches over ranks: ``out[r][j]`` is rank r's part of step j.
 
-    Every rank gets exactly ``num_steps`` steps and, in step j, the same number of rows s_j =
+    Every rank gets exactly ``num_steps`` steps (at most :data:`~costaware.grpo.config.MAX_STEPS`) and, in step j, the same number of rows s_j =
     max(1, max_r rows of mini-batch j held by rank r). Rows keep the plan's order within a rank.
     ``pad_rows[r]`` is the local row rank r feeds as padding (any row is exact; the engines pass
     the rank's cheapest row, so that padding costs the least compute).
     """
     offsets = rank_offsets(rank_sizes)
     num_ranks = offsets.size - 1
-    pads = [0] * num_ranks if pad_rows is None else [int(x) for x in pad_rows]
+    if pad_rows is None:
+        pads = [0] * num_ranks
+    elif isinstance(pad_rows, (str, bytes, dict, set)) or not hasattr(pad_rows, "__iter__"):
+        raise TypeError(f"pad_rows must be a list of local rows, one per rank, got {type(pad_rows).__name__}")
+    else:
+        pads = [integer(x, "pad_rows", minimum=0) for x in pad_rows]
     if len(pads) != num_ranks or any(not 0 <= x < int(offsets[r + 1] - offsets[r]) for r, x in enumerate(pads)):
         raise ValueError(f"pad_rows must hold one local row per rank (sizes {list(rank_sizes)}), got {pad_rows!r}")
-    if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)) or num_steps < 1:
-        raise ValueError(f"num_steps must be a positive integer, got {num_steps!r}")
+    num_steps = integer(num_steps, "num_steps", minimum=1, maximum=MAX_STEPS)
+    if isinstance(minibatches, (str, bytes, dict, set)) or not hasattr(minibatches, "__len__"):
+        raise TypeError(f"minibatches must be a sequence of MiniBatch, got {type(minibatches).__name__}")
     if len(minibatches) > num_steps:
         raise ValueError(f"the plan has {len(minibatches)} mini-batches, more than num_steps={num_steps}")
     total = int(offsets[-1])
@@ -101,7 +113,9 @@ def shard_minibatches(
             mb = minibatches[j]
             idx = mb.indices.to(torch.int64)
             if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= total):
-                raise ValueError(f"mini-batch {j} holds rows outside the pool of {total} rows")
+                raise ValueError(
+                    f"minibatches[{j}] holds rows outside the pool of {total} rows (the sum of rank_sizes)"
+                )
             owner = torch.from_numpy(np.searchsorted(offsets, idx.numpy(), side="right") - 1)
             order = torch.argsort(owner, stable=True)  # group by rank, plan order within a rank
             per_rank = torch.bincount(owner, minlength=num_ranks)

@@ -52,9 +52,15 @@ def _weight_scale(p: np.ndarray, weights: str) -> float:
     raise ValueError(f"weights must be 'raw' or 'centred', got {weights!r}")
 
 
-def _positive_int(v: Any, name: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-        raise ValueError(f"{name} must be a positive integer, got {v!r}")
+# The most steps a schedule holds: its η_t and ω_t are float64 arrays of that length (2^32 steps would
+# already take 64 GB), so a larger count is an error, not a MemoryError or a machine out of memory.
+MAX_STEPS = 1 << 32
+MAX_CHECKPOINTS = 1 << 20
+
+
+def _positive_int(v: Any, name: str, maximum: int = MAX_STEPS) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= maximum:
+        raise ValueError(f"{name} must be a positive integer of at most {maximum}, got {v!r}")
     return int(v)
 
 
@@ -152,7 +158,7 @@ def log_checkpoints(steps: int, count: int = 60) -> np.ndarray:
     >>> log_checkpoints(1000, 5).tolist()
     [1, 6, 32, 178, 1000]
     """
-    steps, count = _positive_int(steps, "steps"), _positive_int(count, "count")
+    steps, count = _positive_int(steps, "steps"), _positive_int(count, "count", MAX_CHECKPOINTS)
     grid = np.unique(np.round(np.geomspace(1, steps, count)).astype(np.int64))
     grid[-1] = steps
     return grid
