@@ -321,8 +321,12 @@ def expected_grads(wg, config, model: Bigram, data: dict) -> list[torch.Tensor]:
     w = 1.0 / (len(adv) * p)  # full support: centred = raw
     policy_loss = get_policy_loss_fn(config.policy_loss.get("loss_mode", "vanilla"))
     out = []
+    resp = data["response_mask"].sum(-1).double()
     for rows in wg.row_ids:
         mask = data["response_mask"][rows].bool()
+        # token-mean: the step is rescaled from its drawn tokens to the pool's tokens × m / N
+        scale = float(mask.sum() / (resp.sum() * len(rows) / len(resp)))
+        scale = scale if config.loss_agg_mode == "token-mean" else 1.0
         info = dict(dp_size=1, batch_num_tokens=int(mask.sum()), global_batch_size=len(rows))
         info["loss_scale_factor"] = config.loss_scale_factor
         config.global_batch_info.update(info)
@@ -350,7 +354,7 @@ def expected_grads(wg, config, model: Bigram, data: dict) -> list[torch.Tensor]:
                 for mat in (ent[None], kl)
             )
             row_loss = pg - config.entropy_coeff * ent_loss + config.kl_loss_coef * kl_loss
-            total = total + float(w[row]) * row_loss
+            total = total + float(w[row]) * scale * row_loss
         total.backward()
         out.append(model.table.grad.clone())
     return out
@@ -399,18 +403,13 @@ def test_v1_minibatch_gradient_is_weighted_sum_with_kl_and_entropy(agg, with_is_
     assert returned is meta
     drawn_rows = torch.cat(wg.row_ids)
     assert len(torch.unique(drawn_rows)) < len(drawn_rows), "the fixture must draw some row twice"
-    # the extra copies are cleared; the original keys' rollout_is_weights are restored (ones if none)
+    # every draw ran under a fresh key, cleared afterwards; the caller's rows are never written
     assert sorted(k for _, k in store.rows) == sorted(meta.keys)
-    drawn = 0
     for i, key in enumerate(meta.keys):
         stored = store.rows[("train", key)]
-        if "cost_aware_weights" in stored:  # written only on drawn keys, reset to 1 after the update
-            drawn += 1
-            assert torch.all(stored["cost_aware_weights"] == 1)
-        original = rows["rollout_is_weights"][i] if with_is_weights else torch.ones_like(stored["advantages"])
-        if with_is_weights or "cost_aware_weights" in stored:
-            torch.testing.assert_close(stored["rollout_is_weights"], original, rtol=0, atol=0)
-    assert drawn == len(torch.unique(drawn_rows))
+        assert sorted(stored) == sorted(rows), "no field added to (or removed from) the caller's row"
+        for name, value in stored.items():
+            torch.testing.assert_close(value, rows[name][i], rtol=0, atol=0)
     tokens = float(data["attention_mask"].sum(-1)[drawn_rows].sum())
     assert metrics["cost_aware/total/tokens"] == tokens
 
@@ -454,9 +453,11 @@ def test_refuses_kl_or_entropy_without_full_support():
 
 
 def test_skipped_step_makes_no_update_and_no_scheduler_step():
+    """Without KL and entropy an all-zero-advantage pool has a zero gradient: no update is exact."""
     data = padded_batch()
     data["advantages"] = torch.zeros_like(data["advantages"])
-    wg, _, _, metrics, trainer = run_v0("token-mean", data, verl_losses.ppo_loss)
+    off = ("actor_rollout_ref.actor.use_kl_loss=false", "actor_rollout_ref.actor.entropy_coeff=0.0")
+    wg, _, _, metrics, trainer = run_v0("token-mean", data, verl_losses.ppo_loss, *off)
     assert wg.grads == [] and wg.lr_steps == 0  # the LR schedule counts optimizer updates only
     assert metrics["cost_aware/step/skipped"] == 1.0 and metrics["cost_aware/total/tokens"] == 0.0
     assert trainer._cost_aware_counters.skipped == 1.0

@@ -95,6 +95,24 @@ def _dp_size_v1(trainer: Any) -> int:
     return max(worker_group._dispatch_info["actor"]) + 1
 
 
+class TokenBudgetReached(Exception):
+    """Raised at the start of the step after the PO-token budget was reached; the wrapped ``fit`` returns."""
+
+
+def _budget_spent(trainer: Any) -> bool:
+    """True once ``token_budget`` (> 0) PO tokens have been fed (logged once when first seen)."""
+    budget = _config(trainer).token_budget
+    if not budget or _counters(trainer).tokens < budget:
+        return False
+    if not trainer.__dict__.get("_cost_aware_budget_logged"):
+        trainer.__dict__["_cost_aware_budget_logged"] = True
+        logger.warning(
+            "costaware: %s PO tokens reached the token_budget %s at step %s; training stops",
+            _counters(trainer).tokens, budget, trainer.global_steps,
+        )
+    return True
+
+
 # ---------------------------------------------------------------------------------------- trainer v0
 
 
@@ -104,14 +122,21 @@ def update_actor_v0(trainer: Any, batch: Any, original: Any) -> Any:
 
     from costaware.integrations.verl.resample import resample_dataproto, step_generator
 
+    from costaware.integrations.verl.config import actor_loss
+
     cfg = _config(trainer)
+    if _budget_spent(trainer):
+        return DataProto.from_single_dict(data={}, meta_info={"metrics": {}})
     start = time.perf_counter()
+    mode, regularised = actor_loss(trainer.config)
     result = resample_dataproto(
         batch,
         cfg,
         minibatch_size=_minibatch_size(trainer),
         dp_size=int(trainer._get_dp_size(trainer.actor_rollout_wg, "actor")),
         generator=step_generator(cfg.seed, trainer.global_steps),
+        loss_agg_mode=mode,
+        regularised=regularised,
     )
     if result.skipped is not None:
         logger.warning("costaware: step %s skips the actor update: %s", trainer.global_steps, result.skipped)
@@ -126,33 +151,36 @@ def update_actor_v0(trainer: Any, batch: Any, original: Any) -> Any:
 
 
 def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> Any:
-    """Trainer v1 (``PPOTrainer`` on TransferQueue): same plan, rows copied to fresh keys when drawn twice.
+    """Trainer v1 (``PPOTrainer`` on TransferQueue): same plan, every draw copied to a fresh key.
 
-    TransferQueue keys are unique per batch, so the k-th extra draw of a row is stored under a new key
-    (all fields copied) for the duration of the update and cleared afterwards. ``rollout_is_weights`` of
-    every drawn key is set to (existing weights) x (row factor) and ``cost_aware_weights`` to the factor.
-    The original keys' ``rollout_is_weights`` are written back after the update (ones where the batch had
-    none). The batch returned is the original one, so verl's reward/length metrics stay those of the
-    generated rollouts.
+    TransferQueue keys are unique per batch, so the r-th draw of a row is stored under
+    ``f"{key}#ca{step}.{r}"`` (all fields copied) for the duration of the update and cleared afterwards;
+    the caller's rows are never written. ``rollout_is_weights`` of every drawn key is (existing weights,
+    or 1) x (row factor) and ``cost_aware_weights`` the factor. The batch returned is the original one,
+    so verl's reward/length metrics stay those of the generated rollouts.
     """
     import transfer_queue as tq
     from tensordict import TensorDict
     from transfer_queue import KVBatchMeta
 
+    from costaware.integrations.verl.config import actor_loss
     from costaware.integrations.verl.resample import plan_resampling, step_generator, tag_costs
     from costaware.integrations.verl.transfer import (
         duplicate_key_plan,
         nested_row_means,
+        nested_row_sums,
         nested_scaled_weights,
     )
 
     cfg = _config(trainer)
+    if _budget_spent(trainer):
+        return batch
     start = time.perf_counter()
     pid = batch.partition_id
     data = tq.kv_batch_get(keys=batch.keys, partition_id=pid, select_fields=["advantages", "response_mask"])
-    advantages = nested_row_means(data["advantages"], data["response_mask"])
+    mode, regularised = actor_loss(trainer.config)
     result = plan_resampling(
-        advantages,
+        nested_row_means(data["advantages"], data["response_mask"]),
         tag_costs(batch.tags),
         cfg,
         minibatch_size=_minibatch_size(trainer),
@@ -160,6 +188,9 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
         generator=step_generator(
             cfg.seed, trainer.global_steps * 1_000 + getattr(trainer, "local_trigger_step", 0)
         ),
+        lengths=nested_row_sums(data["response_mask"]),
+        loss_agg_mode=mode,
+        regularised=regularised,
     )
     if result.skipped is not None:
         logger.warning("costaware: step %s skips the actor update: %s", trainer.global_steps, result.skipped)
@@ -168,10 +199,6 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
 
     has_weights = batch.fields is not None and "rollout_is_weights" in batch.fields
     new_keys, rounds = duplicate_key_plan(batch.keys, result.indices, tag=f"ca{trainer.global_steps}")
-    first_draw = sorted({k for k in new_keys if k in set(batch.keys)})
-    saved = None
-    if has_weights:  # the original keys' weights, restored after the update
-        saved = tq.kv_batch_get(keys=first_draw, partition_id=pid, select_fields=["rollout_is_weights"])
     copied: list[str] = []
     try:
         for source_keys, target_keys, source_rows in rounds:
@@ -183,9 +210,9 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
         fields = ["response_mask"] + (["rollout_is_weights"] if has_weights else [])
         current = tq.kv_batch_get(keys=new_keys, partition_id=pid, select_fields=fields)
         mask = current["response_mask"]
-        factors = nested_scaled_weights(None, mask, result.weights)
+        factors = nested_scaled_weights(None, mask, result.factors)
         weights = nested_scaled_weights(
-            current["rollout_is_weights"] if has_weights else None, mask, result.weights
+            current["rollout_is_weights"] if has_weights else None, mask, result.factors
         )
         tq.kv_batch_put(
             keys=new_keys,
@@ -206,28 +233,10 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
     finally:
         if copied:
             tq.kv_clear(keys=copied, partition_id=pid)
-        _restore_weights_v1(tq, first_draw, pid, saved)
     metrics.update(_record(trainer, result.stats, time.perf_counter() - start))
+    if _budget_spent(trainer):  # v1's loop runs while global_steps <= total_training_steps
+        trainer.total_training_steps = trainer.global_steps
     return batch
-
-
-def _restore_weights_v1(tq: Any, keys: list[str], pid: str, saved: Any) -> None:
-    """Write back the original keys' ``rollout_is_weights`` and reset their factor to 1."""
-    import torch
-    from tensordict import TensorDict
-
-    from costaware.integrations.verl.transfer import nested_scaled_weights
-
-    if not keys:
-        return
-    mask = tq.kv_batch_get(keys=keys, partition_id=pid, select_fields=["response_mask"])["response_mask"]
-    ones = nested_scaled_weights(None, mask, torch.ones(len(keys)))
-    restored = saved["rollout_is_weights"] if saved is not None else ones
-    tq.kv_batch_put(
-        keys=keys,
-        partition_id=pid,
-        fields=TensorDict({"rollout_is_weights": restored, WEIGHTS_KEY: ones}, batch_size=len(keys)),
-    )
 
 
 # ------------------------------------------------------------------------------- actor loss (workers)
@@ -386,6 +395,35 @@ def patch_v0(cls: type) -> None:
 
     cls._update_actor = _mark(_update_actor)
     _patch_checkpointing(cls)
+    _patch_budget_stop_v0(cls)
+
+
+def _patch_budget_stop_v0(cls: type) -> None:
+    """Trainer v0's loop iterates the dataloader: once the budget is spent, the next step's first call
+    (``_get_gen_batch``, before any generation) raises :class:`TokenBudgetReached`, which ``fit`` ends on."""
+    fit, get_gen_batch = getattr(cls, "fit", None), getattr(cls, "_get_gen_batch", None)
+    if fit is None or get_gen_batch is None or getattr(fit, PATCH_MARK, False):
+        return
+
+    @functools.wraps(get_gen_batch)
+    def _get_gen_batch(self, *args, **kwargs):
+        if _config(self) is not None and _budget_spent(self):
+            raise TokenBudgetReached(self.global_steps)
+        return get_gen_batch(self, *args, **kwargs)
+
+    @functools.wraps(fit)
+    def _fit(self, *args, **kwargs):
+        try:
+            return fit(self, *args, **kwargs)
+        except TokenBudgetReached:
+            if hasattr(self.actor_rollout_wg, "async_calls_finalize_fn_exec"):
+                self.actor_rollout_wg.async_calls_finalize_fn_exec(blocking=True)
+            if hasattr(self, "_shutdown_dump_executor"):
+                self._shutdown_dump_executor()
+            return None
+
+    cls._get_gen_batch = _mark(_get_gen_batch)
+    cls.fit = _mark(_fit)
 
 
 def patch_v1(cls: type) -> None:
