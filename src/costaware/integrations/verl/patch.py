@@ -120,9 +120,8 @@ def update_actor_v0(trainer: Any, batch: Any, original: Any) -> Any:
     """Trainer v0 (``RayPPOTrainer``): resample the padded DataProto, then run verl's own update."""
     from verl import DataProto
 
-    from costaware.integrations.verl.resample import resample_dataproto, step_generator
-
     from costaware.integrations.verl.config import actor_loss
+    from costaware.integrations.verl.resample import resample_dataproto, step_generator
 
     cfg = _config(trainer)
     if _budget_spent(trainer):
