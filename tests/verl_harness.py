@@ -81,9 +81,9 @@ def padded_batch(seed: int = 0) -> dict[str, torch.Tensor]:
 class Bigram(torch.nn.Module):
     """log pi(x_{t+1} | x_t) = log_softmax(E[x_t])[x_{t+1}]: a policy with exact, cheap gradients."""
 
-    def __init__(self) -> None:
+    def __init__(self, seed: int = 3) -> None:
         super().__init__()
-        g = torch.Generator().manual_seed(3)
+        g = torch.Generator().manual_seed(seed)
         self.table = torch.nn.Parameter(0.5 * torch.randn(VOCAB, VOCAB, generator=g, dtype=torch.float64))
 
     def token_stats(self, tokens: torch.Tensor, nxt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -152,6 +152,7 @@ class StubWorkerGroup:
 
     def __init__(self, model: Bigram, config, loss_fn, dp: int = DP) -> None:
         self.model, self.config, self.loss_fn, self.dp = model, config, loss_fn, dp
+        self.logprob_rows: list[list[torch.Tensor]] = []  # per log-prob pass: the row ids of each rank
         self.grads: list[torch.Tensor] = []  # one per mini-batch (optimizer step)
         self.row_ids: list[torch.Tensor] = []  # rows of each mini-batch, rank-major
         self.lr_steps = 0
@@ -195,6 +196,23 @@ class StubWorkerGroup:
             self.lr_steps += int(j == len(iters[0]) - 1)  # update_lr_scheduler on the last mini-batch
         metrics = {"mfu": [0.0], "pg_loss": [0.0]}
         return tu.get_tensordict(tensor_dict={}, non_tensor_dict={"metrics": metrics})
+
+
+    def compute_log_prob(self, td):
+        """verl's ``compute_log_prob`` / ``compute_ref_log_prob``: the contiguous split per rank (which
+        needs equal row counts), dynamic-batch-size micro-batches, no-grad forward; rows in input order."""
+        chunks = tu.chunk_tensordict(td, self.dp)
+        self.logprob_rows.append([c["row_id"].clone() for c in chunks])
+        for chunk in chunks:
+            tu.assign_non_tensor(chunk, use_dynamic_bsz=True, max_token_len_per_gpu=MAX_TOKENS)
+            micro_batches, _ = prepare_micro_batches(chunk, dp_group=None, same_micro_num_in_dp=True)
+            assert sum(len(m) for m in micro_batches) == len(chunk)
+        with torch.no_grad():
+            out = self.model(td)  # per token, so the values do not depend on the micro-batching
+        metrics = {"mfu": 0.0}
+        return tu.get_tensordict(tensor_dict=out, non_tensor_dict={"metrics": metrics})
+
+    compute_ref_log_prob = compute_log_prob
 
 
 class StubWorkerGroupV1(StubWorkerGroup):

@@ -67,6 +67,9 @@ class CostAwareConfig:
     proxy_beta: ``length_aware``'s beta (default: the loss family's prior).
     adaptive_alpha_max_weight: ``p_smooth`` only: per step, the smallest alpha in [alpha, 0.5] keeping
         every weight 1/(n p_i) <= this value (None: fixed alpha).
+    logprob_rows: ``fed`` (default) runs trainer v0's old and reference log-prob passes after the plan, on
+        the rows some step feeds (``integrations/verl/logprobs.py``); ``all`` keeps stock's passes over
+        every row (trainer v1 always does).
     token_budget: stop training once the PO tokens (prompt + response tokens fed to policy
         optimisation, ``cost_aware/total/tokens``) reach this many; 0 turns it off. The update that
         crosses it runs in full; no later update or generation does (TRL: ``cost_aware_token_budget``).
@@ -84,6 +87,7 @@ class CostAwareConfig:
     proxy_beta: float | None = None
     adaptive_alpha_max_weight: float | None = None
     token_budget: int = 0
+    logprob_rows: str = "fed"
 
     def __post_init__(self) -> None:
         for name in ("enable", "merge_duplicates", "balance_dp"):
@@ -103,6 +107,8 @@ class CostAwareConfig:
                 raise ValueError(
                     f"{CONFIG_KEY}.{name} must be {'in ' if math.isfinite(high) else ''}{bounds}, got {value!r}"
                 )
+        if self.logprob_rows not in ("fed", "all"):
+            raise ValueError(f"{CONFIG_KEY}.logprob_rows must be 'fed' or 'all', got {self.logprob_rows!r}")
         if self.weights not in ("centred", "raw"):
             raise ValueError(f"{CONFIG_KEY}.weights must be 'centred' or 'raw', got {self.weights!r}")
         if self.merge_duplicates:

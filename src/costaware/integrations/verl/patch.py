@@ -121,18 +121,21 @@ def update_actor_v0(trainer: Any, batch: Any, original: Any) -> Any:
     from verl import DataProto
 
     from costaware.integrations.verl.config import actor_loss
+    from costaware.integrations.verl.logprobs import DEFERRED, fill_fed_logprobs
     from costaware.integrations.verl.resample import resample_dataproto, step_generator
 
     cfg = _config(trainer)
+    deferred = trainer.__dict__.pop(DEFERRED, set())  # log-prob passes waiting for the plan
     if _budget_spent(trainer):
         return DataProto.from_single_dict(data={}, meta_info={"metrics": {}})
     start = time.perf_counter()
     mode, regularised = actor_loss(trainer.config)
+    dp_size = int(trainer._get_dp_size(trainer.actor_rollout_wg, "actor"))
     result = resample_dataproto(
         batch,
         cfg,
         minibatch_size=_minibatch_size(trainer),
-        dp_size=int(trainer._get_dp_size(trainer.actor_rollout_wg, "actor")),
+        dp_size=dp_size,
         generator=step_generator(cfg.seed, trainer.global_steps),
         loss_agg_mode=mode,
         regularised=regularised,
@@ -141,8 +144,13 @@ def update_actor_v0(trainer: Any, batch: Any, original: Any) -> Any:
         logger.warning("costaware: step %s skips the actor update: %s", trainer.global_steps, result.skipped)
         metrics = _record(trainer, result.stats, time.perf_counter() - start)
         return DataProto.from_single_dict(data={}, meta_info={"metrics": metrics})
+    passes = {}
+    if deferred:
+        originals = type(trainer)._cost_aware_logprob_passes
+        passes = fill_fed_logprobs(trainer, batch, result.batch, result.indices, deferred, dp_size, originals)
     output = original(trainer, result.batch)
     output.meta_info["metrics"].update(_record(trainer, result.stats, time.perf_counter() - start))
+    output.meta_info["metrics"].update(passes)
     return output
 
 
@@ -395,6 +403,9 @@ def patch_v0(cls: type) -> None:
     cls._update_actor = _mark(_update_actor)
     _patch_checkpointing(cls)
     _patch_budget_stop_v0(cls)
+    from costaware.integrations.verl.logprobs import patch_logprob_passes
+
+    patch_logprob_passes(cls, _mark)
 
 
 def _patch_budget_stop_v0(cls: type) -> None:

@@ -1,0 +1,144 @@
+"""Trainer v0's old and reference log-prob passes run after the plan, on the fed rows only.
+
+Through the REAL patched ``_compute_old_log_prob``, ``_compute_ref_log_prob`` and ``_update_actor`` of
+``RayPPOTrainer`` (``verl_harness``: stub workers that split per rank and micro-batch with verl's own
+functions; a float64 bigram policy and a separate bigram reference). For 1 and 2 ranks, KL on, dynamic
+batch size, unequal lengths:
+* the passes answer placeholders (NaN, no value) and run once the plan exists, on the rows some step
+  feeds plus padding, every rank getting as many rows;
+* the values the update receives equal stock's passes over every row, and the gradients equal those of
+  the plugin fed with stock's values (``logprob_rows=all``), exactly;
+* the caller's batch keeps its placeholders (nothing is written to it).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+verl = pytest.importorskip("verl")
+pytest.importorskip("verl.trainer.ppo.ray_trainer", reason="verl trainer v0 deps missing")
+
+from verl_harness import (  # noqa: E402
+    Bigram,
+    StubWorkerGroup,
+    padded_batch,
+    ray_trainer,
+    trainer_overrides,
+    verl_losses,
+)
+
+import costaware.integrations.verl.logprobs as logprobs  # noqa: E402
+from costaware.integrations.verl.logprobs import OLD, REF  # noqa: E402
+
+
+def build(dp: int, agg: str, *extra: str):
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+    from verl.utils.config import omega_conf_to_dataclass
+
+    with initialize_config_dir(config_dir=f"{verl.__path__[0]}/trainer/config", version_base=None):
+        full = compose(config_name="ppo_trainer", overrides=trainer_overrides(agg, *extra))
+    actor = omega_conf_to_dataclass(
+        OmegaConf.create(OmegaConf.to_container(full.actor_rollout_ref.actor, resolve=False))
+    )
+    wg = StubWorkerGroup(Bigram(), actor, verl_losses.ppo_loss, dp=dp)
+    trainer = object.__new__(ray_trainer.RayPPOTrainer)
+    trainer.config, trainer.global_steps, trainer.actor_rollout_wg = full, 2, wg
+    trainer.ref_in_actor, trainer.ref_policy_wg = False, StubWorkerGroup(Bigram(seed=7), actor, None, dp=dp)
+    return trainer, wg
+
+
+def scored_batch():
+    """The batch as verl holds it before the log-prob passes (no old or reference log-probs yet)."""
+    from verl import DataProto
+
+    data = padded_batch()
+    del data["old_log_probs"], data["ref_log_prob"]
+    return DataProto.from_dict(tensors=data, meta_info={"global_token_num": data["attention_mask"].sum(-1).tolist()})
+
+
+def stock_passes(trainer, batch):
+    """verl's own passes over every row (the unwrapped methods)."""
+    passes = ray_trainer.RayPPOTrainer._cost_aware_logprob_passes
+    old, _ = passes[OLD](trainer, batch)
+    return old.batch[OLD], passes[REF](trainer, batch).batch[REF]
+
+
+def one_step(trainer, batch):
+    """fit's order: old pass, union, reference pass, union, (advantages are in the fixture), update."""
+    old, _ = trainer._compute_old_log_prob(batch)
+    old.batch.pop("entropys")
+    batch = batch.union(old)
+    batch = batch.union(trainer._compute_ref_log_prob(batch))
+    return batch, trainer._update_actor(batch)
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean"])
+@pytest.mark.parametrize("dp", [1, 2])
+def test_fed_rows_get_stocks_values_and_only_they_are_computed(dp, agg, monkeypatch):
+    captured = {}
+    fill = logprobs.fill_fed_logprobs
+
+    def spy(trainer, batch, resampled, indices, *args):
+        out = fill(trainer, batch, resampled, indices, *args)
+        captured.update(indices=indices.clone(), old=resampled.batch[OLD].clone(), ref=resampled.batch[REF].clone())
+        return out
+
+    monkeypatch.setattr(logprobs, "fill_fed_logprobs", spy)
+    trainer, wg = build(dp, agg)
+    batch = scored_batch()
+    stock_old, stock_ref = stock_passes(trainer, batch)
+    wg.logprob_rows.clear()
+    trainer.ref_policy_wg.logprob_rows.clear()
+
+    held, out = one_step(trainer, batch)
+    assert torch.isnan(held.batch[OLD]).all() and torch.isnan(held.batch[REF]).all()  # no value, nothing written
+    fed = torch.unique(torch.cat(wg.row_ids))
+    assert fed.numel() < len(batch), "the fixture must leave some row unfed"
+    for worker in (wg, trainer.ref_policy_wg):  # one pass each, after the plan
+        (ranks,) = worker.logprob_rows
+        assert len({r.numel() for r in ranks}) == 1, "every rank runs as many rows"
+        ran = torch.cat(ranks)
+        assert set(ran.tolist()) == set(fed.tolist())  # fed rows, padded with one of them
+        assert ran.numel() - fed.numel() < dp
+    mask = batch.batch["response_mask"][captured["indices"]].bool()
+    torch.testing.assert_close(captured["old"][mask], stock_old[captured["indices"]][mask], rtol=0, atol=0)
+    torch.testing.assert_close(captured["ref"][mask], stock_ref[captured["indices"]][mask], rtol=0, atol=0)
+    metrics = out.meta_info["metrics"]
+    costs = batch.batch["attention_mask"].sum(-1)
+    assert metrics["cost_aware/step/logprob_rows"] == float(sum(r.numel() for r in wg.logprob_rows[0]))
+    assert metrics["cost_aware/step/logprob_tokens"] < float(costs.sum())
+
+    # the same plan fed stock's values (logprob_rows=all: stock passes) gives the same gradients, exactly
+    stock, stock_wg = build(dp, agg, "+algorithm.cost_aware.logprob_rows=all")
+    one_step(stock, scored_batch())
+    for worker in (stock_wg, stock.ref_policy_wg):
+        assert [torch.cat(r).numel() for r in worker.logprob_rows] == [len(batch)]
+    assert len(stock_wg.grads) == len(wg.grads)
+    for a, b in zip(wg.grads, stock_wg.grads, strict=True):
+        assert float(a.norm()) > 0
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_rollout_log_probs_keep_stocks_passes():
+    """Rollout correction and verl's debug metrics read every row's old log-probs: stock passes run."""
+    trainer, wg = build(2, "token-mean")
+    batch = scored_batch()
+    batch.batch["rollout_log_probs"] = -torch.ones_like(batch.batch["responses"], dtype=torch.float32)
+    held, _ = one_step(trainer, batch)
+    assert not torch.isnan(held.batch[OLD]).any() and not torch.isnan(held.batch[REF]).any()
+    assert torch.cat(wg.logprob_rows[0]).numel() == len(batch)
+
+
+@pytest.mark.parametrize(
+    "extra", ["algorithm.use_kl_in_reward=true", "+algorithm.cost_aware.method=none"], ids=["kl_in_reward", "none"]
+)
+def test_settings_that_read_every_row_keep_stocks_passes(extra):
+    overrides = (extra,) if "method" not in extra else ()
+    trainer, wg = build(1, "token-mean", *overrides)
+    if "method" in extra:
+        trainer.config.algorithm.cost_aware.method = "none"
+    held, _ = one_step(trainer, scored_batch())
+    assert not torch.isnan(held.batch[OLD]).any()
+    assert torch.cat(wg.logprob_rows[0]).numel() == len(held)
