@@ -290,7 +290,7 @@ def to_rows(data: dict) -> dict[str, list[torch.Tensor]]:
     return rows
 
 
-def run_v1(agg: str, data: dict, loss_fn, monkeypatch):
+def run_v1(agg: str, data: dict, loss_fn, monkeypatch, *extra: str):
     """Trainer v1 on an in-memory TransferQueue; without ``rollout_is_weights`` when the data has none."""
     tq = pytest.importorskip("transfer_queue", reason="TransferQueue (verl-core extra) not installed")
     trainer_base = pytest.importorskip("verl.trainer.ppo.v1.trainer_base")
@@ -308,7 +308,7 @@ def run_v1(agg: str, data: dict, loss_fn, monkeypatch):
     seq_len = data["attention_mask"].sum(-1).tolist()
     tags = [{"seq_len": int(s)} for s in seq_len]
     meta = KVBatchMeta(keys=keys, tags=tags, partition_id="train", fields=sorted(fields), extra_info={})
-    full, config = actor_config(agg)
+    full, config = actor_config(agg, *extra)
     model = Bigram()
     wg = StubWorkerGroupV1(model, config, loss_fn, store)
 
@@ -322,6 +322,8 @@ def run_v1(agg: str, data: dict, loss_fn, monkeypatch):
     trainer = object.__new__(Trainer)
     trainer.config, trainer.global_steps, trainer.actor_rollout_wg = full, STEP, wg
     trainer.local_trigger_step = 0
+    trainer.total_training_steps = 100
+    wg.trainer = trainer
     metrics: dict = {}
     returned = trainer._update_actor(meta, metrics)
     return wg, config, model, metrics, (store, returned, meta, rows)
