@@ -66,10 +66,11 @@ def _nested_outputs(model, micro) -> dict[str, torch.Tensor]:
 class Worker:
     """One data-parallel rank doing what verl's actor (or reference) worker does, on the demo policy."""
 
-    def __init__(self, model, config, opt=None) -> None:
+    def __init__(self, model, config, opt=None, device: str = "cpu") -> None:
         from verl.workers.utils import losses
 
         self.model, self.config, self.opt, self.loss_fn = model, config, opt, losses.ppo_loss
+        self.device = device  # the trainer's batch stays on CPU; a worker moves its rows, as verl's do
         self._dispatch_info = {"actor": [0]}
 
     def _query_dispatch_info(self, role):
@@ -85,6 +86,7 @@ class Worker:
     def compute_log_prob(self, td):
         from verl.utils import tensordict_utils as tu
 
+        td = td.to(self.device)
         micro_batches, order = self._micro_batches(td)
         with torch.no_grad():
             outs = [_nested_outputs(self.model, m) for m in micro_batches]
@@ -93,7 +95,7 @@ class Worker:
         for key in ("log_probs", "entropy"):
             rows = [r for o in outs for r in o[key].unbind()]
             rows = [rows[index.index(i)] for i in range(len(td))]
-            out[key] = torch.nested.as_nested_tensor(rows, layout=torch.jagged)
+            out[key] = torch.nested.as_nested_tensor([r.cpu() for r in rows], layout=torch.jagged)
         return tu.get_tensordict(tensor_dict=out, non_tensor_dict={"metrics": {"mfu": 0.0}})
 
     compute_ref_log_prob = compute_log_prob
@@ -104,6 +106,7 @@ class Worker:
         mbs = tu.pop(td, key="mini_batch_size")
         epochs, seed = tu.pop(td, key="epochs", default=1), tu.pop(td, key="seed", default=42)
         kwargs = tu.pop(td, key="dataloader_kwargs", default={})
+        td = td.to(self.device)
         for mb in tu.make_iterator(td, mini_batch_size=mbs, epochs=epochs, seed=seed, dataloader_kwargs=kwargs):
             mask = mb["loss_mask"]
             tokens = int((mask.values() if mask.is_nested else mask).sum())
@@ -137,7 +140,7 @@ def to_dataproto(pool, group: int):
     )
 
 
-def build_trainer(model, ref, prof, kl: bool, cost_aware: list[str]):
+def build_trainer(model, ref, prof, kl: bool, cost_aware: list[str], device: str = "cpu"):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
@@ -164,16 +167,17 @@ def build_trainer(model, ref, prof, kl: bool, cost_aware: list[str]):
     opt = torch.optim.AdamW(model.parameters(), lr=prof.learning_rate)
     trainer = object.__new__(RayPPOTrainer)
     trainer.config, trainer.global_steps = full, 1
-    trainer.actor_rollout_wg = Worker(model, actor, opt)
-    trainer.ref_in_actor, trainer.ref_policy_wg = False, Worker(ref, actor)
+    trainer.actor_rollout_wg = Worker(model, actor, opt, device)
+    trainer.ref_in_actor, trainer.ref_policy_wg = False, Worker(ref, actor, None, device)
     return trainer
 
 
-def po_phase(trainer, batch, kl: bool, step: int) -> dict[str, float]:
+def po_phase(trainer, batch, kl: bool, step: int, sync=lambda: None) -> dict[str, float]:
     """Old pass, reference pass (KL on), update: fit's order. Returns seconds and tokens computed."""
     trainer.global_steps = step
     batch = copy.deepcopy(batch)  # DataProto.union writes into the batch: each phase gets a fresh one
     costs = batch.batch["attention_mask"].sum(-1)
+    sync()
     start = time.perf_counter()
     old, _ = trainer._compute_old_log_prob(batch)
     old.batch.pop("entropys")
@@ -181,6 +185,7 @@ def po_phase(trainer, batch, kl: bool, step: int) -> dict[str, float]:
     if kl:
         batch = batch.union(trainer._compute_ref_log_prob(batch))
     out = trainer._update_actor(batch)
+    sync()
     seconds = time.perf_counter() - start
     metrics = out.meta_info["metrics"]
     passes = 1 + int(kl)
@@ -218,29 +223,41 @@ def main() -> None:
     print(f"profile {args.profile}: hidden {prof.hidden_size}, layers {prof.num_layers}, batch {len(batches[0])} rows "
           f"({prof.prompts_per_round} prompts x {prof.generations}), {prof.steps_per_generation} mini-batches; "
           f"zero-advantage rows {zero:.2f}; threads {args.threads}")  # fmt: skip
-    settings = {
-        "KL off: p*": (False, ["+algorithm.cost_aware.method=p_star"]),
-        "KL on: p_smooth a=0.2": (True, ["+algorithm.cost_aware.method=p_smooth", "+algorithm.cost_aware.alpha=0.2"]),
-    }
-    for label, (kl, keys) in settings.items():
-        arms = {"stock": build_trainer(copy.deepcopy(base), ref, prof, kl, []),
-                "plugin": build_trainer(copy.deepcopy(base), ref, prof, kl, keys)}  # fmt: skip
+    for line in compare(base, ref, prof, batches, args.repeats):
+        print(line)
+
+
+SETTINGS = {
+    "KL off: p*": (False, ["+algorithm.cost_aware.method=p_star"]),
+    "KL on: p_smooth a=0.2": (True, ["+algorithm.cost_aware.method=p_smooth", "+algorithm.cost_aware.alpha=0.2"]),
+}
+
+
+def compare(base, ref, prof, batches, repeats: int, device: str = "cpu", sync=lambda: None):
+    """Stock against the plugin in each of ``SETTINGS`` on the same batches, A B A B; the report's lines.
+    ``sync`` waits for the device (``torch.cuda.synchronize`` on a GPU) before each clock reading."""
+    lines = []
+    for label, (kl, keys) in SETTINGS.items():
+        arms = {"stock": build_trainer(copy.deepcopy(base), ref, prof, kl, [], device),
+                "plugin": build_trainer(copy.deepcopy(base), ref, prof, kl, keys, device)}  # fmt: skip
         for trainer in arms.values():  # warm-up: allocator, autograd caches, optimiser state
-            po_phase(trainer, batches[0], kl, 0)
+            po_phase(trainer, batches[0], kl, 0, sync)
         runs: dict[str, list[dict[str, float]]] = {a: [] for a in arms}
-        for r in range(args.repeats):
+        for r in range(repeats):
             for i, batch in enumerate(batches):
                 for arm, trainer in arms.items():  # A B A B: drift in machine load hits both alike
-                    runs[arm].append(po_phase(trainer, batch, kl, 1 + 1000 * r + i))
+                    runs[arm].append(po_phase(trainer, batch, kl, 1 + 1000 * r + i, sync))
         med = {a: statistics.median(x["seconds"] for x in runs[a]) for a in arms}
         tok_ = {a: {k: float(np.mean([x[k] for x in runs[a]])) for k in ("passes", "update")} for a in arms}
         total = {a: tok_[a]["passes"] + tok_[a]["update"] for a in arms}
-        print(f"\n{label} ({args.pools} pools x {args.repeats} repeats)")
-        print(f"{'arm':7s} {'median s':>9s} {'tokens':>9s} {'passes':>9s} {'update':>9s}")
+        lines.append(f"\n{label} ({len(batches)} pools x {repeats} repeats)")
+        lines.append(f"{'arm':7s} {'median s':>9s} {'tokens':>9s} {'passes':>9s} {'update':>9s}")
         for a in arms:
-            print(f"{a:7s} {med[a]:9.4f} {total[a]:9.0f} {tok_[a]['passes']:9.0f} {tok_[a]['update']:9.0f}")
+            lines.append(f"{a:7s} {med[a]:9.4f} {total[a]:9.0f} {tok_[a]['passes']:9.0f} {tok_[a]['update']:9.0f}")
         dt, dk = 1 - med["plugin"] / med["stock"], 1 - total["plugin"] / total["stock"]
-        print(f"plugin vs stock: time saved {dt:.3f}, tokens saved {dk:.3f}, time saved / tokens saved = {dt / dk:.2f}")
+        lines.append(f"plugin vs stock: time saved {dt:.3f}, tokens saved {dk:.3f}, "
+                     f"time saved / tokens saved = {dt / dk:.2f}")  # fmt: skip
+    return lines
 
 
 if __name__ == "__main__":

@@ -157,95 +157,6 @@ def update_actor_v0(trainer: Any, batch: Any, original: Any) -> Any:
 # ---------------------------------------------------------------------------------------- trainer v1
 
 
-def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> Any:
-    """Trainer v1 (``PPOTrainer`` on TransferQueue): same plan, every draw copied to a fresh key.
-
-    TransferQueue keys are unique per batch, so the r-th draw of a row is stored under
-    ``f"{key}#ca{step}.{r}"`` (all fields copied) for the duration of the update and cleared afterwards;
-    the caller's rows are never written. ``rollout_is_weights`` of every drawn key is (existing weights,
-    or 1) x (row factor) and ``cost_aware_weights`` the factor. The batch returned is the original one,
-    so verl's reward/length metrics stay those of the generated rollouts.
-    """
-    import transfer_queue as tq
-    from tensordict import TensorDict
-    from transfer_queue import KVBatchMeta
-
-    from costaware.integrations.verl.config import actor_loss
-    from costaware.integrations.verl.resample import plan_resampling, step_generator, tag_costs
-    from costaware.integrations.verl.transfer import (
-        duplicate_key_plan,
-        nested_row_means,
-        nested_row_sums,
-        nested_scaled_weights,
-    )
-
-    cfg = _config(trainer)
-    if _budget_spent(trainer):
-        return batch
-    start = time.perf_counter()
-    pid = batch.partition_id
-    data = tq.kv_batch_get(keys=batch.keys, partition_id=pid, select_fields=["advantages", "response_mask"])
-    mode, regularised = actor_loss(trainer.config)
-    result = plan_resampling(
-        nested_row_means(data["advantages"], data["response_mask"]),
-        tag_costs(batch.tags),
-        cfg,
-        minibatch_size=_minibatch_size(trainer),
-        dp_size=_dp_size_v1(trainer),
-        generator=step_generator(
-            cfg.seed, trainer.global_steps * 1_000 + getattr(trainer, "local_trigger_step", 0)
-        ),
-        lengths=nested_row_sums(data["response_mask"]),
-        loss_agg_mode=mode,
-        regularised=regularised,
-    )
-    if result.skipped is not None:
-        logger.warning("costaware: step %s skips the actor update: %s", trainer.global_steps, result.skipped)
-        metrics.update(_record(trainer, result.stats, time.perf_counter() - start))
-        return batch
-
-    has_weights = batch.fields is not None and "rollout_is_weights" in batch.fields
-    new_keys, rounds = duplicate_key_plan(batch.keys, result.indices, tag=f"ca{trainer.global_steps}")
-    copied: list[str] = []
-    try:
-        for source_keys, target_keys, source_rows in rounds:
-            rows = tq.kv_batch_get(keys=source_keys, partition_id=pid)
-            tq.kv_batch_put(
-                keys=target_keys, partition_id=pid, fields=rows, tags=[batch.tags[i] for i in source_rows]
-            )
-            copied.extend(target_keys)
-        fields = ["response_mask"] + (["rollout_is_weights"] if has_weights else [])
-        current = tq.kv_batch_get(keys=new_keys, partition_id=pid, select_fields=fields)
-        mask = current["response_mask"]
-        factors = nested_scaled_weights(None, mask, result.factors)
-        weights = nested_scaled_weights(
-            current["rollout_is_weights"] if has_weights else None, mask, result.factors
-        )
-        tq.kv_batch_put(
-            keys=new_keys,
-            partition_id=pid,
-            fields=TensorDict(
-                {"rollout_is_weights": weights, WEIGHTS_KEY: factors}, batch_size=len(new_keys)
-            ),
-        )
-        extra = {"rollout_is_weights", WEIGHTS_KEY}
-        resampled = KVBatchMeta(
-            keys=new_keys,
-            tags=[batch.tags[i] for i in result.indices.tolist()],
-            partition_id=pid,
-            fields=sorted(set(batch.fields or []) | extra) if batch.fields else None,
-            extra_info=dict(batch.extra_info or {}),
-        )
-        original(trainer, resampled, metrics)
-    finally:
-        if copied:
-            tq.kv_clear(keys=copied, partition_id=pid)
-    metrics.update(_record(trainer, result.stats, time.perf_counter() - start))
-    if _budget_spent(trainer):  # v1's loop runs while global_steps <= total_training_steps
-        trainer.total_training_steps = trainer.global_steps
-    return batch
-
-
 # ------------------------------------------------------------------------------- actor loss (workers)
 
 
@@ -446,6 +357,8 @@ def patch_v1(cls: type) -> None:
     def _update_actor(self, batch, metrics):
         if _config(self) is None:
             return original(self, batch, metrics)
+        from costaware.integrations.verl.v1 import update_actor_v1
+
         return update_actor_v1(self, batch, metrics, original)
 
     cls._update_actor = _mark(_update_actor)
