@@ -142,3 +142,25 @@ def test_settings_that_read_every_row_keep_stocks_passes(extra):
     held, _ = one_step(trainer, scored_batch())
     assert not torch.isnan(held.batch[OLD]).any()
     assert torch.cat(wg.logprob_rows[0]).numel() == len(held)
+
+
+@pytest.mark.parametrize("dp", [2, 4])
+def test_an_odd_number_of_fed_rows_is_padded_for_every_rank(dp):
+    """5 distinct fed rows on 2 or 4 ranks: padded with the cheapest fed row so the contiguous split is even."""
+    trainer, wg = build(dp, "token-mean")
+    batch = scored_batch()
+    stock_old, stock_ref = stock_passes(trainer, batch)
+    wg.logprob_rows.clear()
+    indices = torch.tensor([9, 3, 3, 14, 0, 9, 6, 14])  # rows 0, 3, 6, 9, 14
+    resampled = batch.select_idxs(indices)
+    passes = ray_trainer.RayPPOTrainer._cost_aware_logprob_passes
+    metrics = logprobs.fill_fed_logprobs(trainer, batch, resampled, indices, {OLD, REF}, dp, passes)
+    (ranks,) = wg.logprob_rows
+    assert len({r.numel() for r in ranks}) == 1 and torch.cat(ranks).numel() % dp == 0
+    costs = batch.batch["attention_mask"].sum(-1)
+    cheapest = int(torch.tensor([0, 3, 6, 9, 14])[torch.argmin(costs[[0, 3, 6, 9, 14]])])
+    assert sorted(torch.cat(ranks).tolist()) == sorted([0, 3, 6, 9, 14] + [cheapest] * (-5 % dp))
+    assert metrics["cost_aware/step/logprob_rows_padding"] == float(-5 % dp)
+    mask = batch.batch["response_mask"][indices].bool()
+    torch.testing.assert_close(resampled.batch[OLD][mask], stock_old[indices][mask], rtol=0, atol=0)
+    torch.testing.assert_close(resampled.batch[REF][mask], stock_ref[indices][mask], rtol=0, atol=0)
