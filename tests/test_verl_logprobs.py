@@ -164,3 +164,94 @@ def test_an_odd_number_of_fed_rows_is_padded_for_every_rank(dp):
     mask = batch.batch["response_mask"][indices].bool()
     torch.testing.assert_close(resampled.batch[OLD][mask], stock_old[indices][mask], rtol=0, atol=0)
     torch.testing.assert_close(resampled.batch[REF][mask], stock_ref[indices][mask], rtol=0, atol=0)
+
+
+# ------------------------------------------------------------------------------ trainer v1 (TransferQueue)
+
+
+def run_v1_passes(monkeypatch, dp: int, *extra: str):
+    """v1's order (old pass, reference pass, update) on an in-memory TransferQueue; no log-probs stored yet."""
+    tq = pytest.importorskip("transfer_queue", reason="TransferQueue (verl-core extra) not installed")
+    trainer_base = pytest.importorskip("verl.trainer.ppo.v1.trainer_base")
+    from tensordict import TensorDict
+    from transfer_queue import KVBatchMeta
+    from verl_harness import MemoryKV, StubWorkerGroupV1, actor_config, to_rows
+
+    store = MemoryKV()
+    for name in ("kv_batch_put", "kv_batch_get", "kv_clear"):
+        monkeypatch.setattr(tq, name, getattr(store, name))
+    data = padded_batch()
+    del data["old_log_probs"], data["ref_log_prob"]
+    rows = to_rows(data)
+    keys = [f"k{i}" for i in range(len(rows["input_ids"]))]
+    fields = {k: torch.nested.as_nested_tensor(v, layout=torch.jagged) for k, v in rows.items()}
+    tags = [{"seq_len": int(s)} for s in data["attention_mask"].sum(-1).tolist()]
+    store.kv_batch_put(keys, "train", TensorDict(fields, batch_size=len(keys)), tags=tags)
+    # fields=None: the workers read every field a row holds (verl's passes add fields to the rows)
+    meta = KVBatchMeta(keys=keys, tags=tags, partition_id="train", fields=None, extra_info={})
+    # verl 0.9 stores rollout log-probs by default, and its rollout-correction step then reads every row's
+    # old log-prob: the fed-rows passes need calculate_log_probs=false (test_v1_rollout_log_probs_...)
+    full, config = actor_config("token-mean", "actor_rollout_ref.rollout.calculate_log_probs=false", *extra)
+    wg = StubWorkerGroupV1(Bigram(), config, verl_losses.ppo_loss, store)
+    ref_wg = StubWorkerGroupV1(Bigram(seed=7), config, None, store)
+    wg.dp = ref_wg.dp = dp
+
+    class Trainer(trainer_base.PPOTrainer):  # the abstract hooks only; the passes and update are verl's
+        def on_sample_end(self, *args, **kwargs):
+            pass
+
+        def on_step_end(self, *args, **kwargs):
+            pass
+
+    trainer = object.__new__(Trainer)
+    trainer.config, trainer.global_steps, trainer.actor_rollout_wg = full, 2, wg
+    trainer.local_trigger_step, trainer.total_training_steps = 0, 100
+    trainer.ref_in_actor, trainer.ref_policy_wg = False, ref_wg
+    metrics: dict = {}
+    meta = trainer._compute_old_log_prob(meta, metrics)
+    meta = trainer._compute_ref_log_prob(meta, metrics)
+    trainer._update_actor(meta, metrics)
+    return wg, ref_wg, store, keys, rows, metrics
+
+
+@pytest.mark.parametrize("dp", [1, 2])
+def test_v1_fed_rows_only_and_the_same_update_as_stocks_passes(dp, monkeypatch):
+    wg, ref_wg, store, keys, rows, metrics = run_v1_passes(monkeypatch, dp)
+    fed = torch.unique(torch.cat(wg.row_ids))
+    assert fed.numel() < len(keys), "the fixture must leave some row unfed"
+    for worker in (wg, ref_wg):
+        (ranks,) = worker.logprob_rows
+        assert len({r.numel() for r in ranks}) == 1
+        assert set(torch.cat(ranks).tolist()) == set(fed.tolist()) and torch.cat(ranks).numel() - fed.numel() < dp
+    assert sorted(k for _, k in store.rows) == sorted(keys)  # fresh and padding keys cleared
+    for key in keys:  # nothing written to the caller's rows, not even verl's own fields
+        assert sorted(store.rows[("train", key)]) == sorted(rows)
+    assert metrics["cost_aware/step/logprob_rows"] == float(torch.cat(wg.logprob_rows[0]).numel())
+    assert "actor/entropy" in metrics
+
+    stock_wg, stock_ref, *_ = run_v1_passes(monkeypatch, dp, "+algorithm.cost_aware.logprob_rows=all")
+    assert [torch.cat(r).numel() for r in stock_wg.logprob_rows] == [len(keys)]  # stock: every row
+    assert len(stock_wg.grads) == len(wg.grads)
+    for a, b in zip(wg.grads, stock_wg.grads, strict=True):
+        assert float(a.norm()) > 0
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_what_keeps_stocks_passes():
+    """verl's default rollout.calculate_log_probs=true stores rollout log-probs, which rollout correction
+    and the debug metrics compare with every row's old log-prob: not deferred (v0 decides by the batch, v1
+    by this setting); neither are the other settings that read every row's log-probs."""
+    from verl_harness import actor_config
+
+    from costaware.integrations.verl.config import read_trainer_config
+    from costaware.integrations.verl.logprobs import deferrable
+
+    def decide(*extra, logged=False):
+        trainer, _ = build(1, "token-mean", *extra)
+        return deferrable(trainer, read_trainer_config(trainer.config), logged)
+
+    assert actor_config("token-mean")[0].actor_rollout_ref.rollout.calculate_log_probs  # verl's default
+    assert decide() and not decide(logged=True)
+    assert not decide("algorithm.use_kl_in_reward=true")
+    assert not decide("+algorithm.cost_aware.logprob_rows=all")
+    assert not decide("actor_rollout_ref.actor.calculate_sum_pi_squared=true")

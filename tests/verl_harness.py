@@ -231,6 +231,21 @@ class StubWorkerGroupV1(StubWorkerGroup):
         out = super().update_actor(td)
         return {"metrics": tu.get(out, "metrics")}
 
+    def compute_log_prob(self, meta):
+        """v1's pass: rows read by key, split contiguously per rank, log-probs written back by key."""
+        from tensordict import TensorDict
+
+        assert len(meta.keys) % self.dp == 0, "the contiguous split needs equal row counts per rank"
+        ids = torch.tensor([int(k.split("#")[0][1:]) for k in meta.keys])
+        self.logprob_rows.append(list(ids.chunk(self.dp)))
+        td = self.store.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id, select_fields=["input_ids"])
+        with torch.no_grad():
+            out = self.model(td)
+        self.store.kv_batch_put(meta.keys, meta.partition_id, TensorDict(out, batch_size=len(meta.keys)))
+        return meta
+
+    compute_ref_log_prob = compute_log_prob
+
 
 class MemoryKV:
     """In-memory stand-in for TransferQueue's kv API (a store of per-row jagged tensors)."""
@@ -239,15 +254,27 @@ class MemoryKV:
         self.rows: dict[tuple[str, str], dict[str, torch.Tensor]] = {}
 
     def kv_batch_put(self, keys, partition_id, fields=None, tags=None):
+        from transfer_queue import KVBatchMeta
+
         for name in fields.keys() if fields is not None else []:
             for key, value in zip(keys, fields[name].unbind(), strict=True):
                 self.rows.setdefault((partition_id, key), {})[name] = value.clone()
+        self.tags = getattr(self, "tags", {})
+        for key, tag in zip(keys, tags or [None] * len(keys), strict=True):
+            if tag is not None:
+                self.tags[(partition_id, key)] = tag
+        names = sorted(set().union(*(self.rows[(partition_id, k)] for k in keys)))
+        return KVBatchMeta(keys=list(keys), tags=[self.tags.get((partition_id, k), {}) for k in keys],
+                           partition_id=partition_id, fields=names)  # fmt: skip
 
     def kv_batch_get(self, keys, partition_id, select_fields=None):
         from tensordict import TensorDict
 
         rows = [self.rows[(partition_id, k)] for k in keys]
         names = select_fields if select_fields is not None else sorted(rows[0])
+        names = [n for n in names if any(n in r for r in rows)]  # TransferQueue drops a field no row holds
+        if any(n not in r for n in names for r in rows):
+            raise ValueError("Some fields are not ready in all the requested keys!")
         nested = {n: torch.nested.as_nested_tensor([r[n] for r in rows], layout=torch.jagged) for n in names}
         return TensorDict(nested, batch_size=len(keys))
 

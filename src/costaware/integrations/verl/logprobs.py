@@ -1,4 +1,4 @@
-"""Old and reference log-prob passes on the rows the plan feeds only (trainer v0, ``logprob_rows="fed"``).
+"""Old and reference log-prob passes on the rows the plan feeds only (``logprob_rows="fed"``).
 
 Stock verl runs two no-grad passes over every row before ``_update_actor``: the policy's (old log-probs
 for the clipped ratio, and the entropy metric) and the reference model's (``ref_log_prob`` for the KL
@@ -16,6 +16,11 @@ row before the update, i.e. ``algorithm.use_kl_in_reward`` (rewards from the KL)
 and verl's debug metrics (a batch that holds ``rollout_log_probs``), ``actor.calculate_sum_pi_squared``
 (advantage estimators and metrics that read it), router replay, and method ``none`` (it feeds every row).
 The entropy metric ``actor/entropy`` is then the fed rows' (logged by ``_update_actor``).
+
+Trainer v1 (TransferQueue) does the same in ``v1.py``: its passes write nothing to the caller's rows
+(TransferQueue's ``select_fields`` drops a field no row holds, so ``_compute_advantage`` reads none), and
+``_update_actor`` runs verl's own passes on the fresh keys of the fed rows (and padding keys) before the
+update; a batch with ``rollout.calculate_log_probs`` keeps stock's passes.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ def _get(node: Any, dotted: str, default: Any = None) -> Any:
     return get(node, dotted, default)
 
 
-def deferrable(trainer: Any, cfg: Any, batch: Any) -> bool:
+def deferrable(trainer: Any, cfg: Any, has_rollout_log_probs: bool) -> bool:
     """True when this batch's passes may wait for the plan (see the module docstring)."""
     config = trainer.config
     if cfg.logprob_rows != "fed" or cfg.method == "none":
@@ -46,7 +51,7 @@ def deferrable(trainer: Any, cfg: Any, batch: Any) -> bool:
         return False
     if _get(config, "actor_rollout_ref.actor.router_replay.mode", "disabled") not in ("disabled", None):
         return False
-    return "rollout_log_probs" not in batch.batch.keys()
+    return not has_rollout_log_probs
 
 
 def placeholder(batch: Any, *names: str) -> Any:
@@ -112,6 +117,39 @@ def fill_fed_logprobs(
     return metrics
 
 
+def patch_logprob_passes_v1(cls: type, mark: Any) -> None:
+    """Wrap trainer v1's ``_compute_old_log_prob(batch, metrics)`` and ``_compute_ref_log_prob`` (idempotent):
+    deferred, they write nothing and return the batch."""
+    import functools
+
+    from costaware.integrations.verl.patch import PATCH_MARK, _config
+
+    old, ref = getattr(cls, "_compute_old_log_prob", None), getattr(cls, "_compute_ref_log_prob", None)
+    if old is None or ref is None or getattr(old, PATCH_MARK, False):
+        return
+
+    @functools.wraps(old)
+    def _compute_old_log_prob(self, batch, metrics):
+        cfg = _config(self)
+        self.__dict__[DEFERRED] = set()
+        logged = bool(_get(self.config, "actor_rollout_ref.rollout.calculate_log_probs", False))
+        if cfg is None or not deferrable(self, cfg, logged):
+            return old(self, batch, metrics)
+        self.__dict__[DEFERRED] = {OLD}
+        return batch
+
+    @functools.wraps(ref)
+    def _compute_ref_log_prob(self, batch, metrics):
+        if OLD not in self.__dict__.get(DEFERRED, set()):
+            return ref(self, batch, metrics)
+        self.__dict__[DEFERRED].add(REF)
+        return batch
+
+    cls._compute_old_log_prob = mark(_compute_old_log_prob)
+    cls._compute_ref_log_prob = mark(_compute_ref_log_prob)
+    cls._cost_aware_logprob_passes = {OLD: old, REF: ref}
+
+
 def patch_logprob_passes(cls: type, mark: Any) -> None:
     """Wrap ``_compute_old_log_prob`` and ``_compute_ref_log_prob`` of trainer v0 (idempotent)."""
     import functools
@@ -126,7 +164,7 @@ def patch_logprob_passes(cls: type, mark: Any) -> None:
     def _compute_old_log_prob(self, batch):
         cfg = _config(self)
         self.__dict__[DEFERRED] = set()
-        if cfg is None or not deferrable(self, cfg, batch):
+        if cfg is None or not deferrable(self, cfg, "rollout_log_probs" in batch.batch.keys()):
             return old(self, batch)
         self.__dict__[DEFERRED] = {OLD}
         return placeholder(batch, OLD, "entropys"), 0.0

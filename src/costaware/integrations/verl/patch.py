@@ -363,3 +363,6 @@ def patch_v1(cls: type) -> None:
 
     cls._update_actor = _mark(_update_actor)
     _patch_checkpointing(cls)
+    from costaware.integrations.verl.logprobs import patch_logprob_passes_v1
+
+    patch_logprob_passes_v1(cls, _mark)
