@@ -67,9 +67,9 @@ class CostAwareConfig:
     proxy_beta: ``length_aware``'s beta (default: the loss family's prior).
     adaptive_alpha_max_weight: ``p_smooth`` only: per step, the smallest alpha in [alpha, 0.5] keeping
         every weight 1/(n p_i) <= this value (None: fixed alpha).
-    logprob_rows: ``fed`` (default) runs trainer v0's old and reference log-prob passes after the plan, on
-        the rows some step feeds (``integrations/verl/logprobs.py``); ``all`` keeps stock's passes over
-        every row (trainer v1 always does).
+    logprob_rows: ``fed`` (default) runs the old and reference log-prob passes after the plan, on the rows
+        some step feeds (``integrations/verl/logprobs.py``; settings that read every row's log-probs, such
+        as verl's default ``rollout.calculate_log_probs=true``, keep stock's); ``all`` keeps stock's passes.
     token_budget: stop training once the PO tokens (prompt + response tokens fed to policy
         optimisation, ``cost_aware/total/tokens``) reach this many; 0 turns it off. The update that
         crosses it runs in full; no later update or generation does (TRL: ``cost_aware_token_budget``).
