@@ -169,8 +169,8 @@ def test_an_odd_number_of_fed_rows_is_padded_for_every_rank(dp):
 # ------------------------------------------------------------------------------ trainer v1 (TransferQueue)
 
 
-def run_v1_passes(monkeypatch, dp: int, *extra: str):
-    """v1's order (old pass, reference pass, update) on an in-memory TransferQueue; no log-probs stored yet."""
+def setup_v1(monkeypatch, dp: int, *extra: str):
+    """A v1 trainer on an in-memory TransferQueue holding a scored batch (no log-probs stored yet)."""
     tq = pytest.importorskip("transfer_queue", reason="TransferQueue (verl-core extra) not installed")
     trainer_base = pytest.importorskip("verl.trainer.ppo.v1.trainer_base")
     from tensordict import TensorDict
@@ -207,6 +207,13 @@ def run_v1_passes(monkeypatch, dp: int, *extra: str):
     trainer.config, trainer.global_steps, trainer.actor_rollout_wg = full, 2, wg
     trainer.local_trigger_step, trainer.total_training_steps = 0, 100
     trainer.ref_in_actor, trainer.ref_policy_wg = False, ref_wg
+    return trainer, meta, store, keys, rows
+
+
+def run_v1_passes(monkeypatch, dp: int, *extra: str):
+    """v1's order: old pass, reference pass, update."""
+    trainer, meta, store, keys, rows = setup_v1(monkeypatch, dp, *extra)
+    wg, ref_wg = trainer.actor_rollout_wg, trainer.ref_policy_wg
     metrics: dict = {}
     meta = trainer._compute_old_log_prob(meta, metrics)
     meta = trainer._compute_ref_log_prob(meta, metrics)
@@ -255,3 +262,21 @@ def test_what_keeps_stocks_passes():
     assert not decide("algorithm.use_kl_in_reward=true")
     assert not decide("+algorithm.cost_aware.logprob_rows=all")
     assert not decide("actor_rollout_ref.actor.calculate_sum_pi_squared=true")
+
+
+def test_v1_an_odd_number_of_fed_rows_gets_padding_keys(monkeypatch):
+    from costaware.integrations.verl import v1
+    from costaware.integrations.verl.logprobs import pad_multiple
+
+    trainer, meta, store, keys, rows = setup_v1(monkeypatch, 2)
+    fed = [9, 3, 14, 0, 6]
+    fresh = [f"{keys[i]}#t.0" for i in fed]
+    store.kv_batch_put(fresh, "train", store.kv_batch_get([keys[i] for i in fed], "train"), tags=[meta.tags[i] for i in fed])
+    copied, metrics = list(fresh), {}
+    out = v1._fed_passes(trainer, meta, ([keys[i] for i in fed], fresh, fed), {OLD, REF}, metrics, "t", copied, pad_multiple)
+    cheapest = min(fed, key=lambda i: meta.tags[i]["seq_len"])
+    assert copied[len(fresh):] == [f"{keys[cheapest]}#t.pad0"] and out["cost_aware/step/logprob_rows_padding"] == 1.0
+    for worker in (trainer.actor_rollout_wg, trainer.ref_policy_wg):
+        (ranks,) = worker.logprob_rows
+        assert [r.numel() for r in ranks] == [3, 3] and sorted(torch.cat(ranks).tolist()) == sorted(fed + [cheapest])
+    assert all({OLD, REF} <= set(store.rows[("train", k)]) for k in fresh) and "actor/entropy" in metrics
