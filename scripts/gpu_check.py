@@ -1,19 +1,29 @@
-"""GPU check for CostAwareGRPOTrainer: a ~75M-parameter Qwen2 on CUDA in bf16, stock vs cost-aware.
+"""GPU check: the TRL adapter and the verl plugin on a Qwen2-0.5B-like policy on CUDA in bf16.
 
-Builds a Qwen2 and a character tokenizer in code (no hub), then for each method (``none`` = stock
-TRL's split, ``p_star``) trains a few generation rounds with real ``model.generate`` and prints, per
-method: NaN check (loss and parameters), tokens logged by the adapter against tokens fed to the
-loss, policy-optimisation seconds per round, and peak memory. Exit code 1 if any check fails.
+Needs PyTorch, transformers and accelerate; TRL for the first part (pure Python: its wheel can be carried
+to a machine without it, ``pip download trl==1.16.* --no-deps``, then ``PYTHONPATH=<wheel>``); verl and
+Ray for the second, which is skipped with the reason printed when they are absent (Ray's wheel is too
+large to carry). Builds the policy and a character tokenizer in code (random weights, no hub).
 
-    python scripts/gpu_check.py                 # CUDA, bf16, ~75M parameters (a few minutes on one GPU)
+1. TRL: for each method (``none`` = stock TRL's split, ``nonzero``, ``p_star``) trains a few generation
+   rounds with real ``model.generate`` and prints, per method: NaN check (loss and parameters), tokens
+   logged by the adapter against tokens fed to the loss, policy-optimisation seconds per round, peak
+   memory, and PO time / tokens against stock. Exit code 1 if any check fails.
+2. verl: the whole PO phase of ``benchmarks/bench_verl_po.py`` (old and reference log-prob passes and the
+   actor update, through verl's real trainer methods) on identical pools, stock against the plugin,
+   printing time saved / tokens saved.
+
+    python scripts/gpu_check.py                 # CUDA, bf16, Qwen2-0.5B-like (~360M parameters with chars)
+    python scripts/gpu_check.py --size 75m      # the smaller model
     python scripts/gpu_check.py --cpu --tiny    # CPU dry run of the same code path (CI, seconds)
 
-The CUDA and CPU paths are the same function; only ``use_cpu``/``bf16`` and the model size differ.
+The CUDA and CPU paths are the same functions; only the device, the dtype and the model size differ.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -27,7 +37,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 
 # model sizes: (hidden, layers, heads, kv heads, intermediate)
-FULL = (768, 12, 12, 4, 2048)  # ~75M parameters with a character vocabulary
+SIZES = {
+    "qwen2-0.5b": (896, 24, 14, 2, 4864),  # Qwen2-0.5B's body; the character vocabulary keeps embeddings small
+    "75m": (768, 12, 12, 4, 2048),
+}
 TINY = (32, 1, 4, 2, 64)
 
 
@@ -69,7 +82,7 @@ def run_method(method: str, a: argparse.Namespace) -> Result:
     from costaware.integrations.trl import CostAwareGRPOConfig, CostAwareGRPOTrainer
     from costaware.tiny import char_tokenizer, tiny_qwen2
 
-    hidden, layers, heads, kv, inter = TINY if a.tiny else FULL
+    hidden, layers, heads, kv, inter = TINY if a.tiny else SIZES[a.size]
     tok = char_tokenizer()
     torch.manual_seed(a.seed)
     model = tiny_qwen2(
@@ -170,6 +183,49 @@ def check(results: list[Result]) -> list[str]:
     return bad
 
 
+def verl_check(a: argparse.Namespace) -> list[str]:
+    """verl's PO phase with the plugin against stock (``benchmarks/bench_verl_po.py``); failed checks."""
+    missing = [m for m in ("verl", "ray", "hydra", "tensordict") if importlib.util.find_spec(m) is None]
+    if missing:
+        print(
+            f"verl check skipped: {', '.join(missing)} not importable here (verl needs Ray, whose wheel is "
+            "too large to carry to the device machine)",
+            flush=True,
+        )
+        return []
+    import dataclasses
+
+    import torch
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(root, "benchmarks"))
+    import bench_verl_po as bench
+    from bench_po_time import make_pool
+
+    from costaware.experiments.reproduce import PROFILES
+    from costaware.experiments.tasks import get_task
+    from costaware.tiny import char_tokenizer, tiny_qwen2
+
+    hidden, layers, heads, kv, inter = TINY if a.tiny else SIZES[a.size]
+    prof = dataclasses.replace(PROFILES["quick" if a.tiny else "default"], hidden_size=hidden, num_layers=layers)
+    task = get_task(prof.task)
+    tok = char_tokenizer(task.alphabet, model_max_length=256)
+    base = tiny_qwen2(tok, hidden_size=hidden, num_layers=layers, num_heads=heads, num_kv_heads=kv,
+                      intermediate_size=inter, max_position_embeddings=256, seed=a.seed)  # fmt: skip
+    cuda = torch.cuda.is_available() and not a.cpu
+    device = "cuda" if cuda else "cpu"
+    base = base.to(device, dtype=torch.bfloat16 if cuda else torch.float32).train()
+    ref = bench.copy.deepcopy(base).eval()
+    batches = [bench.to_dataproto(make_pool(tok, prof, s, 0.3, prof.task), prof.generations) for s in range(2)]
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    print(f"verl: {len(batches[0])} rows per batch, {prof.steps_per_generation} mini-batches, on {device}", flush=True)
+    lines = bench.compare(base, ref, prof, batches, repeats=1 if a.tiny else 2, device=device, sync=sync)
+    for line in lines:
+        print(line, flush=True)
+    finite = all(bool(torch.isfinite(p).all()) for p in base.parameters())
+    return [] if finite and any("time saved" in line for line in lines) else ["verl: the PO phase did not complete"]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cpu", action="store_true", help="run on CPU in float32 (dry run)")
@@ -177,7 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--rounds", type=int, default=None, help="generation rounds per method (default 4; tiny 2)"
     )
-    p.add_argument("--methods", default="none,p_star", help="comma-separated cost_aware_method values")
+    p.add_argument("--methods", default="none,nonzero,p_star", help="comma-separated cost_aware_method values")
+    p.add_argument("--size", choices=sorted(SIZES), default="qwen2-0.5b", help="model size (default: %(default)s)")
+    p.add_argument("--skip-verl", action="store_true", help="run the TRL part only")
     p.add_argument("--loss-type", default="dapo")
     p.add_argument("--batch", type=int, default=None, help="rows per step per device (default 32; tiny 8)")
     p.add_argument("--num-generations", type=int, default=8)
@@ -200,7 +258,11 @@ def main(argv: list[str] | None = None) -> int:
     device = "cpu" if a.cpu else torch.cuda.get_device_name(0)
     print(f"device: {device}, dtype: {'float32' if a.cpu else 'bf16'}, torch {torch.__version__}", flush=True)
     results = []
-    for method in a.methods.split(","):
+    started = time.perf_counter()
+    trl_missing = importlib.util.find_spec("trl") is None
+    if trl_missing:
+        print("TRL check skipped: trl is not importable here (carry its wheel, see the docstring)", flush=True)
+    for method in [] if trl_missing else a.methods.split(","):
         r = run_method(method.strip(), a)
         results.append(r)
         print(
@@ -222,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     with open(os.path.join(a.out, "results.json"), "w") as f:
         json.dump([asdict(r) for r in results], f, indent=1)
     bad = check(results)
+    if not a.skip_verl:
+        bad += verl_check(a)
+    print(f"total {time.perf_counter() - started:.0f} s")
     print("FAIL:\n  " + "\n  ".join(bad) if bad else "OK: all checks passed")
     return 1 if bad else 0
 

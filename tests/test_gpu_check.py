@@ -36,8 +36,11 @@ def test_cpu_tiny_dry_run_passes_its_checks(tmp_path):
     out = _run("--cpu", "--tiny", "--out", str(tmp_path))
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "OK: all checks passed" in out.stdout and "p_star vs stock" in out.stdout
+    assert "nonzero vs stock" in out.stdout
+    if importlib.util.find_spec("verl") and importlib.util.find_spec("ray"):  # the verl part ran
+        assert out.stdout.count("plugin vs stock: time saved") == 2
     results = {r["method"]: r for r in json.loads((tmp_path / "results.json").read_text())}
-    assert set(results) == {"none", "p_star"}
+    assert set(results) == {"none", "nonzero", "p_star"}
     for r in results.values():
         assert r["finite"] and r["steps"] == 4 and len(r["losses"]) == 4
         assert r["tokens_logged"] == r["tokens_fed"] > 0

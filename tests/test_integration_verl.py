@@ -260,8 +260,8 @@ def test_resampling_keeps_every_field_aligned(method):
     for key, value in batch.non_tensor_batch.items():
         assert list(new.non_tensor_batch[key]) == list(value[idx.numpy()]), key
     assert new.non_tensor_batch["row_id"].tolist() == idx.tolist()
-    # weights multiplied into the rollout-correction weights, broadcast over response tokens
-    expected = batch.batch["rollout_is_weights"][idx] * res.weights[:, None]
+    # loss factors multiplied into the rollout-correction weights, broadcast over response tokens
+    expected = batch.batch["rollout_is_weights"][idx] * res.factors[:, None]
     torch.testing.assert_close(new.batch["rollout_is_weights"], expected)
     assert new.meta_info["global_token_num"] == batch.batch["attention_mask"].sum(-1)[idx].tolist()
     assert batch.meta_info["global_token_num"] == batch.batch["attention_mask"].sum(-1).tolist()
@@ -291,10 +291,16 @@ def test_p_star_weights_and_tokens_match_the_formula(proxy, beta):
     assert res.stats["tokens_plain"] == float(cost.sum())
     assert res.stats["tokens_nonzero"] == float(cost[adv != 0].sum())
     assert res.stats["rows_unique"] == float(torch.unique(res.indices).numel())
-    # no existing rollout_is_weights: created as w on every response position
+    # no existing rollout_is_weights: created as the factor on every response position
     torch.testing.assert_close(
-        res.batch.batch["rollout_is_weights"], res.weights[:, None].expand(-1, RESPONSE_LEN)
+        res.batch.batch["rollout_is_weights"], res.factors[:, None].expand(-1, RESPONSE_LEN)
     )
+    # token-mean (the default): factor = w · (drawn response tokens of the step) / (pool's · m / N)
+    resp = batch.batch["response_mask"].sum(-1).double()
+    per_step = res.indices.view(2, -1, 4).transpose(0, 1).reshape(-1, 8)  # (k, m) rows of each step
+    ratio = resp[per_step].sum(-1) / (resp.sum() * 8 / len(resp))
+    want = res.weights.view(2, -1, 4) * ratio.float().view(1, -1, 1)
+    torch.testing.assert_close(res.factors, want.reshape(-1), rtol=1e-6, atol=0)
 
 
 def test_monte_carlo_weighted_draws_are_unbiased():
@@ -409,7 +415,7 @@ def test_loss_equals_weighted_sum_of_per_row_losses(base_config, loss_mode, agg)
     for j, ranks in enumerate(_worker_minibatches(res.batch, mbs, dp)):
         rows = torch.cat([layout[r, j * (mbs // dp) : (j + 1) * (mbs // dp)] for r in range(dp)])
         weights = torch.cat(
-            [res.weights.view(dp, -1)[r, j * (mbs // dp) : (j + 1) * (mbs // dp)] for r in range(dp)]
+            [res.factors.view(dp, -1)[r, j * (mbs // dp) : (j + 1) * (mbs // dp)] for r in range(dp)]
         )
         mask = batch.batch["response_mask"][rows]
         num_tokens = int(mask.sum())
@@ -513,9 +519,13 @@ def test_duplicate_keys_and_nested_weights():
     keys = [f"k{i}" for i in range(5)]
     idx = torch.tensor([4, 1, 4, 4, 0, 1])
     new_keys, rounds = duplicate_key_plan(keys, idx, tag="s")
-    assert new_keys == ["k4", "k1", "k4#s.1", "k4#s.2", "k0", "k1#s.1"]
-    assert len(set(new_keys)) == len(new_keys)
-    assert rounds == [(["k4", "k1"], ["k4#s.1", "k1#s.1"], [4, 1]), (["k4"], ["k4#s.2"], [4])]
+    assert new_keys == ["k4#s.0", "k1#s.0", "k4#s.1", "k4#s.2", "k0#s.0", "k1#s.1"]
+    assert len(set(new_keys)) == len(new_keys) and not set(new_keys) & set(keys)  # the caller's keys: never
+    assert rounds == [
+        (["k4", "k1", "k0"], ["k4#s.0", "k1#s.0", "k0#s.0"], [4, 1, 0]),
+        (["k4", "k1"], ["k4#s.1", "k1#s.1"], [4, 1]),
+        (["k4"], ["k4#s.2"], [4]),
+    ]
     lengths = [3, 1, 4]
     mask = torch.nested.as_nested_tensor(
         [torch.tensor([1, 1, 0]), torch.tensor([1]), torch.ones(4, dtype=torch.long)], layout=torch.jagged

@@ -260,6 +260,7 @@ def plan_minibatches(
     rewards: Any | None = None,
     group_size: int | None = None,
     generator: torch.Generator | None = None,
+    keep_zero_pool: bool = False,
 ) -> Plan:
     """Build the policy-optimisation mini-batches for one pool of rollouts.
 
@@ -271,6 +272,11 @@ def plan_minibatches(
         config: the sampling method and its options.
         rewards, group_size: needed by ``pods`` (rows of one group contiguous).
         generator: drives every random choice, so a seeded generator gives the same plan.
+        keep_zero_pool: the loss has terms with a gradient on every row (a KL penalty, an entropy
+            bonus), so a pool whose advantages are all zero still has an expected update. A
+            full-support method then draws it instead of skipping it: ``p_smooth`` from its
+            advantage-free part, the uniform α/N renormalised (p* has no mass), the others from
+            their own p. Other methods still skip (no row is drawable).
 
     On several ranks, build the plan on the *global* pool (every rank's rows, in rank order) with
     the same seed on every rank, then give each rank its part with
@@ -314,7 +320,10 @@ def plan_minibatches(
         return Plan(_split_unweighted(perm, cost_i, num_minibatches), probs=None, advantages=adv,
                     skipped=None, **common)
 
-    if not nonzero.any():
+    if not isinstance(keep_zero_pool, bool):
+        raise TypeError(f"keep_zero_pool must be True or False, got {keep_zero_pool!r}")
+    keep_zero = keep_zero_pool and config.full_support
+    if not nonzero.any() and not keep_zero:
         return Plan((), probs=None, advantages=adv, skipped="every advantage in the pool is zero",
                     **common)
 
@@ -355,12 +364,15 @@ def plan_minibatches(
     if config.proxy_noise > 0:
         noise = torch.randn(n, generator=generator, dtype=torch.float64) * math.sqrt(config.proxy_noise)
         proxy = (torch.from_numpy(proxy) + noise).clamp(min=0.0).numpy()
-        if not (proxy > 0).any():
+        if not (proxy > 0).any() and not keep_zero:
             return Plan((), probs=None, advantages=adv, skipped="the noised proxy is zero on every row",
                         **common)
     # From here on every input is checked: the kernels below (p, weights, alias table, draws) check
     # nothing again (one plan used to validate the same p five times).
-    p, beta, alpha = _drawing_probs(config, proxy, cost_np)
+    if config.method == "p_smooth" and not (proxy > 0).any():  # p* has no mass: the uniform part alone
+        p, beta, alpha = np.full(n, 1.0 / n), config.beta, float(config.alpha)
+    else:
+        p, beta, alpha = _drawing_probs(config, proxy, cost_np)
     try:
         w = dist._all_weights(p, config.weights)
     except ValueError as exc:  # name what the caller can change

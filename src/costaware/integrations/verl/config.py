@@ -22,6 +22,15 @@ CONFIG_KEY = "algorithm.cost_aware"
 # verl's default actor.loss_agg_mode: a token sum over the global token count
 DEFAULT_LOSS_AGG_MODE = "token-mean"
 VERL_PROXIES = ("auto", "advantage", "length_aware")
+# verl loss_agg_mode -> the normaliser family of costaware.grpo.factors. verl's normalisers are global
+# (the whole mini-batch, summed over data-parallel ranks), so each is that family with one rank.
+VERL_LOSS_FAMILY = {
+    "token-mean": "token_mean",  # / response tokens of the mini-batch
+    "seq-mean-token-mean": "row_mean",  # / rows of the mini-batch
+    "seq-mean-token-sum": "row_mean",
+    "seq-mean-token-sum-norm": "row_mean",  # / rows / loss_scale_factor (a constant)
+    "token-sum": "global_tokens",  # no normaliser
+}
 logger = logging.getLogger(__name__)
 
 # Methods whose plan fills every mini-batch the baseline runs with exactly minibatch_size rows: verl's
@@ -58,6 +67,12 @@ class CostAwareConfig:
     proxy_beta: ``length_aware``'s beta (default: the loss family's prior).
     adaptive_alpha_max_weight: ``p_smooth`` only: per step, the smallest alpha in [alpha, 0.5] keeping
         every weight 1/(n p_i) <= this value (None: fixed alpha).
+    logprob_rows: ``fed`` (default) runs the old and reference log-prob passes after the plan, on the rows
+        some step feeds (``integrations/verl/logprobs.py``; settings that read every row's log-probs, such
+        as verl's default ``rollout.calculate_log_probs=true``, keep stock's); ``all`` keeps stock's passes.
+    token_budget: stop training once the PO tokens (prompt + response tokens fed to policy
+        optimisation, ``cost_aware/total/tokens``) reach this many; 0 turns it off. The update that
+        crosses it runs in full; no later update or generation does (TRL: ``cost_aware_token_budget``).
     """
 
     enable: bool = True
@@ -71,6 +86,8 @@ class CostAwareConfig:
     proxy: str = "auto"
     proxy_beta: float | None = None
     adaptive_alpha_max_weight: float | None = None
+    token_budget: int = 0
+    logprob_rows: str = "fed"
 
     def __post_init__(self) -> None:
         for name in ("enable", "merge_duplicates", "balance_dp"):
@@ -90,6 +107,8 @@ class CostAwareConfig:
                 raise ValueError(
                     f"{CONFIG_KEY}.{name} must be {'in ' if math.isfinite(high) else ''}{bounds}, got {value!r}"
                 )
+        if self.logprob_rows not in ("fed", "all"):
+            raise ValueError(f"{CONFIG_KEY}.logprob_rows must be 'fed' or 'all', got {self.logprob_rows!r}")
         if self.weights not in ("centred", "raw"):
             raise ValueError(f"{CONFIG_KEY}.weights must be 'centred' or 'raw', got {self.weights!r}")
         if self.merge_duplicates:
@@ -99,8 +118,10 @@ class CostAwareConfig:
                 "ppo_mini_batch_size * rollout.n rows, so a merged mini-batch would have to be padded back "
                 "with rows that cost as many tokens as the duplicates they replace"
             )
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"{CONFIG_KEY}.seed must be a non-negative integer, got {self.seed!r}")
+        for name in ("seed", "token_budget"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{CONFIG_KEY}.{name} must be a non-negative integer, got {value!r}")
         if self.proxy == "calibrated":
             raise ValueError(
                 f"{CONFIG_KEY}.proxy='calibrated' is not supported in verl, got {self.proxy!r}: fitting beta needs "
@@ -204,18 +225,28 @@ def _get(node: Any, dotted: str, default: Any = None) -> Any:
     return default if node is None else node
 
 
+def actor_loss(config: Any) -> tuple[str, bool]:
+    """(``loss_agg_mode``, whether the loss has a KL or entropy term on every row) of a full verl config."""
+    actor = "actor_rollout_ref.actor"
+    mode = _get(config, f"{actor}.loss_agg_mode", DEFAULT_LOSS_AGG_MODE)
+    use_kl = bool(_get(config, f"{actor}.use_kl_loss", False))
+    return mode, use_kl or float(_get(config, f"{actor}.entropy_coeff", 0.0)) != 0.0
+
+
 def read_trainer_config(config: Any) -> CostAwareConfig | None:
     """The validated ``algorithm.cost_aware`` of a full verl config, or None when absent or disabled.
 
-    Also checks the rest of the config for settings that would break the resampled mini-batches; each
-    error names the setting, its value and what to set instead.
+    ``enable=false`` returns None before anything else is read: a disabled key validates nothing.
+    Otherwise also checks the rest of the config for settings that would break the resampled
+    mini-batches; each error names the setting, its value and what to set instead.
     """
     node = _get(config, CONFIG_KEY)
     if node is None:
         return None
-    cfg = CostAwareConfig.from_mapping(node)
-    if not cfg.enable:
+    enable = _get(node, "enable", True)
+    if enable is False:
         return None
+    cfg = CostAwareConfig.from_mapping(node)
     actor = "actor_rollout_ref.actor"
     mode = _get(config, f"{actor}.loss_agg_mode", DEFAULT_LOSS_AGG_MODE)
     try:
@@ -259,6 +290,14 @@ def read_trainer_config(config: Any) -> CostAwareConfig | None:
             "add a KL / entropy gradient on every row, which those rows would never contribute; "
             "use method=p_smooth with alpha > 0 (or uniform, inv_sqrt_cost, none), which keeps every row "
             "drawable so the weighted KL and entropy terms stay unbiased"
+        )
+    scale = _get(config, f"{actor}.loss_scale_factor", None)
+    if mode == "seq-mean-token-sum-norm" and scale is None:
+        raise ValueError(
+            f"{CONFIG_KEY} with {actor}.loss_agg_mode='seq-mean-token-sum-norm' needs "
+            f"{actor}.loss_scale_factor (a constant horizon, e.g. the max response length), got None: "
+            "without it verl divides each micro-batch by its own padded width, which depends on the rows "
+            "drawn into it and biases the weighted update"
         )
     if _get(config, "algorithm.rollout_correction.bypass_mode", False):
         raise ValueError(

@@ -95,6 +95,24 @@ def _dp_size_v1(trainer: Any) -> int:
     return max(worker_group._dispatch_info["actor"]) + 1
 
 
+class TokenBudgetReached(Exception):
+    """Raised at the start of the step after the PO-token budget was reached; the wrapped ``fit`` returns."""
+
+
+def _budget_spent(trainer: Any) -> bool:
+    """True once ``token_budget`` (> 0) PO tokens have been fed (logged once when first seen)."""
+    budget = _config(trainer).token_budget
+    if not budget or _counters(trainer).tokens < budget:
+        return False
+    if not trainer.__dict__.get("_cost_aware_budget_logged"):
+        trainer.__dict__["_cost_aware_budget_logged"] = True
+        logger.warning(
+            "costaware: %s PO tokens reached the token_budget %s at step %s; training stops",
+            _counters(trainer).tokens, budget, trainer.global_steps,
+        )
+    return True
+
+
 # ---------------------------------------------------------------------------------------- trainer v0
 
 
@@ -102,132 +120,41 @@ def update_actor_v0(trainer: Any, batch: Any, original: Any) -> Any:
     """Trainer v0 (``RayPPOTrainer``): resample the padded DataProto, then run verl's own update."""
     from verl import DataProto
 
+    from costaware.integrations.verl.config import actor_loss
+    from costaware.integrations.verl.logprobs import DEFERRED, fill_fed_logprobs
     from costaware.integrations.verl.resample import resample_dataproto, step_generator
 
     cfg = _config(trainer)
+    deferred = trainer.__dict__.pop(DEFERRED, set())  # log-prob passes waiting for the plan
+    if _budget_spent(trainer):
+        return DataProto.from_single_dict(data={}, meta_info={"metrics": {}})
     start = time.perf_counter()
+    mode, regularised = actor_loss(trainer.config)
+    dp_size = int(trainer._get_dp_size(trainer.actor_rollout_wg, "actor"))
     result = resample_dataproto(
         batch,
         cfg,
         minibatch_size=_minibatch_size(trainer),
-        dp_size=int(trainer._get_dp_size(trainer.actor_rollout_wg, "actor")),
+        dp_size=dp_size,
         generator=step_generator(cfg.seed, trainer.global_steps),
+        loss_agg_mode=mode,
+        regularised=regularised,
     )
     if result.skipped is not None:
         logger.warning("costaware: step %s skips the actor update: %s", trainer.global_steps, result.skipped)
         metrics = _record(trainer, result.stats, time.perf_counter() - start)
         return DataProto.from_single_dict(data={}, meta_info={"metrics": metrics})
+    passes = {}
+    if deferred:
+        originals = type(trainer)._cost_aware_logprob_passes
+        passes = fill_fed_logprobs(trainer, batch, result.batch, result.indices, deferred, dp_size, originals)
     output = original(trainer, result.batch)
     output.meta_info["metrics"].update(_record(trainer, result.stats, time.perf_counter() - start))
+    output.meta_info["metrics"].update(passes)
     return output
 
 
 # ---------------------------------------------------------------------------------------- trainer v1
-
-
-def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> Any:
-    """Trainer v1 (``PPOTrainer`` on TransferQueue): same plan, rows copied to fresh keys when drawn twice.
-
-    TransferQueue keys are unique per batch, so the k-th extra draw of a row is stored under a new key
-    (all fields copied) for the duration of the update and cleared afterwards. ``rollout_is_weights`` of
-    every drawn key is set to (existing weights) x (row factor) and ``cost_aware_weights`` to the factor.
-    The original keys' ``rollout_is_weights`` are written back after the update (ones where the batch had
-    none). The batch returned is the original one, so verl's reward/length metrics stay those of the
-    generated rollouts.
-    """
-    import transfer_queue as tq
-    from tensordict import TensorDict
-    from transfer_queue import KVBatchMeta
-
-    from costaware.integrations.verl.resample import plan_resampling, step_generator, tag_costs
-    from costaware.integrations.verl.transfer import (
-        duplicate_key_plan,
-        nested_row_means,
-        nested_scaled_weights,
-    )
-
-    cfg = _config(trainer)
-    start = time.perf_counter()
-    pid = batch.partition_id
-    data = tq.kv_batch_get(keys=batch.keys, partition_id=pid, select_fields=["advantages", "response_mask"])
-    advantages = nested_row_means(data["advantages"], data["response_mask"])
-    result = plan_resampling(
-        advantages,
-        tag_costs(batch.tags),
-        cfg,
-        minibatch_size=_minibatch_size(trainer),
-        dp_size=_dp_size_v1(trainer),
-        generator=step_generator(
-            cfg.seed, trainer.global_steps * 1_000 + getattr(trainer, "local_trigger_step", 0)
-        ),
-    )
-    if result.skipped is not None:
-        logger.warning("costaware: step %s skips the actor update: %s", trainer.global_steps, result.skipped)
-        metrics.update(_record(trainer, result.stats, time.perf_counter() - start))
-        return batch
-
-    has_weights = batch.fields is not None and "rollout_is_weights" in batch.fields
-    new_keys, rounds = duplicate_key_plan(batch.keys, result.indices, tag=f"ca{trainer.global_steps}")
-    first_draw = sorted({k for k in new_keys if k in set(batch.keys)})
-    saved = None
-    if has_weights:  # the original keys' weights, restored after the update
-        saved = tq.kv_batch_get(keys=first_draw, partition_id=pid, select_fields=["rollout_is_weights"])
-    copied: list[str] = []
-    try:
-        for source_keys, target_keys, source_rows in rounds:
-            rows = tq.kv_batch_get(keys=source_keys, partition_id=pid)
-            tq.kv_batch_put(
-                keys=target_keys, partition_id=pid, fields=rows, tags=[batch.tags[i] for i in source_rows]
-            )
-            copied.extend(target_keys)
-        fields = ["response_mask"] + (["rollout_is_weights"] if has_weights else [])
-        current = tq.kv_batch_get(keys=new_keys, partition_id=pid, select_fields=fields)
-        mask = current["response_mask"]
-        factors = nested_scaled_weights(None, mask, result.weights)
-        weights = nested_scaled_weights(
-            current["rollout_is_weights"] if has_weights else None, mask, result.weights
-        )
-        tq.kv_batch_put(
-            keys=new_keys,
-            partition_id=pid,
-            fields=TensorDict(
-                {"rollout_is_weights": weights, WEIGHTS_KEY: factors}, batch_size=len(new_keys)
-            ),
-        )
-        extra = {"rollout_is_weights", WEIGHTS_KEY}
-        resampled = KVBatchMeta(
-            keys=new_keys,
-            tags=[batch.tags[i] for i in result.indices.tolist()],
-            partition_id=pid,
-            fields=sorted(set(batch.fields or []) | extra) if batch.fields else None,
-            extra_info=dict(batch.extra_info or {}),
-        )
-        original(trainer, resampled, metrics)
-    finally:
-        if copied:
-            tq.kv_clear(keys=copied, partition_id=pid)
-        _restore_weights_v1(tq, first_draw, pid, saved)
-    metrics.update(_record(trainer, result.stats, time.perf_counter() - start))
-    return batch
-
-
-def _restore_weights_v1(tq: Any, keys: list[str], pid: str, saved: Any) -> None:
-    """Write back the original keys' ``rollout_is_weights`` and reset their factor to 1."""
-    import torch
-    from tensordict import TensorDict
-
-    from costaware.integrations.verl.transfer import nested_scaled_weights
-
-    if not keys:
-        return
-    mask = tq.kv_batch_get(keys=keys, partition_id=pid, select_fields=["response_mask"])["response_mask"]
-    ones = nested_scaled_weights(None, mask, torch.ones(len(keys)))
-    restored = saved["rollout_is_weights"] if saved is not None else ones
-    tq.kv_batch_put(
-        keys=keys,
-        partition_id=pid,
-        fields=TensorDict({"rollout_is_weights": restored, WEIGHTS_KEY: ones}, batch_size=len(keys)),
-    )
 
 
 # ------------------------------------------------------------------------------- actor loss (workers)
@@ -386,6 +313,38 @@ def patch_v0(cls: type) -> None:
 
     cls._update_actor = _mark(_update_actor)
     _patch_checkpointing(cls)
+    _patch_budget_stop_v0(cls)
+    from costaware.integrations.verl.logprobs import patch_logprob_passes
+
+    patch_logprob_passes(cls, _mark)
+
+
+def _patch_budget_stop_v0(cls: type) -> None:
+    """Trainer v0's loop iterates the dataloader: once the budget is spent, the next step's first call
+    (``_get_gen_batch``, before any generation) raises :class:`TokenBudgetReached`, which ``fit`` ends on."""
+    fit, get_gen_batch = getattr(cls, "fit", None), getattr(cls, "_get_gen_batch", None)
+    if fit is None or get_gen_batch is None or getattr(fit, PATCH_MARK, False):
+        return
+
+    @functools.wraps(get_gen_batch)
+    def _get_gen_batch(self, *args, **kwargs):
+        if _config(self) is not None and _budget_spent(self):
+            raise TokenBudgetReached(self.global_steps)
+        return get_gen_batch(self, *args, **kwargs)
+
+    @functools.wraps(fit)
+    def _fit(self, *args, **kwargs):
+        try:
+            return fit(self, *args, **kwargs)
+        except TokenBudgetReached:
+            if hasattr(self.actor_rollout_wg, "async_calls_finalize_fn_exec"):
+                self.actor_rollout_wg.async_calls_finalize_fn_exec(blocking=True)
+            if hasattr(self, "_shutdown_dump_executor"):
+                self._shutdown_dump_executor()
+            return None
+
+    cls._get_gen_batch = _mark(_get_gen_batch)
+    cls.fit = _mark(_fit)
 
 
 def patch_v1(cls: type) -> None:
@@ -398,7 +357,12 @@ def patch_v1(cls: type) -> None:
     def _update_actor(self, batch, metrics):
         if _config(self) is None:
             return original(self, batch, metrics)
+        from costaware.integrations.verl.v1 import update_actor_v1
+
         return update_actor_v1(self, batch, metrics, original)
 
     cls._update_actor = _mark(_update_actor)
     _patch_checkpointing(cls)
+    from costaware.integrations.verl.logprobs import patch_logprob_passes_v1
+
+    patch_logprob_passes_v1(cls, _mark)

@@ -29,7 +29,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from costaware.grpo.advantages import sequence_costs  # c_i = attention_mask.sum(-1), checked > 0
-from costaware.integrations.verl.config import CONFIG_KEY, CostAwareConfig
+from costaware.integrations.verl.config import (
+    CONFIG_KEY,
+    DEFAULT_LOSS_AGG_MODE,
+    VERL_LOSS_FAMILY,
+    CostAwareConfig,
+)
 from costaware.integrations.verl.patch import WEIGHTS_KEY
 
 if TYPE_CHECKING:
@@ -67,14 +72,30 @@ def tag_costs(tags: list[dict]) -> torch.Tensor:
     return costs
 
 
-def loss_factors(weights: torch.Tensor) -> torch.Tensor:
-    """Per-row loss factor for verl from the plan's importance weights (the one place to change it).
+def loss_factors(
+    minibatches: Any, lengths: torch.Tensor, loss_agg_mode: str = DEFAULT_LOSS_AGG_MODE
+) -> torch.Tensor:
+    """(k, m) per-row loss factors for verl from the plan's mini-batches (the one place to change them).
 
-    verl normalises every ``loss_agg_mode`` by the fed mini-batch (its tokens, rows or horizon), the
-    same normaliser for every row of the mini-batch, so the row factor is the importance weight itself:
-    the mini-batch loss is sum_i w_i l_i with l_i the row's loss under that normaliser.
+    verl divides every mini-batch loss by one normaliser shared by all its rows: its rows
+    (``seq-mean-*``: m, fixed, so the factor is the importance weight) or its response tokens
+    (``token-mean``: the drawn rows' tokens T_drawn, summed over ranks). A drawn T_drawn makes the step a
+    ratio estimator, biased by O(1/m). The factor therefore rescales each step to the core's "pool"
+    normaliser, T_j = (pool response tokens) · m / N, a constant: f = w · T_drawn / T_j, so that the
+    step's loss is (1/T_j) Σ_d w_d L_d, whose expectation is the full batch's Σ_i L_i / (pool tokens)
+    (``costaware.grpo.factors``; ``tests/test_verl_unbiased.py`` checks it through ``_update_actor``).
     """
-    return weights.to(torch.float32)
+    from costaware.grpo.factors import row_factors, step_normalisers
+
+    family = VERL_LOSS_FAMILY[loss_agg_mode]
+    lengths = lengths.to(torch.float64)
+    norms = step_normalisers(
+        minibatches, lengths, normaliser="pool", pool_rows=int(lengths.numel()), num_steps=len(minibatches)
+    )
+    return torch.stack([
+        row_factors(family, mb.weights, lengths[mb.indices], num_ranks=1, draws=nm.draws, tokens=nm.tokens)
+        for mb, nm in zip(minibatches, norms, strict=True)
+    ]).to(torch.float32)  # fmt: skip
 
 
 def step_generator(seed: int, step: int) -> torch.Generator:
@@ -103,7 +124,9 @@ class ResampleResult:
     """What one actor update runs.
 
     indices: (N,) rows of the original batch, in the order verl must receive them (None when skipped).
-    weights: (N,) float32 per-row loss factor (``loss_factors`` of the importance weights).
+    weights: (N,) float32 importance weight of each draw (the plan's, 1/(n_supp p_i) or 1/(N p_i)).
+    factors: (N,) float32 per-row loss factor verl multiplies in (:func:`loss_factors`: the weight, times
+        the step's drawn-to-pool token ratio under ``token-mean``).
     batch: the resampled DataProto with ``rollout_is_weights`` set (None when skipped or not built).
     stats: per-step numbers for the metrics (tokens, tokens_plain, tokens_nonzero, rows_drawn, ...).
     skipped: why no update runs (every advantage is zero), else None.
@@ -111,6 +134,7 @@ class ResampleResult:
 
     indices: torch.Tensor | None
     weights: torch.Tensor | None
+    factors: torch.Tensor | None
     batch: Any
     stats: dict[str, float]
     skipped: str | None
@@ -124,11 +148,17 @@ def plan_resampling(
     minibatch_size: int,
     dp_size: int,
     generator: torch.Generator,
+    lengths: torch.Tensor | None = None,
+    loss_agg_mode: str = DEFAULT_LOSS_AGG_MODE,
+    regularised: bool = False,
 ) -> ResampleResult:
     """Draw the plan from per-sequence advantages and costs and lay it out for verl's workers.
 
     The number of draws equals the batch length N (the baseline's num_minibatches * minibatch_size), so
-    verl runs the same number of optimizer steps on mini-batches of the same size.
+    verl runs the same number of optimizer steps on mini-batches of the same size. ``lengths`` are the
+    rows' response tokens (the ``token-mean`` normaliser counts them; default: ``costs``).
+    ``regularised``: the loss has a KL or entropy term, so a pool whose advantages are all zero is
+    still drawn (by a full-support method) instead of skipped.
     """
     from costaware.grpo.plan import plan_minibatches
 
@@ -138,6 +168,11 @@ def plan_resampling(
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if costs.shape != (n,):
         raise ValueError(f"costs must have shape ({n},) like advantages, got {tuple(costs.shape)}")
+    lengths = costs if lengths is None else lengths
+    if lengths.shape != (n,):
+        raise ValueError(f"lengths must have shape ({n},) like advantages, got {tuple(lengths.shape)}")
+    if loss_agg_mode not in VERL_LOSS_FAMILY:
+        raise ValueError(f"loss_agg_mode must be one of {sorted(VERL_LOSS_FAMILY)}, got {loss_agg_mode!r}")
     if n == 0 or n % minibatch_size:
         raise ValueError(
             f"the actor batch ({n} rows) must be a positive multiple of the mini-batch size "
@@ -154,8 +189,9 @@ def plan_resampling(
         costs,
         num_minibatches=num_minibatches,
         minibatch_size=minibatch_size,
-        config=config.sampling_config(),
+        config=config.sampling_config(loss_agg_mode),
         generator=generator,
+        keep_zero_pool=regularised,
     )
     stats: dict[str, float] = {
         "tokens_plain": float(plan.tokens_plain),
@@ -164,7 +200,7 @@ def plan_resampling(
     }
     if plan.skipped is not None:
         stats.update(tokens=0.0, rows_drawn=0.0, rows_unique=0.0)
-        return ResampleResult(None, None, None, stats, plan.skipped)
+        return ResampleResult(None, None, None, None, stats, plan.skipped)
     sizes = [int(mb.indices.numel()) for mb in plan.minibatches]
     if len(sizes) != num_minibatches or any(size != minibatch_size for size in sizes):
         raise RuntimeError(  # VERL_METHODS only holds methods that fill every mini-batch
@@ -172,14 +208,16 @@ def plan_resampling(
             f"{num_minibatches} x {minibatch_size}"
         )
     index = torch.stack([mb.indices.to(torch.int64) for mb in plan.minibatches])  # (k, m)
-    weight = torch.stack([loss_factors(mb.weights) for mb in plan.minibatches])
+    weight = torch.stack([mb.weights.to(torch.float32) for mb in plan.minibatches])
+    factor = loss_factors(plan.minibatches, lengths, loss_agg_mode)
     if config.balance_dp and dp_size > 1:
         perm = _balanced_rank_order(costs[index].to(torch.float64), dp_size)
-        index, weight = torch.gather(index, 1, perm), torch.gather(weight, 1, perm)
+        index, weight, factor = (torch.gather(t, 1, perm) for t in (index, weight, factor))
     per_rank = minibatch_size // dp_size
     # (k, dp, s) -> (dp, k, s): rank r's contiguous chunk holds its share of every mini-batch in order.
-    index = index.view(num_minibatches, dp_size, per_rank).transpose(0, 1).reshape(-1)
-    weight = weight.view(num_minibatches, dp_size, per_rank).transpose(0, 1).reshape(-1)
+    index, weight, factor = (
+        t.view(num_minibatches, dp_size, per_rank).transpose(0, 1).reshape(-1) for t in (index, weight, factor)
+    )
     stats.update(
         tokens=float(costs[index].sum()),
         rows_drawn=float(index.numel()),
@@ -187,7 +225,7 @@ def plan_resampling(
         weight_mean=float(weight.mean()),
         weight_largest=float(weight.max()),
     )
-    return ResampleResult(index, weight, None, stats, None)
+    return ResampleResult(index, weight, factor, None, stats, None)
 
 
 def weighted_rollout_is_weights(
@@ -210,6 +248,8 @@ def resample_dataproto(
     minibatch_size: int,
     dp_size: int,
     generator: torch.Generator,
+    loss_agg_mode: str = DEFAULT_LOSS_AGG_MODE,
+    regularised: bool = False,
 ) -> ResampleResult:
     """Resample a padded verl ``DataProto`` (trainer v0): every tensor and non-tensor field follows the rows.
 
@@ -227,18 +267,26 @@ def resample_dataproto(
     advantages = sequence_advantages(td["advantages"], td["response_mask"])
     costs = sequence_costs(td["attention_mask"])
     result = plan_resampling(
-        advantages, costs, config, minibatch_size=minibatch_size, dp_size=dp_size, generator=generator
+        advantages,
+        costs,
+        config,
+        minibatch_size=minibatch_size,
+        dp_size=dp_size,
+        generator=generator,
+        lengths=td["response_mask"].sum(-1),
+        loss_agg_mode=loss_agg_mode,
+        regularised=regularised,
     )
     if result.skipped is not None:
         return result
-    assert result.indices is not None and result.weights is not None
+    assert result.indices is not None and result.factors is not None
     new = batch.select_idxs(result.indices)
     existing = new.batch["rollout_is_weights"] if "rollout_is_weights" in new.batch.keys() else None
     shape = tuple(new.batch["response_mask"].shape)
-    new.batch["rollout_is_weights"] = weighted_rollout_is_weights(existing, result.weights, shape)
+    new.batch["rollout_is_weights"] = weighted_rollout_is_weights(existing, result.factors, shape)
     # the factor alone, for the entropy and KL terms (the wrapped ppo_loss reads it)
-    new.batch[WEIGHTS_KEY] = weighted_rollout_is_weights(None, result.weights, shape)
+    new.batch[WEIGHTS_KEY] = weighted_rollout_is_weights(None, result.factors, shape)
     new.meta_info = dict(batch.meta_info)  # select_idxs shares the dict with the source batch
     if "global_token_num" in new.meta_info:
         new.meta_info["global_token_num"] = costs[result.indices].tolist()
-    return ResampleResult(result.indices, result.weights, new, result.stats, None)
+    return ResampleResult(result.indices, result.weights, result.factors, new, result.stats, None)

@@ -3,9 +3,9 @@
 >>> import torch
 >>> keys, rounds = duplicate_key_plan(["a", "b", "c"], torch.tensor([2, 0, 2, 2]), tag="s1")
 >>> keys
-['c', 'a', 'c#s1.1', 'c#s1.2']
+['c#s1.0', 'a#s1.0', 'c#s1.1', 'c#s1.2']
 >>> [(src, dst) for src, dst, _ in rounds]
-[(['c'], ['c#s1.1']), (['c'], ['c#s1.2'])]
+[(['c', 'a'], ['c#s1.0', 'a#s1.0']), (['c'], ['c#s1.1']), (['c'], ['c#s1.2'])]
 """
 
 from __future__ import annotations
@@ -41,6 +41,14 @@ def nested_row_means(advantages: torch.Tensor, response_mask: torch.Tensor) -> t
     return torch.where(count > 0, total / count.clamp(min=1.0), torch.zeros_like(total))
 
 
+def nested_row_sums(response_mask: torch.Tensor) -> torch.Tensor:
+    """Response tokens per row (bs,) of a jagged ``response_mask``."""
+    mask, offsets = _jagged_parts(response_mask, "response_mask")
+    rows = offsets.numel() - 1
+    row_of = torch.repeat_interleave(torch.arange(rows), offsets.diff())
+    return torch.zeros(rows, dtype=torch.float64).index_add_(0, row_of, mask.to(torch.float64))
+
+
 def nested_scaled_weights(
     existing: torch.Tensor | None, response_mask: torch.Tensor, weights: torch.Tensor
 ) -> torch.Tensor:
@@ -61,11 +69,11 @@ def nested_scaled_weights(
 def duplicate_key_plan(
     keys: list[str], indices: torch.Tensor, tag: str
 ) -> tuple[list[str], list[tuple[list[str], list[str], list[int]]]]:
-    """Unique keys for a draw list that repeats rows.
+    """Fresh unique keys for a draw list that repeats rows (the caller's keys are never written).
 
-    The first draw of a row keeps its key; the r-th extra draw gets ``f"{key}#{tag}.{r}"``. Returns the
-    key of every draw (in draw order) and, per round r >= 1, (source keys, new keys, source rows) to copy:
-    within one round every source key is distinct, so one batched get/put copies it.
+    The r-th draw of a row (r = 0, 1, ...) gets ``f"{key}#{tag}.{r}"``. Returns the key of every draw (in
+    draw order) and, per round r, (source keys, new keys, source rows) to copy: within one round every
+    source key is distinct, so one batched get/put copies it.
     """
     idx = indices.to(torch.int64)
     if idx.dim() != 1 or (idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= len(keys))):
@@ -80,9 +88,9 @@ def duplicate_key_plan(
     occurrence = torch.empty_like(idx)
     occurrence[order] = position - start_of_run
     rows, occ = idx.tolist(), occurrence.tolist()
-    new_keys = [keys[i] if r == 0 else f"{keys[i]}#{tag}.{r}" for i, r in zip(rows, occ, strict=True)]
+    new_keys = [f"{keys[i]}#{tag}.{r}" for i, r in zip(rows, occ, strict=True)]
     rounds = []
-    for r in range(1, int(occurrence.max()) + 1 if occurrence.numel() else 1):
+    for r in range(int(occurrence.max()) + 1 if occurrence.numel() else 0):
         draws = torch.nonzero(occurrence == r).flatten().tolist()
         sources = [rows[d] for d in draws]
         rounds.append(([keys[i] for i in sources], [new_keys[d] for d in draws], sources))

@@ -1,0 +1,144 @@
+"""Monte-Carlo: the plugin's expected mini-batch update equals verl's own full-batch update.
+
+Through the REAL patched ``_update_actor`` of trainer v0 (``verl_harness``: stub workers that call verl's
+own split, micro-batching and ``ppo_loss``; a float64 bigram policy, so every gradient is exact). The
+stub takes no optimiser step, so every mini-batch gradient is measured at the same parameters and the
+mean over plan draws estimates E[g]. The reference is stock verl (no ``algorithm.cost_aware``) with one
+mini-batch holding the whole batch, whose gradient is the full-batch update.
+
+Two statistics per case, from S mini-batch gradients g_s against the full-batch G:
+* the projection E[<g, G>] / |G|^2 must be 1 within 4 standard errors;
+* the relative error |mean(g) - G| / |G| must stay within 2.5 noise floors, the floor being
+  sqrt(mean |g_s - mean(g)|^2 / S) / |G| (an unbiased mean sits near one floor).
+
+Under verl's default ``token-mean`` the per-draw normaliser (each step divided by its drawn tokens) is a
+ratio estimator: its expected update is about 15% short here, and the test of it below shows that the
+same statistics catch it. An all-zero-advantage batch with KL and entropy on must get its update.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+verl = pytest.importorskip("verl")
+pytest.importorskip("verl.trainer.ppo.ray_trainer", reason="verl trainer v0 deps missing")
+
+from verl_harness import (  # noqa: E402
+    NUM_PROMPTS,
+    Bigram,
+    StubWorkerGroup,
+    padded_batch,
+    ray_trainer,
+    trainer_overrides,
+    verl_losses,
+)
+
+import costaware.integrations.verl.resample as resample  # noqa: E402
+
+DRAWS = 120  # _update_actor calls per case; each runs NUM_PROMPTS mini-batches of one group (4 rows)
+
+
+def build_trainer(agg: str, mini_prompts: int, *extra: str, cost_aware: bool = True):
+    """A RayPPOTrainer shell (config, stub worker group) whose patched ``_update_actor`` can be called."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+    from verl.utils.config import omega_conf_to_dataclass
+
+    overrides = [o for o in trainer_overrides(agg, *extra) if cost_aware or "cost_aware" not in o]
+    overrides.append(f"actor_rollout_ref.actor.ppo_mini_batch_size={mini_prompts}")
+    with initialize_config_dir(config_dir=f"{verl.__path__[0]}/trainer/config", version_base=None):
+        full = compose(config_name="ppo_trainer", overrides=overrides)
+    actor = omega_conf_to_dataclass(
+        OmegaConf.create(OmegaConf.to_container(full.actor_rollout_ref.actor, resolve=False))
+    )
+    wg = StubWorkerGroup(Bigram(), actor, verl_losses.ppo_loss)
+    trainer = object.__new__(ray_trainer.RayPPOTrainer)
+    trainer.config, trainer.global_steps, trainer.actor_rollout_wg = full, 0, wg
+    return trainer, wg
+
+
+def minibatch_grads(data: dict, agg: str, draws: int, *extra: str) -> torch.Tensor:
+    """(draws * NUM_PROMPTS, V, V) gradients of the plugin's mini-batches of one group each."""
+    from verl import DataProto
+
+    trainer, wg = build_trainer(agg, 1, *extra)
+    for step in range(draws):  # the plan's generator is seeded from (seed, global_steps)
+        trainer.global_steps = step
+        trainer._update_actor(DataProto.from_dict(tensors=dict(data), meta_info={"global_token_num": [0]}))
+    return torch.stack(wg.grads)
+
+
+def full_batch_grad(data: dict, agg: str, *extra: str) -> torch.Tensor:
+    """Stock verl, one mini-batch holding every row."""
+    from verl import DataProto
+
+    trainer, wg = build_trainer(agg, NUM_PROMPTS, *extra, cost_aware=False)
+    trainer._update_actor(DataProto.from_dict(tensors=dict(data), meta_info={"global_token_num": [0]}))
+    assert len(wg.grads) == 1
+    return wg.grads[0]
+
+
+def statistics(grads: torch.Tensor, full: torch.Tensor) -> tuple[float, float, float, float]:
+    """(projection, its standard error, relative error of the mean, noise floor)."""
+    scale = float(full.norm())
+    proj = (grads * full).sum((1, 2)) / scale**2
+    mean = grads.mean(0)
+    floor = float((grads - mean).pow(2).sum((1, 2)).mean().sqrt()) / len(grads) ** 0.5 / scale
+    return float(proj.mean()), float(proj.std() / len(proj) ** 0.5), float((mean - full).norm()) / scale, floor
+
+
+def unbiased(grads: torch.Tensor, full: torch.Tensor, label: str) -> bool:
+    proj, se, rel, floor = statistics(grads, full)
+    print(f"\n{label}: E<g,G>/|G|^2 = {proj:.4f} ± {se:.4f}; |mean - G|/|G| = {rel:.4f} (noise floor {floor:.4f})")
+    return abs(proj - 1.0) < 4 * se and rel < 2.5 * floor
+
+
+def per_draw_factors(minibatches, lengths, loss_agg_mode="token-mean"):
+    """The known-wrong factor: the importance weight alone, so verl divides each step by its drawn tokens."""
+    return torch.stack([mb.weights for mb in minibatches]).to(torch.float32)
+
+
+@pytest.fixture(scope="module")
+def token_mean_case():
+    data = padded_batch()
+    return data, full_batch_grad(data, "token-mean")
+
+
+def test_token_mean_expected_update_is_the_full_batch_update(token_mean_case):
+    """verl's default loss_agg_mode, p_smooth with KL and entropy: the pool normaliser is unbiased."""
+    data, full = token_mean_case
+    assert unbiased(minibatch_grads(data, "token-mean", DRAWS), full, "token-mean, pool normaliser")
+
+
+def test_per_draw_normaliser_is_caught(token_mean_case, monkeypatch):
+    """The same test fails with the per-draw normaliser (the ratio estimator the pool normaliser replaces)."""
+    data, full = token_mean_case
+    monkeypatch.setattr(resample, "loss_factors", per_draw_factors)
+    grads = minibatch_grads(data, "token-mean", DRAWS)
+    assert not unbiased(grads, full, "token-mean, per-draw normaliser (known wrong)")
+    assert statistics(grads, full)[0] < 0.95  # the ratio estimator falls short
+
+
+@pytest.mark.parametrize("agg", ["seq-mean-token-sum", "seq-mean-token-mean"])
+def test_row_normalised_modes_are_unbiased(agg):
+    """Row-normalised modes divide by the fixed row count m: the weight alone is the factor."""
+    data = padded_batch()
+    assert unbiased(minibatch_grads(data, agg, DRAWS // 2), full_batch_grad(data, agg), agg)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [(), ("actor_rollout_ref.actor.use_kl_loss=false",), ("actor_rollout_ref.actor.entropy_coeff=0.0",)],
+    ids=["kl+entropy", "entropy", "kl"],
+)
+def test_all_zero_advantages_still_get_the_kl_and_entropy_update(extra):
+    """Stock verl's full-batch gradient on an all-zero-advantage batch is not zero when KL or entropy is on:
+    the plugin must not skip it. p_smooth's advantage-free part (uniform, weight 1) is drawn instead."""
+    data = padded_batch()
+    data["advantages"] = torch.zeros_like(data["advantages"])
+    full = full_batch_grad(data, "token-mean", *extra)
+    assert float(full.norm()) > 1e-4
+    grads = minibatch_grads(data, "token-mean", DRAWS // 4, *extra)
+    assert len(grads) == DRAWS // 4 * NUM_PROMPTS, "every call must update (no skipped step)"
+    assert unbiased(grads, full, f"all-zero advantages, {extra or 'KL and entropy'}")
