@@ -142,12 +142,55 @@ def _write_json(path: Path, obj: Any) -> None:
     tmp.replace(path)
 
 
-def _load(sft_dir: Path):
-    from transformers import AutoModelForCausalLM
+# What a worker keeps between its runs (a job trains dozens of runs from one checkpoint, on one held-out
+# set): the checkpoint as read from disk, the evaluation sets with their token ids, and the step-0
+# evaluation, which every run of that checkpoint starts with and which depends on nothing the run chooses.
+_CACHE_LIMIT = 4  # entries per cache (a job has one checkpoint per task)
+_CHECKPOINTS: dict[tuple[Any, ...], tuple[Any, Any]] = {}
+_EVAL_SETS: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+_START_EVALS: dict[tuple[Any, ...], tuple[float, float | None]] = {}
 
-    from costaware.tiny import load_char_tokenizer
 
-    return load_char_tokenizer(str(sft_dir)), AutoModelForCausalLM.from_pretrained(str(sft_dir))
+def _remember(cache: dict[tuple[Any, ...], Any], key: tuple[Any, ...], make: Any) -> Any:
+    if key not in cache:
+        if len(cache) >= _CACHE_LIMIT:
+            cache.pop(next(iter(cache)))
+        cache[key] = make()
+    return cache[key]
+
+
+def _checkpoint_key(sft_dir: Path) -> tuple[Any, ...]:
+    """The folder and the name, size and mtime of its files (sft.json aside: a re-score rewrites only it)."""
+    files = sorted(p for p in sft_dir.iterdir() if p.is_file() and p.name != "sft.json")
+    return (str(sft_dir.resolve()), *((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files))
+
+
+def preload() -> None:
+    """Import what every run needs (a pool worker's initializer calls this once, so no run pays for it)."""
+    import datasets  # noqa: F401
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+
+    import costaware.experiments.policy  # noqa: F401
+    import costaware.experiments.records  # noqa: F401
+    import costaware.integrations.trl  # noqa: F401
+
+
+def _load(sft_dir: Path) -> tuple[Any, Any]:
+    """The SFT checkpoint as a fresh (tokenizer, model): read from disk once per process, deep-copied per
+    run. A copy holds the same weights (the tied embedding stays tied), so a run trains what a fresh load
+    would give it, without the load."""
+    import copy
+
+    def read() -> tuple[Any, Any]:
+        from transformers import AutoModelForCausalLM
+
+        from costaware.tiny import load_char_tokenizer
+
+        return load_char_tokenizer(str(sft_dir)), AutoModelForCausalLM.from_pretrained(str(sft_dir))
+
+    tok, model = _remember(_CHECKPOINTS, _checkpoint_key(sft_dir), read)
+    return copy.deepcopy(tok), copy.deepcopy(model)
 
 
 class EvalSchedule:
@@ -211,19 +254,45 @@ def trainer_args(spec: RunSpec, profile: Profile, workdir: Path) -> Any:
         )  # fmt: skip
 
 
-def _evaluator(profile: Profile, task_name: str, tok: Any):
-    from costaware.experiments import policy
+class _Evaluator:
+    """Held-out and validation accuracy of a run's model; ``seconds`` adds up the time spent evaluating.
 
-    task, (held, val) = get_task(task_name), eval_sets(profile, task_name)
+    The sets and their token ids are made once per worker; :meth:`start` scores the checkpoint itself once
+    per worker and ``kind`` of run (what every run of that kind records at step 0).
+    """
 
-    def evaluate(model: Any) -> tuple[float, float | None]:
-        kw = dict(max_size=profile.sizes(task_name)[1], k=profile.eval_k)
-        h = policy.evaluate(model, tok, task, held, seed=12345, **kw).accuracy
-        v = policy.evaluate(model, tok, task, val, seed=54321, **kw).accuracy if len(val) else None
+    def __init__(self, profile: Profile, task_name: str, tok: Any, sft_dir: Path) -> None:
+        from costaware.experiments import policy
+
+        self.task, self.tok, self.seconds = get_task(task_name), tok, 0.0
+        self.kw = dict(max_size=profile.sizes(task_name)[1], k=profile.eval_k)
+        self.key = (_checkpoint_key(sft_dir), task_name, profile.eval_prompts, profile.validation_prompts,
+                    profile.eval_k, profile.sizes(task_name))  # fmt: skip
+
+        def make() -> tuple[Any, ...]:
+            held, val = eval_sets(profile, task_name)
+            encode = policy.encode_prompts
+            return held, val, encode(tok, held.prompts, k=profile.eval_k), (
+                encode(tok, val.prompts, k=profile.eval_k) if len(val) else None)
+
+        self.held, self.val, self.held_ids, self.val_ids = _remember(_EVAL_SETS, self.key, make)
+
+    def __call__(self, model: Any) -> tuple[float, float | None]:
+        from costaware.experiments import policy
+
+        start = time.perf_counter()
+        h = policy.evaluate(model, self.tok, self.task, self.held, seed=12345, encoded=self.held_ids, **self.kw)
+        v = (policy.evaluate(model, self.tok, self.task, self.val, seed=54321, encoded=self.val_ids, **self.kw)
+             if len(self.val) else None)  # fmt: skip
         model.train()
-        return h, v
+        self.seconds += time.perf_counter() - start
+        return h.accuracy, None if v is None else v.accuracy
 
-    return evaluate
+    def start(self, model: Any, kind: str) -> tuple[float, float | None]:
+        """The untrained checkpoint's scores (``model`` must be it, unchanged), computed once per worker."""
+        scores = _remember(_START_EVALS, (*self.key, kind), lambda: self(model))
+        model.train()
+        return scores
 
 
 def _run_control(spec: RunSpec, profile: Profile, sft_dir: Path) -> dict[str, Any]:
@@ -232,9 +301,9 @@ def _run_control(spec: RunSpec, profile: Profile, sft_dir: Path) -> dict[str, An
     from costaware.experiments.records import EvalPoint
 
     tok, model = _load(sft_dir)
-    evaluate = _evaluator(profile, spec.task, tok)
+    evaluate = _Evaluator(profile, spec.task, tok, sft_dir)
     spg = profile.steps_per_generation
-    evals = [EvalPoint(0, 0, 0, *evaluate(model))]
+    evals = [EvalPoint(0, 0, 0, *evaluate.start(model, "control"))]
     steps = profile.rounds * spg
     due = EvalSchedule(profile)
 
@@ -248,7 +317,8 @@ def _run_control(spec: RunSpec, profile: Profile, sft_dir: Path) -> dict[str, An
                // spg, lr=profile.control_lr, min_size=profile.min_size, max_size=profile.sizes(spec.task)[1],
                mistake_prob=profile.mistake_prob, seed=1000 + spec.seed, decay=False, on_step=on_step,
                max_tokens=profile.token_budget or None)  # fmt: skip
-    return {"evals": evals, "counters": {"po_seconds": time.perf_counter() - start}, "fidelity": ()}
+    return {"evals": evals, "counters": {"po_seconds": time.perf_counter() - start}, "fidelity": (),
+            "generation_seconds": 0.0, "eval_seconds": evaluate.seconds}
 
 
 def _finite(x: Any) -> float | None:
@@ -267,7 +337,7 @@ def _run_grpo(spec: RunSpec, profile: Profile, sft_dir: Path, workdir: Path) -> 
 
     task = get_task(spec.task)
     tok, model = _load(sft_dir)
-    evaluate = _evaluator(profile, spec.task, tok)
+    evaluate = _Evaluator(profile, spec.task, tok, sft_dir)
     tasks = task.make_tasks(profile.rounds * profile.prompts_per_round, min_size=profile.min_size,
                             max_size=profile.sizes(spec.task)[1], rng=np.random.default_rng(TRAIN_SEED + spec.seed))
     data = Dataset.from_dict({"prompt": list(tasks.prompts), "answer": np.asarray(tasks.answers).tolist()})
@@ -298,13 +368,25 @@ def _run_grpo(spec: RunSpec, profile: Profile, sft_dir: Path, workdir: Path) -> 
     trainer = CostAwareGRPOTrainer(model=model, args=args, reward_funcs=reward, train_dataset=data,
                                    processing_class=tok, callbacks=[Evaluate()])  # fmt: skip
     trainer.remove_callback(PrinterCallback)  # the parent's progress line is enough
+    generation = {"seconds": 0.0}  # wall time of the generation rounds (ZVF refills included)
+    untimed_generate = trainer._generate
+
+    def timed_generate(*a: Any, **kw: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return untimed_generate(*a, **kw)
+        finally:
+            generation["seconds"] += time.perf_counter() - start
+
+    trainer._generate = timed_generate
 
     def record(step: int) -> None:
         st = trainer.cost_aware_state
         evals.append(EvalPoint(
             # generation rounds: one per pool, plus every ZVF refill batch (each as large as a pool)
             rounds=int(st["generations"]) + int(st.get("zvf_refills", 0)), po_tokens=int(st["tokens"]), generated_tokens=int(rollouts["generated_tokens"]),
-            **dict(zip(("heldout_accuracy", "validation_accuracy"), evaluate(trainer.model), strict=True)),
+            **dict(zip(("heldout_accuracy", "validation_accuracy"),
+                       evaluate.start(trainer.model, "grpo") if step == 0 else evaluate(trainer.model), strict=True)),
             step=step, po_seconds=float(st["po_seconds"]), po_tokens_plain=int(st["tokens_plain"]),
             po_tokens_nonzero=int(st["tokens_nonzero"]),
         ))  # fmt: skip
@@ -324,7 +406,8 @@ def _run_grpo(spec: RunSpec, profile: Profile, sft_dir: Path, workdir: Path) -> 
                            **{k: _finite(h.get(f"cost_aware/{k}")) for k in ("pearson", "chi2", "j_vs_uniform")})
         for h in trainer.state.log_history if "cost_aware/chi2" in h
     )  # fmt: skip
-    return {"evals": evals, "counters": counters, "fidelity": fidelity}
+    return {"evals": evals, "counters": counters, "fidelity": fidelity, "generation_seconds": generation["seconds"],
+            "eval_seconds": evaluate.seconds, "trainer": trainer}
 
 
 def run_one(spec_d: dict[str, Any], profile_d: dict[str, Any], sft_dir: str, out_file: str) -> str:
@@ -350,7 +433,8 @@ def run_one(spec_d: dict[str, Any], profile_d: dict[str, Any], sft_dir: str, out
                 group=spec.group, alpha=spec.alpha, proxy_noise=spec.proxy_noise, step_budget=spec.step_budget,
                 proxy=spec.proxy)
     RunResult(id=rid, evals=tuple(out["evals"]), wall_seconds=time.perf_counter() - start, fidelity=out["fidelity"],
-              counters=out["counters"], spec=asdict(spec)).save(out_file)  # fmt: skip
+              counters=out["counters"], spec=asdict(spec), generation_seconds=out["generation_seconds"],
+              eval_seconds=out["eval_seconds"]).save(out_file)  # fmt: skip
     shutil.rmtree(Path(out_file).with_suffix(""), ignore_errors=True)  # the trainer's empty output_dir
     return out_file
 
