@@ -261,26 +261,26 @@ def test_lr_sweep_and_control_records(sft_dir, tmp_path):
 def test_a_worker_reads_a_checkpoint_once_and_every_run_gets_its_own_copy(sft_dir):
     from transformers import AutoModelForCausalLM
 
-    from costaware.experiments import reproduce
+    from costaware.experiments import worker
 
     fresh = AutoModelForCausalLM.from_pretrained(str(sft_dir))
-    _, a = reproduce._load(sft_dir)
-    _, b = reproduce._load(sft_dir)
-    assert a is not b and len(reproduce._CHECKPOINTS) >= 1
+    _, a = worker.load_checkpoint(sft_dir)
+    _, b = worker.load_checkpoint(sft_dir)
+    assert a is not b and len(worker._CHECKPOINTS) >= 1
     for (name, p), q in zip(fresh.state_dict().items(), a.state_dict().values(), strict=True):
         assert (p == q).all(), name  # the weights a fresh load gives
     assert a.lm_head.weight is a.model.embed_tokens.weight  # tied, as after a load
     with __import__("torch").no_grad():
         a.lm_head.weight.add_(1.0)  # training one run's copy leaves the next run's untouched
     assert (b.lm_head.weight == fresh.lm_head.weight).all()
-    assert (reproduce._load(sft_dir)[1].lm_head.weight == fresh.lm_head.weight).all()
+    assert (worker.load_checkpoint(sft_dir)[1].lm_head.weight == fresh.lm_head.weight).all()
 
 
 def test_prompts_tokenised_once_sample_what_strings_sample(sft_dir):
     from costaware.experiments import policy
-    from costaware.experiments.reproduce import _load
+    from costaware.experiments.worker import load_checkpoint
 
-    tok, model = _load(sft_dir)
+    tok, model = load_checkpoint(sft_dir)
     prompts = ["3+4=", "1+2+3+4+5=", "9+9="]
     enc = policy.encode_prompts(tok, prompts, k=3, batch_size=4)  # batches of 4 and 4 and 1 rows
     assert [b["input_ids"].shape[0] for b in enc.batches] == [4, 4, 1]

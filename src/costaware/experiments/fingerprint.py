@@ -59,11 +59,12 @@ def _projection(tensors: dict[str, Any]) -> float:
 
 def fingerprint(workdir: Path) -> dict[str, float]:
     """The fingerprint's values, training in ``workdir`` (the caller sets the thread count)."""
-    from costaware.experiments.reproduce import _load, _run_grpo, warm_up
+    from costaware.experiments.reproduce import _run_grpo, warm_up
+    from costaware.experiments.worker import load_checkpoint
 
     sft_dir = warm_up(PROFILE, SPEC.task, workdir)
     info = json.loads((sft_dir / "sft.json").read_text())
-    sft = {k: v.detach().clone() for k, v in _load(sft_dir)[1].state_dict().items()}
+    sft = {k: v.detach().clone() for k, v in load_checkpoint(sft_dir)[1].state_dict().items()}
     out = _run_grpo(SPEC, PROFILE, sft_dir, workdir / "grpo")
     trained = out["trainer"].model.state_dict()
     delta = {k: trained[k].detach() - sft[k] for k in sft}

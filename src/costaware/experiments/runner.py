@@ -218,10 +218,10 @@ def _preload() -> None:
     """
     import gc
 
-    from costaware.experiments import reproduce
+    from costaware.experiments import worker
 
     try:
-        reproduce.preload()
+        worker.preload()
     except Exception:  # noqa: BLE001 - e.g. a missing extra: the run raises it again with its own message;
         return  # an initializer that raises makes the pool respawn the worker forever
     gc.collect()
