@@ -9,6 +9,9 @@ that stop with their parent, and atomic, resumable results.
   files and exits 130. Each worker also watches its parent (``PR_SET_PDEATHSIG`` on Linux and a thread
   polling ``os.getppid()``), so a SIGKILLed parent leaves no orphan training on.
 - A finished run is one ``runs/<name>.json`` written by tmp + ``os.replace``; a rerun skips it.
+- Workers are spawned (a fresh interpreter each, safe after the parent's multi-threaded SFT) and serve
+  many runs: each imports torch, transformers and TRL once, in its initializer, and keeps what does not
+  change between runs (``experiments.worker``).
 """
 
 from __future__ import annotations
