@@ -396,11 +396,12 @@ def test_ctrl_c_stops_every_worker_then_resume_finishes_the_quick_profile(tmp_pa
                    "p* (calibrated proxy) beats p*", "Under loss `dapo`, p* uses proxy 'auto' = calibrated",
                    "they mean nothing about the methods", "Generation's share of the run wall time"):
         assert needle in md, needle
-    # the quick policy learns: the headline's target lies above its start, so the comparison is computed
+    # the quick policy learns: a target lies above the start, so the report computes the comparison (one seed
+    # and 96 samples per evaluation: which sections clear their target is noise, that some do is not)
     import json
 
-    headline = next(s for s in json.loads((out / "summary.json").read_text())["sections"] if s["setting"] == "grpo")
-    assert headline["informative"] and headline["decomposition"], headline
+    sections = json.loads((out / "summary.json").read_text())["sections"]
+    assert any(s["informative"] and s["decomposition"] for s in sections), sections
     for axis in ("po_tokens", "rounds", "total_cost"):
         assert (out / f"accuracy_vs_{axis}.png").stat().st_size > 5_000
     runs = sorted((out / "runs").glob("*.json"))
