@@ -234,7 +234,7 @@ def _record(spec: RunSpec, profile: Profile, sft: Path, out: Path):
 
 
 def test_budget_run_ends_at_the_round_cap_warns_and_repeats_exactly(sft_dir, tmp_path):
-    # a budget no run can reach: the round cap must end it, with a warning (the quick policy is at 0%)
+    # a budget no run can reach: the round cap must end it, with a warning
     prof = dataclasses.replace(PROFILES["quick"], token_budget=10**9, rounds=4, skipped_warn_rounds=2)
     spec = RunSpec("headline", "p_star", 0, weights="raw")
     with pytest.warns(RuntimeWarning, match="round cap") as rec:
@@ -263,6 +263,50 @@ def test_lr_sweep_and_control_records(sft_dir, tmp_path):
     control = _record(RunSpec("control", "sft", 0), prof, sft_dir, tmp_path / "c.json")
     assert control.id.method == "sft" and control.id.loss_type == "sft"
     assert control.evals[-1].po_tokens >= prof.token_budget and control.evals[-1].generated_tokens == 0
+    # generation's share: the training rounds' generation and the evaluations, both inside the run's wall time
+    assert 0 < sweep.generation_seconds and 0 < sweep.eval_seconds and (
+        sweep.generation_seconds + sweep.eval_seconds < sweep.wall_seconds)
+    assert control.generation_seconds == 0.0 and 0 < control.eval_seconds < control.wall_seconds
+    from costaware.report.grpo import _generation_share_line
+
+    line = _generation_share_line([sweep, dataclasses.replace(sweep, generation_seconds=None)])[0]
+    share = round(100 * sweep.generation_seconds / sweep.wall_seconds)
+    assert line.startswith("Generation's share of the run wall time (1 runs") and f"{share}% in the training" in line
+
+
+# ---------------------------------------------------------------- what a worker keeps between runs
+
+
+def test_a_worker_reads_a_checkpoint_once_and_every_run_gets_its_own_copy(sft_dir):
+    from transformers import AutoModelForCausalLM
+
+    from costaware.experiments import worker
+
+    fresh = AutoModelForCausalLM.from_pretrained(str(sft_dir))
+    _, a = worker.load_checkpoint(sft_dir)
+    _, b = worker.load_checkpoint(sft_dir)
+    assert a is not b and len(worker._CHECKPOINTS) >= 1
+    for (name, p), q in zip(fresh.state_dict().items(), a.state_dict().values(), strict=True):
+        assert (p == q).all(), name  # the weights a fresh load gives
+    assert a.lm_head.weight is a.model.embed_tokens.weight  # tied, as after a load
+    with __import__("torch").no_grad():
+        a.lm_head.weight.add_(1.0)  # training one run's copy leaves the next run's untouched
+    assert (b.lm_head.weight == fresh.lm_head.weight).all()
+    assert (worker.load_checkpoint(sft_dir)[1].lm_head.weight == fresh.lm_head.weight).all()
+
+
+def test_prompts_tokenised_once_sample_what_strings_sample(sft_dir):
+    from costaware.experiments import policy
+    from costaware.experiments.worker import load_checkpoint
+
+    tok, model = load_checkpoint(sft_dir)
+    prompts = ["3+4=", "1+2+3+4+5=", "9+9="]
+    enc = policy.encode_prompts(tok, prompts, k=3, batch_size=4)  # batches of 4 and 4 and 1 rows
+    assert [b["input_ids"].shape[0] for b in enc.batches] == [4, 4, 1]
+    kw = dict(k=3, max_new_tokens=12, seed=7)
+    assert policy.sample(model, tok, enc, **kw) == policy.sample(model, tok, prompts, batch_size=4, **kw)
+    with pytest.raises(ValueError, match="k=3"):
+        policy.sample(model, tok, enc, k=2, max_new_tokens=4, seed=0)
 
 
 # ---------------------------------------------------------------- the job in real processes
@@ -385,10 +429,17 @@ def test_ctrl_c_stops_every_worker_then_resume_finishes_the_quick_profile(tmp_pa
     from report_html import Page
 
     text = Page((out / "report.html").read_text()).text  # as rendered: the Markdown escapes '*' and '|'
-    for needle in ("Decomposition", "Verdicts", "Plateau check", "p* beats GRPO", "arith / grpo",
-                   "arith / dapo", "arith / cispo", "p* beats p* (paper's proxy |A|):",
-                   "p* (calibrated proxy) beats p*", "Under loss dapo, p* uses proxy 'auto' = calibrated"):
+    for needle in ("Decomposition", "Verdicts", "Plateau check", "p* beats GRPO", "sort / grpo",
+                   "sort / dapo", "sort / cispo", "p* beats p* (paper's proxy |A|):",
+                   "p* (calibrated proxy) beats p*", "Under loss dapo, p* uses proxy 'auto' = calibrated",
+                   "they mean nothing about the methods", "Generation's share of the run wall time"):
         assert needle in text, needle
+    # the quick policy learns: a target lies above the start, so the report computes the comparison (one seed
+    # and 96 samples per evaluation: which sections clear their target is noise, that some do is not)
+    import json
+
+    sections = json.loads((out / "summary.json").read_text())["sections"]
+    assert any(s["informative"] and s["decomposition"] for s in sections), sections
     for axis in ("po_tokens", "rounds", "total_cost"):
         assert (out / f"accuracy_vs_{axis}.png").stat().st_size > 5_000
     runs = sorted((out / "runs").glob("*.json"))

@@ -147,11 +147,31 @@ def sft(
     return {"tokens": tokens, "seconds": time.perf_counter() - start, "final_loss": float(np.mean(losses[-20:]))}
 
 
+@dataclass(frozen=True)
+class EncodedPrompts:
+    """Prompts repeated ``k`` times (prompt-major) and tokenised in generation batches, once: an evaluation set
+    is sampled at every evaluation of every run, and neither its prompts nor their token ids change."""
+
+    prompts: tuple[str, ...]
+    k: int
+    batches: tuple[dict[str, torch.Tensor], ...]  # left-padded input_ids and attention_mask
+
+
+def encode_prompts(tokenizer: Any, prompts: list[str], *, k: int, batch_size: int = 512) -> EncodedPrompts:
+    """What :func:`sample` feeds ``generate``: each prompt ``k`` times, in batches of ``batch_size`` rows."""
+    if k < 1 or batch_size < 1 or not prompts:
+        raise ValueError(f"prompts must be non-empty and k, batch_size >= 1, got {len(prompts)}, {k}, {batch_size}")
+    expanded = [p for p in prompts for _ in range(k)]
+    batches = tuple(dict(tokenizer(expanded[lo : lo + batch_size], return_tensors="pt", padding=True,
+                                   add_special_tokens=False)) for lo in range(0, len(expanded), batch_size))  # fmt: skip
+    return EncodedPrompts(tuple(prompts), k, batches)
+
+
 @torch.no_grad()
 def sample(
     model: Any,
     tokenizer: Any,
-    prompts: list[str],
+    prompts: list[str] | EncodedPrompts,
     *,
     k: int,
     max_new_tokens: int,
@@ -159,16 +179,21 @@ def sample(
     temperature: float = 1.0,
     batch_size: int = 512,
 ) -> list[str]:
-    """``k`` responses per prompt (prompt-major order), sampled at ``temperature`` (0 = greedy)."""
+    """``k`` responses per prompt (prompt-major order), sampled at ``temperature`` (0 = greedy).
+
+    ``prompts`` may come tokenised by :func:`encode_prompts` (with this ``k``; its batches then replace
+    ``batch_size``): the same ids, so the same responses.
+    """
+    if not isinstance(prompts, EncodedPrompts):
+        prompts = encode_prompts(tokenizer, prompts, k=k, batch_size=batch_size)
+    elif prompts.k != k:
+        raise ValueError(f"prompts were encoded with k={prompts.k}, sample was asked for k={k}")
     was_training = model.training
     model.eval()
-    expanded = [p for p in prompts for _ in range(k)]
     texts: list[str] = []
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        for lo in range(0, len(expanded), batch_size):
-            chunk = expanded[lo : lo + batch_size]
-            enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
+        for enc in prompts.batches:
             kwargs = dict(do_sample=False) if temperature == 0 else dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
             out = model.generate(
                 **enc,
@@ -197,11 +222,17 @@ def evaluate(
     k: int,
     seed: int = 12345,
     temperature: float = 1.0,
+    encoded: EncodedPrompts | None = None,
 ) -> EvalResult:
-    """mean@k accuracy on ``tasks`` (made by the family ``task``, sizes up to ``max_size``) with its verifier."""
+    """mean@k accuracy on ``tasks`` (made by the family ``task``, sizes up to ``max_size``) with its verifier.
+
+    ``encoded``: ``tasks.prompts`` already tokenised by :func:`encode_prompts` with this ``k``.
+    """
     start = time.perf_counter()
+    if encoded is not None and list(encoded.prompts) != list(tasks.prompts):
+        raise ValueError("encoded must hold the prompts of tasks, in their order")
     responses = sample(
-        model, tokenizer, tasks.prompts, k=k, max_new_tokens=task.max_response_tokens(max_size), seed=seed,
+        model, tokenizer, tasks.prompts if encoded is None else encoded, k=k, max_new_tokens=task.max_response_tokens(max_size), seed=seed,
         temperature=temperature,
     )  # fmt: skip
     correct = np.asarray(task.is_correct(responses, np.repeat(tasks.answers, k, axis=0))).reshape(len(tasks), k)

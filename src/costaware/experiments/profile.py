@@ -281,12 +281,15 @@ def run_specs(profile: Profile, methods: list[str] | None = None, groups: tuple[
 
 
 PROFILES: dict[str, Profile] = {
-    # CI: the whole pipeline in well under a minute; its numbers mean nothing.
+    # CI: the whole pipeline on the default task in under two minutes; its numbers mean nothing (its report
+    # says so). Sort at 2..3 digits, where a 150-step SFT leaves a width-32 policy at 39% sampled accuracy and
+    # a high LR lets GRPO raise it within the budget, so the report's comparison has a target above the start
+    # (the round cap of 20 lets the arms that feed fewer rows per round spend most of the budget too).
     "quick": Profile(
-        task="arith", hidden_size=32, num_layers=1, min_size=2, max_size=6, sft_steps=120, sft_batch=32, rounds=12,
-        prompts_per_round=4, generations=4, pods_keep=2, token_budget=500, eval_points=3, eval_every=2, diagnostics_every=2,
-        eval_prompts=24, validation_prompts=8, eval_k=1, seeds=(0,), lr_sweep=(2.0,), setting_seeds=(0,),
-        warmup_rounds=0,
+        hidden_size=32, num_layers=1, max_size=3, sft_steps=150, sft_batch=32, sft_lr=1e-2, rounds=20,
+        prompts_per_round=8, generations=4, pods_keep=2, learning_rate=2e-3, token_budget=3000, eval_points=4,
+        eval_every=2, diagnostics_every=2, eval_prompts=48, validation_prompts=16, eval_k=2, seeds=(0,),
+        lr_sweep=(2.0,), setting_seeds=(0,), warmup_rounds=0,
     ),  # fmt: skip
     # The headline decomposition on one task, 5 seeds, GRPO run to its plateau: about 30 minutes on 2 cores
     # (the README says why not 20).

@@ -155,7 +155,9 @@ class RunResult:
     """One finished run: identity, evaluation curve, and what the report shows beside it.
 
     ``po_seconds_controlled`` is True only when the PO seconds were measured under control (one
-    process, fixed threads); otherwise the report labels them as contended.
+    process, fixed threads); otherwise the report labels them as contended. ``generation_seconds`` is the
+    wall time of the training's generation rounds and ``eval_seconds`` that of its evaluations, both
+    within ``wall_seconds`` (None: a record from before they were measured).
     """
 
     id: RunId
@@ -165,6 +167,8 @@ class RunResult:
     fidelity: tuple[ProxyFidelityPoint, ...] = ()
     counters: dict[str, float] = field(default_factory=dict)
     spec: dict[str, Any] = field(default_factory=dict)
+    generation_seconds: float | None = None
+    eval_seconds: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, RunId):
@@ -178,6 +182,9 @@ class RunResult:
             if any(b < a for a, b in zip(seq[:-1], seq[1:], strict=True)):
                 raise _bad(f"RunResult.evals[].{name}", seq, "must be non-decreasing")
         _check_float("RunResult.wall_seconds", self.wall_seconds)
+        for name in ("generation_seconds", "eval_seconds"):
+            if getattr(self, name) is not None:
+                _check_float(f"RunResult.{name}", getattr(self, name))
         for k, v in self.counters.items():
             _check_float(f"RunResult.counters[{k!r}]", v, low=-math.inf)
 
@@ -202,6 +209,7 @@ class RunResult:
                 fidelity=tuple(ProxyFidelityPoint(**f) for f in d.get("fidelity", ())),
                 counters={k: float(v) for k, v in d.get("counters", {}).items()},
                 spec=dict(d.get("spec", {})),
+                **{k: None if d.get(k) is None else float(d[k]) for k in ("generation_seconds", "eval_seconds")},
             )
         except (KeyError, TypeError) as e:  # missing or unknown field: say which
             raise ValueError(f"not a RunResult record: {e}") from e

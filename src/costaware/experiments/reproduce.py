@@ -43,6 +43,7 @@ from typing import Any
 from costaware.experiments.profile import GROUPS, PROFILES, Profile, RunSpec
 from costaware.experiments.quiet import Caught, quiet_libraries, run_recording
 from costaware.experiments.tasks import get_task, split_task_id
+from costaware.experiments.worker import Evaluator, load_checkpoint
 
 HELD_OUT_SEED, VALIDATION_SEED, TRAIN_SEED = 10_001, 10_002, 20_000
 
@@ -120,7 +121,7 @@ def warm_up(profile: Profile, task_name: str, out: Path) -> Path:
     if (path / "sft.json").exists():
         info = json.loads((path / "sft.json").read_text())
         if info.get("held_out") != held_cfg:  # cached by a profile with another held-out set: re-score it
-            info.update(_score_sft(*_load(path), profile, task_name))
+            info.update(_score_sft(*load_checkpoint(path), profile, task_name))
             _write_json(path / "sft.json", info)
         return path
     task = get_task(task_name)
@@ -144,14 +145,6 @@ def _write_json(path: Path, obj: Any) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(obj, indent=2))
     tmp.replace(path)
-
-
-def _load(sft_dir: Path):
-    from transformers import AutoModelForCausalLM
-
-    from costaware.tiny import load_char_tokenizer
-
-    return load_char_tokenizer(str(sft_dir)), AutoModelForCausalLM.from_pretrained(str(sft_dir))
 
 
 class EvalSchedule:
@@ -216,30 +209,15 @@ def trainer_args(spec: RunSpec, profile: Profile, workdir: Path) -> Any:
         )  # fmt: skip
 
 
-def _evaluator(profile: Profile, task_name: str, tok: Any):
-    from costaware.experiments import policy
-
-    task, (held, val) = get_task(task_name), eval_sets(profile, task_name)
-
-    def evaluate(model: Any) -> tuple[float, float | None]:
-        kw = dict(max_size=profile.sizes(task_name)[1], k=profile.eval_k)
-        h = policy.evaluate(model, tok, task, held, seed=12345, **kw).accuracy
-        v = policy.evaluate(model, tok, task, val, seed=54321, **kw).accuracy if len(val) else None
-        model.train()
-        return h, v
-
-    return evaluate
-
-
 def _run_control(spec: RunSpec, profile: Profile, sft_dir: Path) -> dict[str, Any]:
     """SFT continued from the same checkpoint, evaluated on the RL runs' schedule (x = SFT tokens)."""
     from costaware.experiments import policy
     from costaware.experiments.records import EvalPoint
 
-    tok, model = _load(sft_dir)
-    evaluate = _evaluator(profile, spec.task, tok)
+    tok, model = load_checkpoint(sft_dir)
+    evaluate = Evaluator(profile, spec.task, tok, sft_dir)
     spg = profile.steps_per_generation
-    evals = [EvalPoint(0, 0, 0, *evaluate(model))]
+    evals = [EvalPoint(0, 0, 0, *evaluate.start(model, "control"))]
     steps = profile.rounds * spg
     due = EvalSchedule(profile)
 
@@ -253,7 +231,8 @@ def _run_control(spec: RunSpec, profile: Profile, sft_dir: Path) -> dict[str, An
                // spg, lr=profile.control_lr, min_size=profile.min_size, max_size=profile.sizes(spec.task)[1],
                mistake_prob=profile.mistake_prob, seed=1000 + spec.seed, decay=False, on_step=on_step,
                max_tokens=profile.token_budget or None)  # fmt: skip
-    return {"evals": evals, "counters": {"po_seconds": time.perf_counter() - start}, "fidelity": ()}
+    return {"evals": evals, "counters": {"po_seconds": time.perf_counter() - start}, "fidelity": (),
+            "generation_seconds": 0.0, "eval_seconds": evaluate.seconds}
 
 
 def _finite(x: Any) -> float | None:
@@ -271,8 +250,8 @@ def _run_grpo(spec: RunSpec, profile: Profile, sft_dir: Path, workdir: Path) -> 
     from costaware.integrations.trl import CostAwareGRPOTrainer
 
     task = get_task(spec.task)
-    tok, model = _load(sft_dir)
-    evaluate = _evaluator(profile, spec.task, tok)
+    tok, model = load_checkpoint(sft_dir)
+    evaluate = Evaluator(profile, spec.task, tok, sft_dir)
     tasks = task.make_tasks(profile.rounds * profile.prompts_per_round, min_size=profile.min_size,
                             max_size=profile.sizes(spec.task)[1], rng=np.random.default_rng(TRAIN_SEED + spec.seed))
     data = Dataset.from_dict({"prompt": list(tasks.prompts), "answer": np.asarray(tasks.answers).tolist()})
@@ -301,13 +280,25 @@ def _run_grpo(spec: RunSpec, profile: Profile, sft_dir: Path, workdir: Path) -> 
     trainer = CostAwareGRPOTrainer(model=model, args=args, reward_funcs=reward, train_dataset=data,
                                    processing_class=tok, callbacks=[Evaluate()])  # fmt: skip
     trainer.remove_callback(PrinterCallback)  # the parent's progress line is enough
+    generation = {"seconds": 0.0}  # wall time of the generation rounds (ZVF refills included)
+    untimed_generate = trainer._generate
+
+    def timed_generate(*a: Any, **kw: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return untimed_generate(*a, **kw)
+        finally:
+            generation["seconds"] += time.perf_counter() - start
+
+    trainer._generate = timed_generate
 
     def record(step: int) -> None:
         st = trainer.cost_aware_state
         evals.append(EvalPoint(
             # generation rounds: one per pool, plus every ZVF refill batch (each as large as a pool)
             rounds=int(st["generations"]) + int(st.get("zvf_refills", 0)), po_tokens=int(st["tokens"]), generated_tokens=int(rollouts["generated_tokens"]),
-            **dict(zip(("heldout_accuracy", "validation_accuracy"), evaluate(trainer.model), strict=True)),
+            **dict(zip(("heldout_accuracy", "validation_accuracy"),
+                       evaluate.start(trainer.model, "grpo") if step == 0 else evaluate(trainer.model), strict=True)),
             step=step, po_seconds=float(st["po_seconds"]), po_tokens_plain=int(st["tokens_plain"]),
             po_tokens_nonzero=int(st["tokens_nonzero"]),
         ))  # fmt: skip
@@ -327,7 +318,8 @@ def _run_grpo(spec: RunSpec, profile: Profile, sft_dir: Path, workdir: Path) -> 
                            **{k: _finite(h.get(f"cost_aware/{k}")) for k in ("pearson", "chi2", "j_vs_uniform")})
         for h in trainer.state.log_history if "cost_aware/chi2" in h
     )  # fmt: skip
-    return {"evals": evals, "counters": counters, "fidelity": fidelity}
+    return {"evals": evals, "counters": counters, "fidelity": fidelity, "generation_seconds": generation["seconds"],
+            "eval_seconds": evaluate.seconds, "trainer": trainer}
 
 
 def run_one(spec_d: dict[str, Any], profile_d: dict[str, Any], sft_dir: str, out_file: str) -> str:
@@ -353,7 +345,8 @@ def run_one(spec_d: dict[str, Any], profile_d: dict[str, Any], sft_dir: str, out
                 group=spec.group, alpha=spec.alpha, proxy_noise=spec.proxy_noise, step_budget=spec.step_budget,
                 proxy=spec.proxy)
     RunResult(id=rid, evals=tuple(out["evals"]), wall_seconds=time.perf_counter() - start, fidelity=out["fidelity"],
-              counters=out["counters"], spec=asdict(spec)).save(out_file)  # fmt: skip
+              counters=out["counters"], spec=asdict(spec), generation_seconds=out["generation_seconds"],
+              eval_seconds=out["eval_seconds"]).save(out_file)  # fmt: skip
     shutil.rmtree(Path(out_file).with_suffix(""), ignore_errors=True)  # the trainer's empty output_dir
     return out_file
 

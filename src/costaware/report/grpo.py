@@ -222,7 +222,19 @@ def _token_share_lines(results: Sequence[RunResult]) -> list[str]:
     lines += table(["task/setting", "method", "lr", "own PO tokens", "plain GRPO on the same pools",
                     "nonzero rows only", "own / plain", "generation rounds", "run wall s (median)",
                     f"PO s (median, {clock})"], rows)
-    return lines + [""]
+    return lines + ["", *_generation_share_line([r for rs in by.values() for r in rs])]
+
+
+def _generation_share_line(runs: Sequence[RunResult]) -> list[str]:
+    """Generation's share of the runs' wall time (training rounds and evaluations), from the runs that record it."""
+    timed = [r for r in runs if r.generation_seconds is not None and r.eval_seconds is not None and r.wall_seconds > 0]
+    if not timed:
+        return []
+    wall = sum(r.wall_seconds for r in timed)
+    gen, ev = sum(r.generation_seconds for r in timed) / wall, sum(r.eval_seconds for r in timed) / wall
+    return [f"Generation's share of the run wall time ({len(timed)} runs, {wall:.0f} s): {100 * gen:.0f}% in the "
+            f"training rounds' generation, {100 * ev:.0f}% in evaluations (sampling the held-out and validation sets), "
+            f"{100 * (1 - gen - ev):.0f}% the rest (policy optimisation, log-prob passes, setup).", ""]
 
 
 def _run_lines(results: Sequence[RunResult]) -> list[str]:
@@ -244,8 +256,12 @@ def _cost_sentence(cost: float) -> str:
 
 def write_report(results: Sequence[RunResult], out: Path, *, command: str, profile: dict[str, Any] | None = None,
                  sft: dict[str, Any] | None = None, baseline: str = "none", candidate: str = "p_star",
-                 generation_cost: float = DEFAULT_GENERATION_COST, target_fraction: float = 0.95) -> dict[str, Path]:
-    """Write ``report.md``, ``report.html``, ``summary.json`` and the figures into ``out``; return their paths."""
+                 generation_cost: float = DEFAULT_GENERATION_COST, target_fraction: float = 0.95,
+                 notice: str | None = None) -> dict[str, Path]:
+    """Write ``report.md``, ``report.html``, ``summary.json`` and the figures into ``out``; return their paths.
+
+    ``notice``: a paragraph shown in bold above everything else (e.g. that a smoke profile's figures mean nothing).
+    """
     if not results:
         raise ValueError("results must not be empty: no run has finished")
     bad = [r for r in results if not isinstance(r, RunResult)]
@@ -270,6 +286,7 @@ def write_report(results: Sequence[RunResult], out: Path, *, command: str, profi
         plot_ablations(ablations + abl_ref, figures["ablations"])
 
     lines = ["# Cost-aware GRPO against GRPO: what a user gains, and from which effect", ""]
+    lines += [f"**{notice}**", ""] if notice else []
     lines += [E.answer_paragraph(ev, baseline, candidate) + "\n" for ev in evs]
     lines += [f"Command: {code(command)}", ""]
     if sft:

@@ -1,0 +1,113 @@
+"""What a worker of `costaware reproduce` keeps between its runs, so that no run pays a cost that does not
+grow with its work.
+
+A job trains dozens of runs from one SFT checkpoint per task, evaluated on one held-out set. A worker
+(``runner.worker_init``) imports torch, transformers and TRL once (:func:`preload`); it reads a checkpoint
+from disk once and gives each run a deep copy (:func:`load_checkpoint`); it builds and tokenises the
+evaluation sets once, and scores the untrained checkpoint, which every run records at step 0, once
+(:class:`Evaluator`). None of this changes a number: a run computes what it computed before.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from costaware.experiments.profile import Profile
+from costaware.experiments.tasks import get_task
+
+# What a worker keeps between its runs (a job trains dozens of runs from one checkpoint, on one held-out
+# set): the checkpoint as read from disk, the evaluation sets with their token ids, and the step-0
+# evaluation, which every run of that checkpoint starts with and which depends on nothing the run chooses.
+_CACHE_LIMIT = 4  # entries per cache (a job has one checkpoint per task)
+_CHECKPOINTS: dict[tuple[Any, ...], tuple[Any, Any]] = {}
+_EVAL_SETS: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+_START_EVALS: dict[tuple[Any, ...], tuple[float, float | None]] = {}
+
+
+def _remember(cache: dict[tuple[Any, ...], Any], key: tuple[Any, ...], make: Any) -> Any:
+    if key not in cache:
+        if len(cache) >= _CACHE_LIMIT:
+            cache.pop(next(iter(cache)))
+        cache[key] = make()
+    return cache[key]
+
+
+def checkpoint_key(sft_dir: Path) -> tuple[Any, ...]:
+    """The folder and the name, size and mtime of its files (sft.json aside: a re-score rewrites only it)."""
+    files = sorted(p for p in sft_dir.iterdir() if p.is_file() and p.name != "sft.json")
+    return (str(sft_dir.resolve()), *((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files))
+
+
+def preload() -> None:
+    """Import what every run needs (a pool worker's initializer calls this once, so no run pays for it)."""
+    import datasets  # noqa: F401
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+
+    import costaware.experiments.policy  # noqa: F401
+    import costaware.experiments.records  # noqa: F401
+    import costaware.experiments.reproduce  # noqa: F401
+    import costaware.integrations.trl  # noqa: F401
+
+
+def load_checkpoint(sft_dir: Path) -> tuple[Any, Any]:
+    """The SFT checkpoint as a fresh (tokenizer, model): read from disk once per process, deep-copied per
+    run. A copy holds the same weights (the tied embedding stays tied), so a run trains what a fresh load
+    would give it, without the load."""
+    import copy
+
+    def read() -> tuple[Any, Any]:
+        from transformers import AutoModelForCausalLM
+
+        from costaware.tiny import load_char_tokenizer
+
+        return load_char_tokenizer(str(sft_dir)), AutoModelForCausalLM.from_pretrained(str(sft_dir))
+
+    tok, model = _remember(_CHECKPOINTS, checkpoint_key(sft_dir), read)
+    return copy.deepcopy(tok), copy.deepcopy(model)
+
+
+
+class Evaluator:
+    """Held-out and validation accuracy of a run's model; ``seconds`` adds up the time spent evaluating.
+
+    The sets and their token ids are made once per worker; :meth:`start` scores the checkpoint itself once
+    per worker and ``kind`` of run (what every run of that kind records at step 0).
+    """
+
+    def __init__(self, profile: Profile, task_name: str, tok: Any, sft_dir: Path) -> None:
+        from costaware.experiments import policy
+
+        self.task, self.tok, self.seconds = get_task(task_name), tok, 0.0
+        self.kw = dict(max_size=profile.sizes(task_name)[1], k=profile.eval_k)
+        self.key = (checkpoint_key(sft_dir), task_name, profile.eval_prompts, profile.validation_prompts,
+                    profile.eval_k, profile.sizes(task_name))  # fmt: skip
+
+        def make() -> tuple[Any, ...]:
+            from costaware.experiments.reproduce import eval_sets
+
+            held, val = eval_sets(profile, task_name)
+            encode = policy.encode_prompts
+            return held, val, encode(tok, held.prompts, k=profile.eval_k), (
+                encode(tok, val.prompts, k=profile.eval_k) if len(val) else None)
+
+        self.held, self.val, self.held_ids, self.val_ids = _remember(_EVAL_SETS, self.key, make)
+
+    def __call__(self, model: Any) -> tuple[float, float | None]:
+        from costaware.experiments import policy
+
+        start = time.perf_counter()
+        h = policy.evaluate(model, self.tok, self.task, self.held, seed=12345, encoded=self.held_ids, **self.kw)
+        v = (policy.evaluate(model, self.tok, self.task, self.val, seed=54321, encoded=self.val_ids, **self.kw)
+             if len(self.val) else None)  # fmt: skip
+        model.train()
+        self.seconds += time.perf_counter() - start
+        return h.accuracy, None if v is None else v.accuracy
+
+    def start(self, model: Any, kind: str) -> tuple[float, float | None]:
+        """The untrained checkpoint's scores (``model`` must be it, unchanged), computed once per worker."""
+        scores = _remember(_START_EVALS, (*self.key, kind), lambda: self(model))
+        model.train()
+        return scores
