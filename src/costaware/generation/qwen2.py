@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["KVCache", "LayerWeights", "Qwen2Weights", "forward", "key_bias", "qwen2_weights"]
+__all__ = ["KVCache", "LayerWeights", "Qwen2Weights", "check_model", "forward", "key_bias", "qwen2_weights"]
 
 # rotary types whose inverse frequencies change with the sequence length: a fixed table would be wrong
 _LENGTH_DEPENDENT_ROPE = ("dynamic", "longrope")
@@ -94,7 +94,8 @@ class KVCache:
         self.kv = self.kv.index_select(2, rows)
 
 
-def _check_config(model: Any) -> Any:
+def check_model(model: Any) -> Any:
+    """``model``'s config, or a ValueError saying what this forward would not reproduce exactly."""
     from transformers import Qwen2ForCausalLM
 
     if not isinstance(model, Qwen2ForCausalLM):
@@ -129,7 +130,7 @@ def _swap_halves(t: torch.Tensor, heads: int, head_dim: int) -> torch.Tensor:
 @torch.no_grad()
 def qwen2_weights(model: Any, *, max_positions: int) -> Qwen2Weights:
     """The current weights of ``model`` (a ``Qwen2ForCausalLM``), checked, with a rotary table of ``max_positions``."""
-    cfg = _check_config(model)
+    cfg = check_model(model)
     if isinstance(max_positions, bool) or not isinstance(max_positions, int) or max_positions < 1:
         raise ValueError(f"max_positions must be an integer >= 1, got {max_positions!r}")
     body = model.model
