@@ -250,3 +250,22 @@ def test_unsupported_options_and_models_are_refused_by_name():
                                                                            "rope_theta": 10000.0}}))  # fmt: skip
     with pytest.raises(ValueError, match="rope_type='dynamic'"):
         kv_generate(dynamic, PROMPTS, max_new_tokens=2, **kw)
+
+
+def test_the_main_jobs_sampling_with_kv_is_generate_when_greedy_and_reproducible_when_sampled():
+    from costaware.experiments import policy
+    from costaware.experiments.tasks import get_task
+
+    task = get_task("sort")
+    tok, model = policy.build_policy(task.alphabet, hidden_size=32, num_layers=2, seed=0)
+    with torch.no_grad():  # an EOS within reach: responses of several lengths
+        model.lm_head.weight[tok.eos_token_id] += 2 * model.model.embed_tokens.weight.std()
+    prompts = task.make_tasks(12, min_size=2, max_size=5).prompts
+    kw = dict(k=2, max_new_tokens=12, seed=3)
+    greedy = policy.sample(model, tok, prompts, temperature=0, generation="kv", **kw)
+    assert greedy == policy.sample(model, tok, prompts, temperature=0, generation="transformers", **kw)
+    sampled = policy.sample(model, tok, prompts, generation="kv", **kw)
+    assert sampled == policy.sample(model, tok, prompts, generation="kv", batch_size=512, **kw)
+    assert len(set(map(len, sampled))) > 2 and model.training  # built in training mode, left so
+    with pytest.raises(ValueError, match="generation must be 'transformers' or 'kv', got 'vllm'"):
+        policy.sample(model, tok, prompts, generation="vllm", **kw)

@@ -8,7 +8,8 @@ Everything is plain torch + transformers on the CPU:
   linear warm-up and linear decay; the same function continues SFT for the control curve.
 - :func:`evaluate` is mean@k: k sampled responses (temperature 1, as in training) for each held-out
   prompt, scored by the verifier, with a fixed generator seed so that every model is judged on the same
-  prompts with the same random numbers.
+  prompts with the same random numbers; ``generation="kv"`` samples with the KV sampler
+  (``costaware.generation``), ``"transformers"`` with ``model.generate``.
 
 Every task-specific step (making tasks, demonstrations, the verifier, the response budget) goes through a
 task-family object (``experiments.tasks.get_task``), so a new family needs no change here.
@@ -158,16 +159,28 @@ def sample(
     seed: int,
     temperature: float = 1.0,
     batch_size: int = 512,
+    generation: str = "transformers",
 ) -> list[str]:
-    """``k`` responses per prompt (prompt-major order), sampled at ``temperature`` (0 = greedy)."""
+    """``k`` responses per prompt (prompt-major order), sampled at ``temperature`` (0 = greedy).
+
+    ``generation``: ``"transformers"`` ``model.generate``, ``"kv"`` the KV sampler
+    (:func:`costaware.generation.kv_generate`: the same law, other random numbers).
+    """
+    if generation not in ("transformers", "kv"):
+        raise ValueError(f"generation must be 'transformers' or 'kv', got {generation!r}")
     was_training = model.training
     model.eval()
     expanded = [p for p in prompts for _ in range(k)]
     texts: list[str] = []
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
+        generator = torch.Generator().manual_seed(seed)
         for lo in range(0, len(expanded), batch_size):
             chunk = expanded[lo : lo + batch_size]
+            if generation == "kv":
+                texts += tokenizer.batch_decode(_kv_sample(model, tokenizer, chunk, max_new_tokens, temperature,
+                                                           generator), skip_special_tokens=True)  # fmt: skip
+                continue
             enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
             kwargs = dict(do_sample=False) if temperature == 0 else dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
             out = model.generate(
@@ -180,6 +193,16 @@ def sample(
             texts += tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     model.train(was_training)
     return texts
+
+
+def _kv_sample(model: Any, tokenizer: Any, prompts: list[str], max_new_tokens: int, temperature: float,
+               generator: torch.Generator) -> list[list[int]]:  # fmt: skip
+    from costaware.generation import SamplingParams, kv_generate
+
+    ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    return kv_generate(model, ids, max_new_tokens=max_new_tokens, eos_token_ids=tokenizer.eos_token_id,
+                       pad_token_id=tokenizer.pad_token_id, params=SamplingParams(temperature=temperature),
+                       generator=generator).completions  # fmt: skip
 
 
 def max_response_tokens(max_terms: int) -> int:
@@ -197,12 +220,13 @@ def evaluate(
     k: int,
     seed: int = 12345,
     temperature: float = 1.0,
+    generation: str = "transformers",
 ) -> EvalResult:
     """mean@k accuracy on ``tasks`` (made by the family ``task``, sizes up to ``max_size``) with its verifier."""
     start = time.perf_counter()
     responses = sample(
         model, tokenizer, tasks.prompts, k=k, max_new_tokens=task.max_response_tokens(max_size), seed=seed,
-        temperature=temperature,
+        temperature=temperature, generation=generation,
     )  # fmt: skip
     correct = np.asarray(task.is_correct(responses, np.repeat(tasks.answers, k, axis=0))).reshape(len(tasks), k)
     lengths = np.array([len(p) + len(r) + 1 for p, r in zip(np.repeat(tasks.prompts, k), responses, strict=True)])
