@@ -194,29 +194,27 @@ def kv_generate(
 
     eos_t = torch.tensor(eos, device=device)
     out = torch.full((rows, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
-    done_at = torch.full((rows,), max_new_tokens, dtype=torch.long, device=device)  # tokens kept per row
     batch = torch.arange(rows, device=device)  # the prompt index of each batch row
     running = torch.ones(rows, dtype=torch.bool, device=device)  # batch rows not yet finished
     steps = 0
     for step in range(max_new_tokens):
         if logits_hook is not None:
             logits_hook(step, batch[running], logits[running])
-        nxt = next_tokens(logits, params, generator)
-        live = batch[running]
-        out[live, step] = nxt[running]
+        nxt = next_tokens(logits, params, generator).masked_fill_(~running, pad_token_id)  # finished: padding
+        out[batch, step] = nxt
         steps = step + 1
-        ended = running & torch.isin(nxt, eos_t)
-        done_at[batch[ended]] = step + 1
-        running &= ~ended
+        running &= ~(nxt == eos[0] if len(eos) == 1 else torch.isin(nxt, eos_t))
         n_running = int(running.sum())
-        if n_running == 0 or step + 1 == max_new_tokens:
+        if n_running == 0 or steps == max_new_tokens:
             break
-        if n_running <= (1 - _COMPACT_FRACTION) * running.numel():
+        if n_running <= (1 - _COMPACT_FRACTION) * len(running):
             keep = running.nonzero().squeeze(1)
             cache.keep(keep)
             batch, nxt, bias, lengths, running = batch[keep], nxt[keep], bias[keep], lengths[keep], running[keep]
         logits = forward(w, nxt[:, None], (lengths + step)[:, None], cache, start=width + step, bias=bias)
 
     out = out[:, :steps]
-    completions = [row[:n] for row, n in zip(out.tolist(), done_at.clamp(max=steps).tolist(), strict=True)]
+    is_eos = torch.isin(out, eos_t)  # a row ends at its first EOS (padding follows) or runs to the cap
+    kept = torch.where(is_eos.any(1), is_eos.int().argmax(1) + 1, steps)
+    completions = [row[:n] for row, n in zip(out.tolist(), kept.tolist(), strict=True)]
     return Rollout(sequences=torch.cat([ids, out], dim=1), prompt_width=width, completions=completions)

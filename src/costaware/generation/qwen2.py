@@ -43,7 +43,8 @@ _LENGTH_DEPENDENT_ROPE = ("dynamic", "longrope")
 
 @dataclass(frozen=True)
 class LayerWeights:
-    """One decoder layer's parameters, fused for few, large matrix products.
+    """One decoder layer's parameters, fused for few, large matrix products; the weight of the RMSNorm
+    before each product scales that product's columns (``w * (x r) @ W.T == (x r) @ (W w).T``).
 
     ``qkv_weight`` holds, as output rows, q (times ``head_dim ** -0.5`` when that is a power of two, an
     exact scaling), k, v, then q and k with
@@ -51,8 +52,6 @@ class LayerWeights:
     permuted, negated rows, so one product yields both terms of the rotary embedding.
     """
 
-    input_norm: torch.Tensor  # (H,)
-    post_norm: torch.Tensor  # (H,)
     qkv_weight: torch.Tensor  # ((2 heads + 3 kv_heads) x head_dim, H)
     qkv_bias: torch.Tensor  # ((2 heads + 3 kv_heads) x head_dim,)
     o_weight: torch.Tensor  # (H, heads x head_dim)
@@ -67,14 +66,12 @@ class Qwen2Weights:
 
     embed: torch.Tensor  # (V, H)
     layers: tuple[LayerWeights, ...]
-    norm: torch.Tensor  # (H,)
-    lm_head: torch.Tensor  # (V, H): the embedding itself when tied
+    lm_head: torch.Tensor  # (V, H): the embedding itself when tied, times the final norm's weight
     eps: float
     heads: int
     kv_heads: int
     head_dim: int
-    cos: torch.Tensor  # (max_positions, head_dim)
-    sin: torch.Tensor  # (max_positions, head_dim)
+    rotary: torch.Tensor  # (max_positions, 2 head_dim): cos, then sin
     score_scale: float  # what multiplies q.k after the product: 1 when the scale is folded into q
 
 
@@ -147,10 +144,10 @@ def qwen2_weights(model: Any, *, max_positions: int) -> Qwen2Weights:
                             _swap_halves(at.k_proj.weight, kv_heads, d)])  # fmt: skip
         bias = torch.cat([bq, at.k_proj.bias, at.v_proj.bias, _swap_halves(bq, heads, d),
                           _swap_halves(at.k_proj.bias, kv_heads, d)])  # fmt: skip
-        layers.append(LayerWeights(
-            input_norm=layer.input_layernorm.weight.detach(), post_norm=layer.post_attention_layernorm.weight.detach(),
-            qkv_weight=weight.detach(), qkv_bias=bias.detach(), o_weight=at.o_proj.weight.detach(),
-            gate_up_weight=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach(),
+        gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
+        layers.append(LayerWeights(  # each RMSNorm's weight scales the columns of the product it feeds
+            qkv_weight=(weight * layer.input_layernorm.weight).detach(), qkv_bias=bias.detach(),
+            o_weight=at.o_proj.weight.detach(), gate_up_weight=(gate_up * layer.post_attention_layernorm.weight).detach(),
             down_weight=mlp.down_proj.weight.detach(), act=mlp.act_fn,
         ))  # fmt: skip
     embed = body.embed_tokens.weight.detach()
@@ -159,19 +156,18 @@ def qwen2_weights(model: Any, *, max_positions: int) -> Qwen2Weights:
     positions = torch.arange(max_positions, device=embed.device)[None]
     cos, sin = body.rotary_emb(embed[:1][None], positions)
     return Qwen2Weights(
-        embed=embed, layers=tuple(layers), norm=body.norm.weight.detach(), lm_head=model.lm_head.weight.detach(),
+        embed=embed, layers=tuple(layers), lm_head=(model.lm_head.weight * body.norm.weight).detach(),
         eps=float(body.norm.variance_epsilon), heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-        cos=cos[0].to(embed.dtype), sin=sin[0].to(embed.dtype), score_scale=head_dim**-0.5 / _folded_scale(head_dim),
+        rotary=torch.cat([cos[0], sin[0]], dim=-1).to(embed.dtype), score_scale=head_dim**-0.5 / _folded_scale(head_dim),
     )  # fmt: skip
 
 
-def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    if x.dtype == torch.float32:  # one fused kernel; the same arithmetic as below
-        return torch.nn.functional.rms_norm(x, weight.shape, weight, eps)
-    # as Qwen2RMSNorm: the variance in float32, the weight applied in the input's dtype
+def _rms_normed(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """``x`` over its root mean square, as Qwen2RMSNorm computes it (in float32), without the weight."""
+    if x.dtype == torch.float32:
+        return torch.nn.functional.rms_norm(x, (x.shape[-1],), None, eps)
     h = x.float()
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * h.to(x.dtype)
+    return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
 def key_bias(key_valid: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -202,34 +198,30 @@ def forward(
     q_width, kv_width = w.heads * d, w.kv_heads * d
     qk_heads = w.heads + w.kv_heads
     x = w.embed[ids.reshape(-1)]  # (B S, H): every product below is one 2-D matrix product
-    cos, sin = w.cos[positions.reshape(-1)][:, None], w.sin[positions.reshape(-1)][:, None]  # (B S, 1, D)
+    cos, sin = w.rotary[positions.reshape(-1)][:, None].split(d, dim=-1)  # (B S, 1, D) each
     att_bias = bias[..., :end]
     if new > 1:  # causal within the new tokens; the diagonal always open
         slot = torch.arange(end, device=ids.device)
         query = torch.arange(start, end, device=ids.device)[:, None]
-        causal = torch.zeros(new, end, dtype=x.dtype, device=x.device)
-        causal.masked_fill_(slot > query, float("-inf"))
+        causal = torch.zeros(new, end, dtype=x.dtype, device=x.device).masked_fill_(slot > query, float("-inf"))
         att_bias = (att_bias + causal).masked_fill_(slot == query, 0.0)  # (B, 1, S, end)
+    # (B kv_heads, g S, end): the g query heads of a kv head share its keys, never repeated
+    att_bias = att_bias[:, :, None].expand(rows, w.kv_heads, g, new, end).reshape(rows * w.kv_heads, g * new, end)
     for i, layer in enumerate(w.layers):
-        h = _rms_norm(x, layer.input_norm, w.eps)
-        proj = torch.nn.functional.linear(h, layer.qkv_weight, layer.qkv_bias)
+        proj = torch.nn.functional.linear(_rms_normed(x, w.eps), layer.qkv_weight, layer.qkv_bias)
         plain, v, swapped = proj.split((q_width + kv_width, kv_width, q_width + kv_width), dim=-1)
         qk = torch.addcmul(plain.view(-1, qk_heads, d) * cos, swapped.view(-1, qk_heads, d), sin)
         qk = qk.view(rows, new, qk_heads, d).transpose(1, 2)  # (B, heads + kv_heads, S, D)
-        cache.kv[0, i, :, :, start:end] = qk[:, w.heads :]
-        cache.kv[1, i, :, :, start:end] = v.view(rows, new, w.kv_heads, d).transpose(1, 2)
-        keys, values = cache.kv[0, i, :, :, :end], cache.kv[1, i, :, :, :end]  # (B, kv_heads, end, D)
-        # grouped-query attention without repeating the cache: the g query heads of a kv head share it
-        q = qk[:, : w.heads].reshape(rows, w.kv_heads, g * new, d)
-        scores = (q @ keys.transpose(-1, -2)).view(rows, w.kv_heads, g, new, end)
-        if w.score_scale != 1.0:
-            scores = scores * w.score_scale
-        scores = scores + att_bias[:, :, None]
-        probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(x.dtype)
-        att = (probs.view(rows, w.kv_heads, g * new, end) @ values).view(rows, w.heads, new, d)
+        keys, values = cache.kv[0, i], cache.kv[1, i]  # (B, kv_heads, slots, D)
+        keys[:, :, start:end] = qk[:, w.heads :]
+        values[:, :, start:end] = v.view(rows, new, w.kv_heads, d).transpose(1, 2)
+        keys = keys.view(rows * w.kv_heads, -1, d)[:, :end]
+        values = values.view(rows * w.kv_heads, -1, d)[:, :end]
+        q = qk[:, : w.heads].reshape(rows * w.kv_heads, g * new, d)
+        scores = torch.baddbmm(att_bias, q, keys.transpose(1, 2), alpha=w.score_scale)
+        probs = torch.softmax(scores, dim=-1) if x.dtype == torch.float32 else scores.softmax(-1, torch.float32).to(x.dtype)
+        att = torch.bmm(probs, values).view(rows, w.heads, new, d)
         x = torch.addmm(x, att.transpose(1, 2).reshape(rows * new, q_width), layer.o_weight.t())
-        h = _rms_norm(x, layer.post_norm, w.eps)
-        gate, up = torch.nn.functional.linear(h, layer.gate_up_weight).chunk(2, dim=-1)
+        gate, up = torch.nn.functional.linear(_rms_normed(x, w.eps), layer.gate_up_weight).chunk(2, dim=-1)
         x = torch.addmm(x, layer.act(gate) * up, layer.down_weight.t())
-    last = _rms_norm(x.view(rows, new, -1)[:, -1], w.norm, w.eps)
-    return torch.nn.functional.linear(last, w.lm_head)
+    return torch.nn.functional.linear(_rms_normed(x.view(rows, new, -1)[:, -1], w.eps), w.lm_head)
