@@ -126,12 +126,15 @@ def test_same_seed_same_tokens_and_the_weights_are_read_on_every_call():
 @pytest.mark.parametrize(
     "params",
     [SamplingParams(), SamplingParams(temperature=0.7), SamplingParams(top_k=3), SamplingParams(top_p=0.6),
-     SamplingParams(temperature=1.3, top_k=5, top_p=0.9), SamplingParams(temperature=0.5, top_k=40, top_p=0.999)],
+     SamplingParams(temperature=1.3, top_k=5, top_p=0.9), SamplingParams(temperature=0.5, top_k=40, top_p=0.999),
+     SamplingParams(top_p=0.75)],
 )  # fmt: skip
 def test_process_logits_is_transformers_warpers(params):
     gen = torch.Generator().manual_seed(0)
     logits = torch.randn(64, VOCAB, generator=gen) * 3
     logits[0, :4] = 1.0  # ties at the top-k and top-p boundaries
+    logits[1] = -1e9
+    logits[1, :4] = 0.0  # probabilities 0.25 x 4, exactly: the top-p cut falls on a cumulative sum (<=, not <)
     warpers = LogitsProcessorList()
     if params.temperature != 1.0:
         warpers.append(TemperatureLogitsWarper(params.temperature))
@@ -140,6 +143,8 @@ def test_process_logits_is_transformers_warpers(params):
     if params.top_p < 1.0:
         warpers.append(TopPLogitsWarper(params.top_p))
     assert torch.equal(process_logits(logits, params), warpers(None, logits.clone()))
+    if params == SamplingParams(top_p=0.75):
+        assert int(torch.isfinite(process_logits(logits, params)[1]).sum()) == 3
 
 
 # -- the law of the sampled tokens ----------------------------------------------------------------------------
