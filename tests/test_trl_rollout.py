@@ -135,3 +135,20 @@ def test_transformers_engine_is_trls_own_path(tmp_path):
     torch.manual_seed(3)
     stock, _ = GRPOTrainer._generate_single_turn(trainer, _prompt_ids(2), None, {}, 4)
     assert ours == stock and trainer._ca_rollout_at is None
+
+
+def test_the_configs_temperature_top_k_and_top_p_reach_the_sampler(tmp_path):
+    trainer = _trainer(tmp_path, temperature=1.5, top_k=5, top_p=0.5)
+    prompts = _prompt_ids()
+    completions, _ = trainer._generate_single_turn(prompts, None, {}, 4)
+    model = trainer.accelerator.unwrap_model(trainer.model)
+
+    def direct(params):
+        gen = torch.Generator().manual_seed(rollout_seed(0, 0, 0, 0, training=model.training))
+        return kv_generate(model, prompts, max_new_tokens=12, eos_token_ids=trainer.eos_token_ids,
+                           pad_token_id=TOK.pad_token_id, params=params, generator=gen).completions  # fmt: skip
+
+    assert completions == direct(SamplingParams(temperature=1.5, top_k=5, top_p=0.5))
+    for dropped in (SamplingParams(temperature=1.5, top_p=0.5), SamplingParams(temperature=1.5, top_k=5),
+                    SamplingParams(top_k=5, top_p=0.5)):  # fmt: skip
+        assert completions != direct(dropped)
