@@ -1,8 +1,8 @@
 """A pure-torch Qwen2 decoder over a preallocated KV cache, reading the weights of a transformers model.
 
-:func:`qwen2_weights` takes the current parameters of a ``Qwen2ForCausalLM`` (no copy of the big
-matrices beyond fusing q/k/v and gate/up, so weights updated by an optimiser are read afresh on every
-call) and checks that the configuration is one this forward reproduces: full causal attention (no
+:func:`qwen2_weights` takes the current parameters of a ``Qwen2ForCausalLM``, fused into a few
+matrices (q/k/v with their rotated copies, gate/up, the norms' weights folded in) on every call, so
+that weights an optimiser has just updated are the ones sampled from, and checks that the configuration is one this forward reproduces: full causal attention (no
 sliding window), a rotary embedding whose frequencies do not depend on the sequence length (any
 ``rope_type`` but ``dynamic`` and ``longrope``; its table is computed by the model's own rotary module, so
 ``rope_theta`` and the scaling types are the model's), grouped-query attention with the q/k/v biases
