@@ -91,7 +91,7 @@ class Profile:
         "the plan feeds (the same values; saves the forward passes over the others: p* runs 14-18% shorter, README)")
     generation: str = _opt(
         "kv", "rl", "rollout engine of training and evaluation: 'kv' the batched KV-cached sampler "
-        "(costaware.generation; the same law as generate, several times faster), 'transformers' model.generate "
+        "(costaware.generation; the same law as generate, about 3x its tokens/s here), 'transformers' model.generate "
         "(the engine of the runs recorded before 'kv': those keep their run keys)")
     skipped_warn_rounds: int = _opt(5, "rl", "warn after this many consecutive rounds that fed no token")
     # evaluation
