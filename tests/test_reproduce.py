@@ -115,10 +115,28 @@ def test_logprob_rows_reaches_the_trainer_and_only_a_changed_value_changes_the_r
     fed = dataclasses.replace(p, logprob_rows="fed")
     assert trainer_args(spec, fed, tmp_path).cost_aware_logprob_rows == "fed"
     assert run_file(tmp_path, spec, fed) != run_file(tmp_path, spec, p)  # another computation: another run
-    # fields added after the default's runs were recorded stay out of the key at their default: the
-    # README's runs keep their files (this one was recorded before logprob_rows and extra_tasks existed)
+    # fields added after the default's runs were recorded stay out of the key at the value those runs had:
+    # the README's runs (recorded before logprob_rows, extra_tasks and generation existed, with generate)
+    # keep their files under generation='transformers'; the default, the KV sampler, makes new runs
     assert (spec.arm, spec.seed) == ("none", 0)
-    assert run_file(tmp_path, spec, p).name == "sort-headline-grpo-none-s0-28a4eb52c4.json"
+    recorded = dataclasses.replace(p, generation="transformers")
+    assert run_file(tmp_path, spec, recorded).name == "sort-headline-grpo-none-s0-28a4eb52c4.json"
+    assert p.generation == "kv" and run_file(tmp_path, spec, p).name == "sort-headline-grpo-none-s0-7c7b52e74d.json"
+
+
+def test_generation_reaches_the_trainer_and_the_evaluation(tmp_path):
+    from costaware.experiments.reproduce import _held_out, trainer_args
+
+    p = PROFILES["default"]
+    spec = run_specs(p)[0]
+    assert trainer_args(spec, p, tmp_path).cost_aware_generation == "kv"
+    old = dataclasses.replace(p, generation="transformers")
+    assert trainer_args(spec, old, tmp_path).cost_aware_generation == "transformers"
+    # the SFT scores cached by the recorded runs stay valid under 'transformers'; 'kv' re-scores them
+    assert _held_out(old) == {"eval_prompts": p.eval_prompts, "eval_k": p.eval_k}
+    assert _held_out(p) == {**_held_out(old), "generation": "kv"}
+    with pytest.raises(ValueError, match="generation must be 'kv' or 'transformers', got 'vllm'"):
+        dataclasses.replace(p, generation="vllm")
 
 
 def test_set_changes_any_profile_field_and_the_named_options_win():

@@ -8,7 +8,8 @@ Everything is plain torch + transformers on the CPU:
   linear warm-up and linear decay; the same function continues SFT for the control curve.
 - :func:`evaluate` is mean@k: k sampled responses (temperature 1, as in training) for each held-out
   prompt, scored by the verifier, with a fixed generator seed so that every model is judged on the same
-  prompts with the same random numbers.
+  prompts with the same random numbers; ``generation="kv"`` samples with the KV sampler
+  (``costaware.generation``), ``"transformers"`` with ``model.generate``.
 
 Every task-specific step (making tasks, demonstrations, the verifier, the response budget) goes through a
 task-family object (``experiments.tasks.get_task``), so a new family needs no change here.
@@ -178,12 +179,17 @@ def sample(
     seed: int,
     temperature: float = 1.0,
     batch_size: int = 512,
+    generation: str = "transformers",
 ) -> list[str]:
     """``k`` responses per prompt (prompt-major order), sampled at ``temperature`` (0 = greedy).
 
     ``prompts`` may come tokenised by :func:`encode_prompts` (with this ``k``; its batches then replace
-    ``batch_size``): the same ids, so the same responses.
+    ``batch_size``): the same ids, so the same responses. ``generation``: ``"transformers"``
+    ``model.generate``, ``"kv"`` the KV sampler (:func:`costaware.generation.kv_generate`: the same law,
+    other random numbers).
     """
+    if generation not in ("transformers", "kv"):
+        raise ValueError(f"generation must be 'transformers' or 'kv', got {generation!r}")
     if not isinstance(prompts, EncodedPrompts):
         prompts = encode_prompts(tokenizer, prompts, k=k, batch_size=batch_size)
     elif prompts.k != k:
@@ -193,7 +199,12 @@ def sample(
     texts: list[str] = []
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
+        generator = torch.Generator().manual_seed(seed)
         for enc in prompts.batches:
+            if generation == "kv":
+                texts += tokenizer.batch_decode(_kv_sample(model, tokenizer, enc, max_new_tokens, temperature,
+                                                           generator), skip_special_tokens=True)  # fmt: skip
+                continue
             kwargs = dict(do_sample=False) if temperature == 0 else dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
             out = model.generate(
                 **enc,
@@ -205,6 +216,17 @@ def sample(
             texts += tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     model.train(was_training)
     return texts
+
+
+def _kv_sample(model: Any, tokenizer: Any, enc: dict[str, torch.Tensor], max_new_tokens: int, temperature: float,
+               generator: torch.Generator) -> list[list[int]]:  # fmt: skip
+    from costaware.generation import SamplingParams, kv_generate
+
+    # the batch's rows without their left padding: the ids the tokenizer gives each prompt alone
+    ids = [row[mask.bool()].tolist() for row, mask in zip(enc["input_ids"], enc["attention_mask"], strict=True)]
+    return kv_generate(model, ids, max_new_tokens=max_new_tokens, eos_token_ids=tokenizer.eos_token_id,
+                       pad_token_id=tokenizer.pad_token_id, params=SamplingParams(temperature=temperature),
+                       generator=generator).completions  # fmt: skip
 
 
 def max_response_tokens(max_terms: int) -> int:
@@ -223,6 +245,7 @@ def evaluate(
     seed: int = 12345,
     temperature: float = 1.0,
     encoded: EncodedPrompts | None = None,
+    generation: str = "transformers",
 ) -> EvalResult:
     """mean@k accuracy on ``tasks`` (made by the family ``task``, sizes up to ``max_size``) with its verifier.
 
@@ -233,7 +256,7 @@ def evaluate(
         raise ValueError("encoded must hold the prompts of tasks, in their order")
     responses = sample(
         model, tokenizer, tasks.prompts if encoded is None else encoded, k=k, max_new_tokens=task.max_response_tokens(max_size), seed=seed,
-        temperature=temperature,
+        temperature=temperature, generation=generation,
     )  # fmt: skip
     correct = np.asarray(task.is_correct(responses, np.repeat(tasks.answers, k, axis=0))).reshape(len(tasks), k)
     lengths = np.array([len(p) + len(r) + 1 for p, r in zip(np.repeat(tasks.prompts, k), responses, strict=True)])

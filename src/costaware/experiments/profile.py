@@ -89,6 +89,10 @@ class Profile:
         "all", "rl", "rows whose old (and, with KL, reference) log-probs each round computes, the adapter's "
         "cost_aware_logprob_rows: 'all' every row, as stock TRL (the README's recorded runs), or 'fed' only the rows "
         "the plan feeds (the same values; saves the forward passes over the others: p* runs 14-18% shorter, README)")
+    generation: str = _opt(
+        "kv", "rl", "rollout engine of training and evaluation: 'kv' the batched KV-cached sampler "
+        "(costaware.generation; the same law as generate, about 3x its tokens/s here), 'transformers' model.generate "
+        "(the engine of the runs recorded before 'kv': those keep their run keys)")
     skipped_warn_rounds: int = _opt(5, "rl", "warn after this many consecutive rounds that fed no token")
     # evaluation
     eval_points: int = _opt(8, "eval", "evaluations at equal PO-token spacing (token budget)")
@@ -151,6 +155,8 @@ class Profile:
             raise ValueError(f"lr_sweep must be a tuple of finite multiples > 0, got {self.lr_sweep!r}")
         if not isinstance(self.task, str) or not self.task or not isinstance(self.second_task, str):
             raise ValueError(f"task must be a task family's name, got {self.task!r}")
+        if self.generation not in ("kv", "transformers"):
+            raise ValueError(f"generation must be 'kv' or 'transformers', got {self.generation!r}")
         if self.logprob_rows not in ("all", "fed"):
             raise ValueError(f"logprob_rows must be 'all' or 'fed', got {self.logprob_rows!r}")
         if not isinstance(self.extra_tasks, tuple):

@@ -89,10 +89,16 @@ def _score_sft(tok: Any, model: Any, profile: Profile, task_name: str) -> dict[s
     from costaware.experiments import policy
 
     task, (held, _) = get_task(task_name), eval_sets(profile, task_name)
-    kw = dict(max_size=profile.sizes(task_name)[1])
+    kw = dict(max_size=profile.sizes(task_name)[1], generation=profile.generation)
     return {"greedy_accuracy": policy.evaluate(model, tok, task, held, k=1, temperature=0, **kw).accuracy,
             "sampled_accuracy": policy.evaluate(model, tok, task, held, k=profile.eval_k, **kw).accuracy,
-            "held_out": {"eval_prompts": profile.eval_prompts, "eval_k": profile.eval_k}}  # fmt: skip
+            "held_out": _held_out(profile)}  # fmt: skip
+
+
+def _held_out(profile: Profile) -> dict[str, Any]:
+    """What the SFT scores depend on besides the checkpoint (the engine only when not the recorded one)."""
+    held = {"eval_prompts": profile.eval_prompts, "eval_k": profile.eval_k}
+    return held if profile.generation == "transformers" else {**held, "generation": profile.generation}
 
 
 def sft_key(profile: Profile, task_name: str) -> tuple[str, dict[str, Any]]:
@@ -117,7 +123,7 @@ def warm_up(profile: Profile, task_name: str, out: Path) -> Path:
     quiet_libraries()  # no "Loading weights" / "Writing model shards" bars
     name, cfg = sft_key(profile, task_name)
     path = out / name
-    held_cfg = {"eval_prompts": profile.eval_prompts, "eval_k": profile.eval_k}
+    held_cfg = _held_out(profile)
     if (path / "sft.json").exists():
         info = json.loads((path / "sft.json").read_text())
         if info.get("held_out") != held_cfg:  # cached by a profile with another held-out set: re-score it
@@ -204,7 +210,7 @@ def trainer_args(spec: RunSpec, profile: Profile, workdir: Path) -> Any:
             gradient_checkpointing=False,  # TRL turns it on; a tiny CPU model only pays the recomputation
             cost_aware_diagnostics_interval=profile.diagnostics_every if profile.diagnostics_rows else 0,
             cost_aware_diagnostics_rows=max(2, profile.diagnostics_rows),
-            cost_aware_logprob_rows=profile.logprob_rows,
+            cost_aware_logprob_rows=profile.logprob_rows, cost_aware_generation=profile.generation,
             cost_aware_token_budget=profile.token_budget,  # stops at the end of the round that reaches it
         )  # fmt: skip
 

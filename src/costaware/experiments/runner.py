@@ -57,6 +57,9 @@ NOT_IN_RUN_KEY = ("task", "second_task", "second_max_size", "extra_tasks", "seed
 # so the results recorded before them stay valid.
 SPEC_FIELDS_ADDED = ("budget_scale",)
 PROFILE_FIELDS_ADDED = ("logprob_rows",)
+# Profile fields added with a default that changes what runs do: they stay out of the key only at the
+# value the runs recorded before them had, so those keep their files and the new default makes new runs.
+PROFILE_FIELDS_OLD_VALUE = {"generation": "transformers"}
 
 
 def run_file(out: Path, spec: RunSpec, profile: Profile) -> Path:
@@ -66,7 +69,8 @@ def run_file(out: Path, spec: RunSpec, profile: Profile) -> Path:
     spec_d = {k: v for k, v in dataclasses.asdict(spec).items()
               if not (k in SPEC_FIELDS_ADDED and v == RunSpec.__dataclass_fields__[k].default)}  # fmt: skip
     fields = {k: v for k, v in dataclasses.asdict(profile).items() if k not in NOT_IN_RUN_KEY
-              and not (k in PROFILE_FIELDS_ADDED and v == Profile.__dataclass_fields__[k].default)}  # fmt: skip
+              and not (k in PROFILE_FIELDS_ADDED and v == Profile.__dataclass_fields__[k].default)
+              and not (k in PROFILE_FIELDS_OLD_VALUE and v == PROFILE_FIELDS_OLD_VALUE[k])}  # fmt: skip
     fields["max_size"] = profile.sizes(spec.task)[1]  # the largest size this run's task uses
     return out / "runs" / f"{name}-{key([spec_d, fields])}.json"
 

@@ -81,9 +81,9 @@ class Evaluator:
         from costaware.experiments import policy
 
         self.task, self.tok, self.seconds = get_task(task_name), tok, 0.0
-        self.kw = dict(max_size=profile.sizes(task_name)[1], k=profile.eval_k)
+        self.kw = dict(max_size=profile.sizes(task_name)[1], k=profile.eval_k, generation=profile.generation)
         self.key = (checkpoint_key(sft_dir), task_name, profile.eval_prompts, profile.validation_prompts,
-                    profile.eval_k, profile.sizes(task_name))  # fmt: skip
+                    profile.eval_k, profile.sizes(task_name), profile.generation)  # fmt: skip
 
         def make() -> tuple[Any, ...]:
             from costaware.experiments.reproduce import eval_sets

@@ -1,6 +1,7 @@
 """Cost-Aware GRPO on TRL's ``GRPOTrainer``: only the overrides (one machine, or several via accelerate).
 
-Only the split of each generation batch into optimiser steps changes; generation is untouched.
+Only the split of each generation batch into optimiser steps changes; generation is TRL's own unless
+``cost_aware_generation="kv"`` (:mod:`costaware.integrations.trl.rollout`).
 Where stock TRL shuffles the batch and cuts it into ``steps_per_generation`` chunks,
 :class:`CostAwareGRPOTrainer`
 
@@ -89,6 +90,7 @@ from costaware.integrations.trl.batch import MULTIMODAL, index_rows, loss_mask, 
 from costaware.integrations.trl.callbacks import TokenBudget
 from costaware.integrations.trl.config import CostAwareGRPOConfig
 from costaware.integrations.trl.logprobs import FedLogprobsMixin
+from costaware.integrations.trl.rollout import KVRolloutMixin
 from costaware.integrations.trl.zvf import GenerationMixin
 
 __all__ = ["CALIBRATOR_FILE", "CostAwareGRPOTrainer", "GlobalPool"]
@@ -126,7 +128,7 @@ class _OptimizerTimer(TrainerCallback):
             self.start = None
 
 
-class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, GRPOTrainer):
+class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, KVRolloutMixin, GRPOTrainer):
     """``GRPOTrainer`` whose policy-optimisation mini-batches are drawn by a global cost-aware plan.
 
     Takes the same arguments as ``GRPOTrainer``; ``args`` must be a :class:`CostAwareGRPOConfig`.
