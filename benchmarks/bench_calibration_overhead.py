@@ -1,5 +1,5 @@
 """What the 'calibrated' proxy costs in a TRL run, as a share of policy-optimisation (PO) time, at a small
-and a large pool (issue 23).
+and a large pool.
 
     .venv/bin/python benchmarks/bench_calibration_overhead.py [--small-rounds 64] [--large-rounds 16] [--interval 8]
 

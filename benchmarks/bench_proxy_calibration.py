@@ -1,4 +1,4 @@
-"""What calibrating the proxy costs (issue 11): the β fit and p for a 256-row pool, and the exact
+"""What calibrating the proxy costs: the β fit and p for a 256-row pool, and the exact
 per-sequence gradient norms it needs, against a forward/backward of a 128-row mini-batch.
 
     .venv/bin/python benchmarks/bench_proxy_calibration.py [--rows 16] [--every 4]

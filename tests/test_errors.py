@@ -1,4 +1,4 @@
-"""The exception rule of costaware._checks, and the overflow/underflow cases of issue 13.
+"""The exception rule of costaware._checks, and the overflow/underflow cases.
 
 Every extreme-value result is checked against a brute-force value in 60-digit arithmetic (mpmath),
 and scale-free quantities are checked to be scale-free over the whole float64 exponent range.

@@ -1,4 +1,4 @@
-"""Fuzz of the public math API (issue 13), bounded in CI time.
+"""Fuzz of the public math API, bounded in CI time.
 
 Each public function is called with hypothesis-drawn arguments that mix plausible values with
 adversarial ones (nan, ±inf, 1e±300, subnormals, negatives, bool, complex, numpy scalars, None,

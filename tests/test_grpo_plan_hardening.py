@@ -1,4 +1,4 @@
-"""plan_minibatches on the adversarial inputs of issue 13: tiny |A|, unreachable token budgets, PODS
+"""plan_minibatches on adversarial inputs: tiny |A|, unreachable token budgets, PODS
 overflow, bad scalars, and the token budget's estimator (ratio vs Wald)."""
 
 from __future__ import annotations

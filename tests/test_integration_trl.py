@@ -563,7 +563,7 @@ def test_bad_pools_are_refused(tmp_path):
         trainer._split(batch, rewards[:7])
 
 
-# ------------------------------------------------------------------------------------ proxy (issue 11)
+# ------------------------------------------------------------------------------------ proxy --
 
 
 def test_calibrated_proxy_logs_beta_and_round_trips_through_a_checkpoint(tmp_path):

@@ -111,7 +111,7 @@ def test_config_defaults_and_hydra_key(base_config):
     assert read_trainer_config(off) is None
 
 
-# -------------------------------------------------------------------------------- proxy (issue 11)
+# -------------------------------------------------------------------------------- proxy --
 
 
 def test_proxy_options_pass_through_to_the_core():

@@ -1,4 +1,4 @@
-"""The proxy G ≈ |A|·c^β wired into SamplingConfig and the plan (issue 11): options, β = 0 unchanged bit
+"""The proxy G ≈ |A|·c^β wired into SamplingConfig and the plan: options, β = 0 unchanged bit
 for bit, p ∝ |A|·c^(β−½), adaptive α, unbiasedness of the weighted estimator under the new p, and the
 engines' resolution of ``proxy="auto"`` per loss type."""
 

@@ -289,7 +289,7 @@ def test_no_improvement_is_said_not_scored():
     assert "**cannot say**" in _verdict(ev, "p* beats GRPO")
 
 
-# -- issue 11: the proxy's own claims -----------------------------------------------------------------
+# -- the proxy's own claims -----------------------------------------------------------------
 
 
 def _token_sum(calibrated_scale: float, paper_scale: float, seeds=range(3)):

@@ -56,7 +56,7 @@ def test_default_profile_runs_the_decomposition_with_five_seeds():
     assert {x.task for x in full if x.group == "headline"} == {"arith", "sort", "sort:9"}
     for group in ("zvf", "cispo", "dapo", "proxy"):
         assert len({x.seed for x in full if x.group == group}) >= 3
-    for loss in ("cispo", "dapo"):  # issue 11: calibrated ('auto') and the paper's proxy, with the controls
+    for loss in ("cispo", "dapo"):  # calibrated ('auto') and the paper's proxy, with the controls
         assert {x.arm for x in full if x.group == loss} == {"none", "nonzero", "p_star", "p_star:advantage"}
         assert {x.setting for x in full if x.group == loss} == {loss}
     assert {(x.arm, x.setting) for x in full if x.group == "proxy"} == {("p_star:calibrated", "grpo")}
@@ -85,7 +85,7 @@ def test_extra_task_is_a_family_at_its_own_sizes_with_a_ten_fold_length_spread()
     full = PROFILES["full"]
     assert full.tasks() == ("sort", "arith", "sort:9")
     assert (full.sizes("sort"), full.sizes("arith"), full.sizes("sort:9")) == ((2, 7), (2, 6), (2, 9))
-    # issue 9: a family other than digit sums whose prompt + response lengths span >= 10x
+    # a family other than digit sums whose prompt + response lengths span >= 10x
     task, (lo, hi) = get_task("sort:9"), full.sizes("sort:9")
     small = task.make_tasks(1, min_size=lo, max_size=lo, rng=np.random.default_rng(0))
     large = task.make_tasks(1, min_size=hi, max_size=hi, rng=np.random.default_rng(0))

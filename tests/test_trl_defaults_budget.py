@@ -1,4 +1,4 @@
-"""TRL adapter (issue 23): defaults backed by the measurements, the PO-token budget, metric names, and the
+"""TRL adapter: defaults backed by the measurements, the PO-token budget, metric names, and the
 β calibration's minimum rows and groups. Tiny Qwen2 built in code, CPU, offline."""
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ def _case(name, zero="none", stock=False, **config):
     return {"name": name, "zero": zero, "stock": stock, "config": {**BASE, **config}}
 
 
-# issue 10 item 5: loss type x merge duplicates x {one rank's pool all zero, none}
+# loss type x merge duplicates x {one rank's pool all zero, none}
 MATRIX = [
     _case(f"{lt}-merge{int(merge)}-{zero}", zero=zero, loss_type=lt, cost_aware_merge_duplicates=merge)
     for lt in LOSS_TYPES
@@ -82,7 +82,7 @@ EXTRAS = [
     ),
     _case("bnpo-nonzero-rank1", zero="rank1", loss_type="bnpo", cost_aware_method="nonzero"),
     _case("dapo-pods", loss_type="dapo", cost_aware_method="pods"),
-    # issue 11: β fitted every pool from rows of the global pool; the same β on every rank (else the
+    # β fitted every pool from rows of the global pool; the same β on every rank (else the
     # second pool's plans, and the parameters, would differ from one process's)
     _case("dapo-calibrated-every1-rank1", zero="rank1", loss_type="dapo", cost_aware_proxy="calibrated",
           cost_aware_calibration_interval=1, cost_aware_calibration_rows=6),
@@ -121,7 +121,7 @@ NONE_VS_STOCK = [
     for kind in ("none", "stock")
 ]
 COMPARED = MATRIX + EXTRAS  # 2 processes against 1
-# issue 23, in their own launches: the PO-token budget stops every process at the end of the round that
+# in their own launches: the PO-token budget stops every process at the end of the round that
 # reaches it (budget 1: the first round), and a β fitted on pool 1 plans pool 2 alike on every process
 BUDGETED = [
     _case("dapo-auto-budget-rank1", zero="rank1", loss_type="dapo", cost_aware_method="auto",
@@ -242,8 +242,8 @@ def runs(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def issue23_runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("trl_mp_issue23")
+def budget_runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("trl_mp_budget")
     return run_cases(BUDGETED + CALIBRATED, 2, root / "two"), run_cases(BUDGETED + CALIBRATED, 1, root / "one")
 
 
@@ -338,8 +338,8 @@ def test_logprobs_of_the_fed_rows_give_stocks_steps_on_two_processes(runs, fed):
 
 
 @pytest.mark.parametrize("case", BUDGETED, ids=[c["name"] for c in BUDGETED])
-def test_token_budget_stops_every_process_at_the_end_of_the_same_round(issue23_runs, case):
-    two, one = issue23_runs
+def test_token_budget_stops_every_process_at_the_end_of_the_same_round(budget_runs, case):
+    two, one = budget_runs
     ranks, (ref,) = _get(two, case["name"]), _get(one, case["name"])
     cfg = case["config"]
     round_steps = cfg.get("steps_per_generation", 2) * cfg.get("num_iterations", 1) // cfg.get("gradient_accumulation_steps", 1)
@@ -352,8 +352,8 @@ def test_token_budget_stops_every_process_at_the_end_of_the_same_round(issue23_r
         assert "train_runtime" in r["logged"][-1] and r["logged"][-1]["cost_aware/total/tokens"] == r["state"]["tokens"]
 
 
-def test_calibrated_beta_is_the_same_on_every_process_and_plans_the_next_pool(issue23_runs):
-    two, one = issue23_runs
+def test_calibrated_beta_is_the_same_on_every_process_and_plans_the_next_pool(budget_runs):
+    two, one = budget_runs
     name = CALIBRATED[0]["name"]
     ranks, (ref,) = _get(two, name), _get(one, name)
 

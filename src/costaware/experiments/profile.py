@@ -35,7 +35,7 @@ GROUPS = ("headline", "lr_sweep", "zvf", "cispo", "dapo", "proxy", "long", "abla
 # The long-budget runs: is the saving only "sooner", or a higher plateau? GRPO, its effective-step
 # control and p*, at long_budget x the token budget, with the headline's seeds.
 LONG_ARMS = ("none", "nonzero", "p_star")
-# The settings with a token-sum loss (issue 11): GRPO, nonzero, p* with the calibrated proxy (what 'auto'
+# The settings with a token-sum loss: GRPO, nonzero, p* with the calibrated proxy (what 'auto'
 # resolves to for these losses) and p* with the paper's |A| proxy, so the proxy's effect is measured.
 TOKEN_SUM_SETTINGS = ("cispo", "dapo")
 PROXY_ARMS: tuple[tuple[str, str], ...] = (("none", "auto"), ("nonzero", "auto"), ("p_star", "auto"),

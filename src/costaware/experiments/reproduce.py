@@ -2,7 +2,7 @@
 
 The paper's evidence is held-out accuracy against the cumulative tokens spent in policy optimisation
 (PO), method by method. This job reproduces that comparison and separates cost-aware sampling from its
-confounders (see DESIGN-NOTES "Evidence: controls and confounders"):
+confounders (see docs/design.md, "Evidence: controls and confounders"):
 
 1. build a char tokenizer and a tiny Qwen2 (no hub is needed);
 2. make procedural tasks of a task family (``Profile.task``; prompt + response lengths vary many-fold);

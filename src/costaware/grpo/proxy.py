@@ -1,4 +1,4 @@
-"""A calibrated gradient-norm proxy G_i ≈ |A_i| · c_i^β and adaptive smoothing (issue 11). Pure numpy.
+"""A calibrated gradient-norm proxy G_i ≈ |A_i| · c_i^β and adaptive smoothing. Pure numpy.
 
 The paper samples with p ∝ |A|/√c, i.e. it takes G_i ≈ |A_i| (β = 0), which fits a loss that averages
 over each sequence's tokens. A loss that sums over a sequence's tokens makes G grow with length:
@@ -75,7 +75,7 @@ class LossFamily:
 
 
 # Measured slopes of log(G/|A|) on log c (exact per-row gradients, TRL, lr ≈ 0 pools):
-#   demo default-profile SFT (issue 11, examples/proxy_fidelity_probe.py): grpo 0.01-0.41, dapo 1.17-1.60;
+#   demo default-profile SFT (examples/proxy_fidelity_probe.py): grpo 0.01-0.41, dapo 1.17-1.60;
 #   quick-profile SFT (benchmarks/bench_proxy_calibration.py --sft): grpo -0.71..-0.31, dapo 0.56-0.77,
 #   on the same pools dapo - grpo = 1.1-1.3.
 # Theory (c token gradients of similar norm): row mean -1/2 (independent) to 0 (aligned), row sum 1/2 to 1.
@@ -85,7 +85,7 @@ _SEQUENCE_MEAN = LossFamily(
     prior_sd=0.35,
     source=(
         "paper §G.3 (G ≈ |A|, beta 0, the aligned-token value); measured -0.71..0.41 over two checkpoints "
-        "(issue 11's probe; bench_proxy_calibration --sft), within 0 ± 2 sd"
+        "(examples/proxy_fidelity_probe.py; bench_proxy_calibration --sft), within 0 ± 2 sd"
     ),
 )
 _TOKEN_SUM = LossFamily(
@@ -93,7 +93,7 @@ _TOKEN_SUM = LossFamily(
     prior_beta=1.0,
     prior_sd=0.4,
     source=(
-        "measured 1.17-1.60 under TRL dapo on the demo SFT (issue 11, examples/proxy_fidelity_probe.py) and "
+        "measured 1.17-1.60 under TRL dapo on the demo SFT (examples/proxy_fidelity_probe.py) and "
         "0.56-0.77 on the quick-profile SFT (bench_proxy_calibration --sft); 1.0 (aligned tokens) sits "
         "mid-range, sd 0.4 keeps every measured slope within 1.5 sd"
     ),

@@ -1,6 +1,6 @@
 """The evidence of the main job, computed: decomposition of the saving, verdicts, plateau, tuned baseline.
 
-DESIGN-NOTES "Evidence: controls and confounders": GRPO → nonzero isolates renormalisation,
+docs/design.md, "Evidence: controls and confounders": GRPO → nonzero isolates renormalisation,
 nonzero → p* (centred) and GRPO → p* (raw) isolate cost-aware sampling at a matched expected step,
 and a baseline at its validation-tuned learning rate guards against a weak baseline. Every sentence
 here is generated from the numbers; no label string is ever looked up (arms are ``RunId.arm`` ids).
