@@ -251,8 +251,12 @@ def test_merging_duplicates_leaves_the_gradient_unchanged(tmp_path, loss_type, b
         rows[merge] = sum(mb["advantages"].numel() for mb in micro)
         grads[merge] = _total_grad(trainer, micro)
     assert rows[True] < rows[False]  # duplicates were drawn and merged: this test compares something
-    assert grads[True].abs().max() > 0
-    torch.testing.assert_close(grads[True], grads[False], rtol=1e-4, atol=1e-7)
+    scale = grads[False].abs().max()
+    assert scale > 0
+    # float32: merged rows sum their weights before the backward, so an element where large row terms
+    # cancel differs at the rounding of those terms (seen: 6e-7 where max|g| is 0.1-3, with 2 threads and
+    # the suite's order); a wrong merge moves the gradient by O(|g|)
+    torch.testing.assert_close(grads[True], grads[False], rtol=1e-4, atol=1e-5 * float(scale))
 
 
 KL = {"beta": 0.1, "cost_aware_alpha": 0.3}  # KL on needs full support: p_smooth

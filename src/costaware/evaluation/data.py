@@ -240,6 +240,26 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     return [row for row, _ in read_located_rows(path)]
 
 
+def read_jsonl_objects(path: Path, limit: int | None = None) -> list[tuple[int, dict[str, Any]]]:
+    """The JSON objects of a JSON Lines file with their 1-based line numbers (blank lines skipped; at most
+    ``limit`` objects, the rest of the file unread). A bad line is a ValueError naming ``path:line``."""
+    out: list[tuple[int, dict[str, Any]]] = []
+    with Path(path).open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if limit is not None and len(out) == limit:
+                break
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+            out.append((lineno, row))
+    return out
+
+
 def read_located_rows(path: str | Path) -> list[tuple[dict[str, Any], str]]:
     """:func:`read_rows` with where each row came from, for error messages: ``file:LINE`` (jsonl, csv;
     1-based) or ``file: row N`` (json, parquet; 1-based)."""
@@ -253,18 +273,7 @@ def read_located_rows(path: str | Path) -> list[tuple[dict[str, Any], str]]:
         raise ValueError(f"path {str(path)!r} does not exist")
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".ndjson"):
-        rows = []
-        with path.open(encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, 1):
-                if line.strip():
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError as err:
-                        raise ValueError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
-                    if not isinstance(row, dict):
-                        raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-                    rows.append((row, f"{path}:{lineno}"))
-        return rows
+        return [(row, f"{path}:{lineno}") for lineno, row in read_jsonl_objects(path)]
     if suffix == ".json":
         try:
             data = json.loads(path.read_text(encoding="utf-8"))

@@ -26,12 +26,11 @@ is a ValueError that starts with ``FILE:LINE:`` (1-based).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from costaware.evaluation.data import EvalRecord, _answer_text
+from costaware.evaluation.data import EvalRecord, _answer_text, read_jsonl_objects
 from costaware.evaluation.generate import Completion
 
 __all__ = ["read_responses"]
@@ -44,20 +43,7 @@ def _lines(path: Path, limit: int | None) -> list[tuple[int, dict[str, Any]]]:
         raise ValueError(
             f"--responses {str(path)!r} " + ("is a folder" if path.is_dir() else "does not exist")
         )
-    out = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if limit is not None and len(out) == limit:
-                break  # lines past the limit are not read
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-            out.append((lineno, row))
+    out = read_jsonl_objects(path, limit)  # lines past the limit are not read
     if not out:
         raise ValueError(f"{path}: holds no responses (the file is empty)")
     return out
