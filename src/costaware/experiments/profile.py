@@ -297,8 +297,8 @@ PROFILES: dict[str, Profile] = {
         eval_every=2, diagnostics_every=2, eval_prompts=48, validation_prompts=16, eval_k=2, seeds=(0,),
         lr_sweep=(2.0,), setting_seeds=(0,), warmup_rounds=0,
     ),  # fmt: skip
-    # The headline decomposition on one task, 5 seeds, GRPO run to its plateau: about 30 minutes on 2 cores
-    # (the README says why not 20).
+    # The headline decomposition on one task, 5 seeds, GRPO run to its plateau: about 10 minutes on 2 cores
+    # with the KV rollout engine (the README's runtime paragraph).
     "default": Profile(),
     # The default's runs (reused: same run keys) plus GRPO+ZVF, the CISPO and DAPO settings and the
     # calibrated proxy with 3 seeds, the ablations with 3 seeds, and the headline on the second task (arith)
