@@ -42,11 +42,11 @@ def _int_at_least(name: str, v: object, low: int) -> None:
 # best (README, "Measured, default profile" and "Measured, --profile full"; sort task, PO tokens to a
 # common accuracy target, paired bootstrap CIs over seeds).
 AUTO_METHOD = {
-    # grpo: p* beat GRPO by 27% [+11%, +43%] (5 seeds) and tied `nonzero` (-1% [-22%, +15%]), while being
-    # 0.006 [0.002, 0.011] more accurate than `nonzero` at equal generation rounds
+    # grpo: p* beat GRPO by 37% [+21%, +53%] (5 seeds) and tied `nonzero` (+8% [-9%, +32%]; +0.002
+    # [-0.006, +0.008] in accuracy at equal generation rounds); on arith it beat `nonzero` by 28% [+10%, +69%]
     "sequence_mean": "p_star",
-    # dapo: p* (calibrated proxy) needed 7% [1%, 25%] more PO tokens than `nonzero` and p* with |A| did no
-    # better than the calibrated one; cispo: p* (calibrated) needed 16% [5%, 53%] more than GRPO (3 seeds)
+    # dapo: p* (calibrated proxy) needed 9% [1%, 25%] more PO tokens than `nonzero`, p* with |A| was not
+    # shown to beat it (+10% [-9%, +23%]); cispo: p* (calibrated) needed 150% [7%, 197%] more (3 seeds)
     "token_sum": "nonzero",
 }
 
@@ -86,10 +86,10 @@ class CostAwareGRPOConfig(GRPOConfig):
         metadata={
             "help": f"[sampling] Mini-batch sampling method: 'auto' or one of {METHODS}. 'auto' picks what the "
             "project's measurements favour (`costaware reproduce`, sort task, PO tokens to equal accuracy): "
-            "'p_star' for sequence-mean losses (grpo, sapo; grpo: 27% [11%, 43%] fewer PO tokens than GRPO, "
-            "-1% [-22%, +15%] against 'nonzero', 5 seeds) and 'nonzero' (zero-advantage rows dropped) for "
+            "'p_star' for sequence-mean losses (grpo, sapo; grpo: 37% [21%, 53%] fewer PO tokens than GRPO, "
+            "+8% [-9%, +32%] against 'nonzero', 5 seeds) and 'nonzero' (zero-advantage rows dropped) for "
             "token-sum losses (dapo, cispo, bnpo, dr_grpo, luspo, vespo; dapo: p_star with the calibrated "
-            "proxy needed 7% [1%, 25%] more than 'nonzero'; cispo: 16% [5%, 53%] more than GRPO; 3 seeds). "
+            "proxy needed 9% [1%, 25%] more than 'nonzero'; cispo: 150% [7%, 197%] more; 3 seeds). "
             "Refused with beta != 0 (choose 'p_smooth' or 'none')."
         },
     )
