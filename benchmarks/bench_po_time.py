@@ -177,24 +177,34 @@ def po_phase(model, opt, pool: Pool, method: str, spg: int, seed: int, clock: di
     return {"fed": fed, "computed": computed, "steps": len(plan.minibatches)}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_pool_arguments(ap: argparse.ArgumentParser, *, repeats: int) -> None:
+    """The pool options every PO-phase benchmark takes (this one and bench_verl_po)."""
     ap.add_argument("--profile", default="default", choices=sorted(PROFILES))
     ap.add_argument("--pools", type=int, default=4, help="distinct pools (default: %(default)s)")
-    ap.add_argument("--repeats", type=int, default=5, help="passes over the pools (default: %(default)s)")
+    ap.add_argument("--repeats", type=int, default=repeats, help="passes over the pools (default: %(default)s)")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default: %(default)s)")
     ap.add_argument("--constant-groups", type=float, default=0.3,
                     help="share of prompts whose samples all repeat one chain (zero advantage; default: %(default)s)")
-    ap.add_argument("--task", choices=sorted(TASKS), help="task family of the pools (default: the profile's)")
-    ap.add_argument("--old-logps", choices=("off", "all", "fed"), default="off",
-                    help="the old-logp forward pass before the steps: none, over every row, or over the fed rows "
-                         "(default: %(default)s)")  # fmt: skip
-    args = ap.parse_args()
+
+
+def check_pool_arguments(args: argparse.Namespace) -> None:
+    """One-line exits for bad pool options (before any model is built)."""
     for name in ("pools", "repeats", "threads"):
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name} must be a positive integer, got {getattr(args, name)}")
     if not 0.0 <= args.constant_groups < 1.0:
         raise SystemExit(f"--constant-groups must lie in [0, 1), got {args.constant_groups}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_pool_arguments(ap, repeats=5)
+    ap.add_argument("--task", choices=sorted(TASKS), help="task family of the pools (default: the profile's)")
+    ap.add_argument("--old-logps", choices=("off", "all", "fed"), default="off",
+                    help="the old-logp forward pass before the steps: none, over every row, or over the fed rows "
+                         "(default: %(default)s)")  # fmt: skip
+    args = ap.parse_args()
+    check_pool_arguments(args)
     torch.set_num_threads(args.threads)
     prof = PROFILES[args.profile]
     task_id = args.task or prof.task

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_po_time import make_pool  # noqa: E402
+from bench_po_time import add_pool_arguments, check_pool_arguments, make_pool  # noqa: E402
 
 import costaware.integrations.verl  # noqa: E402,F401  (installs the hook before verl's trainer is imported)
 from costaware.experiments import policy  # noqa: E402
@@ -199,18 +199,9 @@ def po_phase(trainer, batch, kl: bool, step: int, sync=lambda: None) -> dict[str
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--profile", default="default", choices=sorted(PROFILES))
-    ap.add_argument("--pools", type=int, default=4, help="distinct pools (default: %(default)s)")
-    ap.add_argument("--repeats", type=int, default=3, help="passes over the pools (default: %(default)s)")
-    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default: %(default)s)")
-    ap.add_argument("--constant-groups", type=float, default=0.3,
-                    help="share of prompts whose samples all repeat one chain (zero advantage; default: %(default)s)")
+    add_pool_arguments(ap, repeats=3)
     args = ap.parse_args()  # fmt: skip
-    for name in ("pools", "repeats", "threads"):
-        if getattr(args, name) < 1:
-            raise SystemExit(f"--{name} must be a positive integer, got {getattr(args, name)}")
-    if not 0.0 <= args.constant_groups < 1.0:
-        raise SystemExit(f"--constant-groups must lie in [0, 1), got {args.constant_groups}")
+    check_pool_arguments(args)
     torch.set_num_threads(args.threads)
     prof = PROFILES[args.profile]
     tok, base = policy.build_policy(get_task(prof.task).alphabet, hidden_size=prof.hidden_size,
