@@ -19,6 +19,7 @@ from costaware import _checks, alias, subset, theory
 from costaware import distributions as dist
 from costaware.grpo.advantages import group_advantages
 from costaware.sampler import CostAwareSampler
+from costaware.theory import cost, lower_bounds, proxy_quality
 
 mp.mp.dps = 60
 
@@ -314,7 +315,7 @@ def test_checks_docstring_states_the_rule():
     assert "ValueError" in doc and "TypeError" in doc and "np.int64(2)" in doc
 
 
-@pytest.mark.parametrize("module", [dist, theory, alias, subset, _checks], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [dist, theory, cost, proxy_quality, lower_bounds, alias, subset, _checks], ids=lambda m: m.__name__)
 def test_module_doctests_pass(module):
     res = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert res.failed == 0

@@ -1,4 +1,5 @@
-"""theory.py: J optimality, χ² identity, closed-form ratios, Theorem D.5 by Monte-Carlo, lower bound."""
+"""costaware.theory (cost, proxy_quality, lower_bounds): J optimality, χ² identity, closed-form ratios,
+Theorem D.5 by Monte-Carlo, lower bound."""
 
 import itertools
 
