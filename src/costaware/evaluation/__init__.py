@@ -1,9 +1,9 @@
 """Math-benchmark evaluation as in the paper's §5.4: pass@1 as mean@k (mean@32) with math-verify.
 
-Loaders for GSM8K, MATH500, AIME 1983–2024, AMC and verl/DAPO parquet (:mod:`.data`), a math-verify
-answer checker (:mod:`.verify`), mean@k and unbiased pass@k (:mod:`.metrics`), vLLM/transformers
-sampling (:mod:`.generate`), responses generated elsewhere (:mod:`.responses`), and :func:`evaluate`,
-which ties them together and resumes. The
+Loaders for GSM8K, MATH500, AIME 1983–2024, AMC and verl/DAPO parquet (:mod:`.data`, reading files
+with :mod:`.files`), a math-verify answer checker (:mod:`.verify`), mean@k and unbiased pass@k
+(:mod:`.metrics`), vLLM/transformers sampling (:mod:`.generate`), responses generated elsewhere
+(:mod:`.responses`), and :func:`evaluate`, which ties them together and resumes. The
 ``costaware eval`` job is :mod:`.cli`.
 
 >>> from costaware.evaluation import evaluate, load_benchmark, fixture_path    # doctest: +SKIP
@@ -21,8 +21,8 @@ from costaware.evaluation.data import (
     fixture_path,
     gsm8k_gold,
     load_benchmark,
-    read_rows,
 )
+from costaware.evaluation.files import read_rows
 from costaware.evaluation.generate import (
     Completion,
     SamplingConfig,

@@ -1,7 +1,7 @@
 """Benchmark loaders: GSM8K, MATH500, AIME 1983–2024, AMC and verl/DAPO parquet, to one record type.
 
 Every loader reads a local file in the benchmark's public format (jsonl, json, parquet or csv, or a
-folder of them, as a hub snapshot has), or the hub through ``datasets.load_dataset`` when a hub can
+folder of them, as a hub snapshot has; :mod:`.files` reads them), or the hub through ``datasets.load_dataset`` when a hub can
 be reached. Public formats (field names as published on the Hugging Face hub):
 
 * ``openai/gsm8k`` (config ``main``, split ``test``): ``question``, ``answer``; the answer is a worked
@@ -26,16 +26,21 @@ be reached. Public formats (field names as published on the Hugging Face hub):
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# the file readers live in .files; imported here too, where they were first
+from costaware.evaluation.files import (  # noqa: F401
+    SUPPORTED_SUFFIXES,
+    read_jsonl_objects,
+    read_located_rows,
+    read_rows,
+)
+
 QWEN_MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
-SUPPORTED_SUFFIXES = (".jsonl", ".ndjson", ".json", ".parquet", ".csv")
 FIXTURES = Path(__file__).with_name("fixtures")
 
 
@@ -230,78 +235,6 @@ def _spec(benchmark: str) -> BenchmarkSpec:
         return BENCHMARKS[benchmark]
     except KeyError:
         raise ValueError(f"benchmark must be one of {sorted(BENCHMARKS)}, got {benchmark!r}") from None
-
-
-# ------------------------------------------------------------------------------------------------ files
-
-
-def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a jsonl/json/parquet/csv file, or of every such file in a folder (sorted by name)."""
-    return [row for row, _ in read_located_rows(path)]
-
-
-def read_jsonl_objects(path: Path, limit: int | None = None) -> list[tuple[int, dict[str, Any]]]:
-    """The JSON objects of a JSON Lines file with their 1-based line numbers (blank lines skipped; at most
-    ``limit`` objects, the rest of the file unread). A bad line is a ValueError naming ``path:line``."""
-    out: list[tuple[int, dict[str, Any]]] = []
-    with Path(path).open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if limit is not None and len(out) == limit:
-                break
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-            out.append((lineno, row))
-    return out
-
-
-def read_located_rows(path: str | Path) -> list[tuple[dict[str, Any], str]]:
-    """:func:`read_rows` with where each row came from, for error messages: ``file:LINE`` (jsonl, csv;
-    1-based) or ``file: row N`` (json, parquet; 1-based)."""
-    path = Path(path)
-    if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.suffix.lower() in SUPPORTED_SUFFIXES)
-        if not files:
-            raise ValueError(f"path {str(path)!r} is a folder with no {'/'.join(SUPPORTED_SUFFIXES)} file")
-        return [located for f in files for located in read_located_rows(f)]
-    if not path.exists():
-        raise ValueError(f"path {str(path)!r} does not exist")
-    suffix = path.suffix.lower()
-    if suffix in (".jsonl", ".ndjson"):
-        return [(row, f"{path}:{lineno}") for lineno, row in read_jsonl_objects(path)]
-    if suffix == ".json":
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
-        if isinstance(data, dict):  # {"data": [...]} style, one list of rows inside
-            lists = [v for v in data.values() if isinstance(v, list)]
-            if len(lists) != 1:
-                raise ValueError(
-                    f"{path}: a JSON object must hold exactly one list of rows, got keys {list(data)}"
-                )
-            data = lists[0]
-        if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
-            raise ValueError(f"{path}: expected a JSON list of objects")
-        return [(row, f"{path}: row {i}") for i, row in enumerate(data, 1)]
-    if suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        return [(row, f"{path}: row {i}") for i, row in enumerate(pq.read_table(path).to_pylist(), 1)]
-    if suffix == ".csv":
-        with path.open(encoding="utf-8", newline="") as fh:
-            reader = csv.DictReader(fh)
-            rows, start = [], 2  # line 1 is the header
-            for row in reader:
-                rows.append((row, f"{path}:{start}"))
-                start = reader.line_num + 1  # a quoted field may span lines
-            return rows
-    raise ValueError(f"path {str(path)!r} must end in one of {SUPPORTED_SUFFIXES}, got {suffix!r}")
 
 
 def load_benchmark(

@@ -30,7 +30,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from costaware.evaluation.data import EvalRecord, _answer_text, read_jsonl_objects
+from costaware.evaluation.data import EvalRecord, _answer_text
+from costaware.evaluation.files import read_jsonl_objects
 from costaware.evaluation.generate import Completion
 
 __all__ = ["read_responses"]
