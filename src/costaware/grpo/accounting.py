@@ -121,9 +121,13 @@ def save_counters(counters: Counters, folder: str | os.PathLike[str]) -> str:
     path = os.path.join(os.fspath(folder), STATE_FILE)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.tmp"
-    with open(tmp, "w") as handle:
-        json.dump(counters.to_dict(), handle)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as handle:
+            json.dump(counters.to_dict(), handle)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):  # the write failed: leave the previous state file alone, and no litter
+            os.remove(tmp)
     return path
 
 
@@ -139,4 +143,7 @@ def load_counters(folder: str | os.PathLike[str]) -> Counters | None:
             raise ValueError(f"state file {path!r} is not valid JSON: {exc}") from None
     if not isinstance(values, dict):
         raise ValueError(f"state file {path!r} must hold a JSON object, got {type(values).__name__}")
-    return Counters.from_dict(values)
+    try:
+        return Counters.from_dict(values)
+    except ValueError as exc:
+        raise ValueError(f"state file {path!r}: {exc}") from None
