@@ -84,7 +84,7 @@ def test_reproduce_out_pointing_at_a_file(tmp_path):
     _one_line_error(_cli("reproduce", "--quick", "--out", str(target)), "reproduce", "--out")
 
 
-def test_synthetic_bad_arguments(tmp_path):
+def test_synthetic_bad_trials_or_out_file_is_a_one_line_error(tmp_path):
     _one_line_error(_cli("synthetic", "--quick", "--trials", "-1", "--out", str(tmp_path / "o")), "synthetic", "--trials")
     (tmp_path / "f").write_text("x")
     _one_line_error(_cli("synthetic", "--quick", "--out", str(tmp_path / "f")), "synthetic", "--out")

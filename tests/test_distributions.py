@@ -38,7 +38,7 @@ def test_optimal_is_proportional_to_G_over_sqrt_c(gc):
 
 @settings(max_examples=60, deadline=None)
 @given(G_c())
-def test_variance_uniform_inverse_sqrt(gc):
+def test_variance_uniform_and_inverse_sqrt_match_closed_forms(gc):
     G, c = gc
     np.testing.assert_allclose(dist.variance(G), G / G.sum(), rtol=1e-12)
     np.testing.assert_allclose(dist.uniform(G.size), np.full(G.size, 1 / G.size), rtol=1e-15)

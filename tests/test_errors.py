@@ -67,7 +67,7 @@ def test_cost_biased_with_subnormal_costs():
     np.testing.assert_array_equal(theory.cost_biased([0.5, 0.5], [5e-324] * 2), [0.5, 0.5])
 
 
-def test_expected_cost_tiny_eps():
+def test_expected_cost_with_tiny_eps_raises_only_when_k_overflows():
     # convex: D²J/ε² = 1e400 does not fit float64 -> ValueError naming eps, not ZeroDivisionError
     with pytest.raises(ValueError, match="expected_cost overflows.*eps = 1e-200"):
         theory.expected_cost(1e-200, [0.5, 0.5], [1, 1], [1, 1], D=1.0)

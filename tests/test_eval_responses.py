@@ -75,7 +75,7 @@ def test_every_bad_line_is_reported_with_file_and_line(tmp_path, line, needle):
     assert needle in str(err.value), str(err.value)
 
 
-def test_file_level_errors(tmp_path):
+def test_bad_responses_file_is_a_value_error_naming_file_and_line(tmp_path):
     with pytest.raises(ValueError, match="g.jsonl:1: missing field 'answer'"):
         read_responses(_write(tmp_path / "g.jsonl", {"id": "x", "responses": ["a"]}))
     with pytest.raises(ValueError, match="empty.jsonl: holds no responses"):

@@ -62,7 +62,7 @@ def test_fixture_loads_to_expected_ids_and_gold(benchmark):
     assert all(r.benchmark == benchmark and r.problem.strip() for r in records)
 
 
-def test_format_specific_fields():
+def test_each_format_keeps_its_own_fields_in_meta():
     gsm = load_benchmark("gsm8k", fixture_path("gsm8k"))
     assert gsm[0].problem.startswith("A baker puts 12 muffins")
     assert gsm[2].meta["solution"].endswith("#### 1,500")  # commas dropped from the gold only
@@ -105,7 +105,7 @@ def test_json_list_parquet_and_folder_give_same_rows(tmp_path):
     ]
 
 
-def test_gsm8k_gold():
+def test_gsm8k_gold_is_the_text_after_the_marker_without_commas():
     assert gsm8k_gold("3 + 4 = <<3+4=7>>7\n#### 7") == "7"
     assert gsm8k_gold("#### 12,345 ") == "12345"
     with pytest.raises(ValueError, match="####"):
@@ -247,7 +247,7 @@ KNOWN = [
 
 
 @pytest.mark.parametrize(("response", "gold", "expected"), KNOWN)
-def test_known_answers(verifier, response, gold, expected):
+def test_verifier_gives_the_known_verdict_for_each_answer(verifier, response, gold, expected):
     assert verifier(response, gold) is expected
 
 
@@ -334,7 +334,7 @@ def test_pass_at_1_is_mean_at_k_and_mean_at_k_by_loops():
     np.testing.assert_allclose(per_problem_accuracy(correct), c / 32)
 
 
-def test_standard_error_and_summary():
+def test_standard_error_and_summary_match_hand_computed_values():
     acc = np.array([0.0, 0.25, 1.0, 0.5])
     m = acc.mean()
     expected = math.sqrt(sum((a - m) ** 2 for a in acc) / 3) / 2
@@ -348,7 +348,7 @@ def test_standard_error_and_summary():
     assert summarize_correctness([[1, 0]], pass_ks=(1,))["mean_at_k_stderr"] is None
 
 
-def test_metric_input_errors():
+def test_metrics_reject_bad_shapes_values_and_k():
     with pytest.raises(ValueError, match="2-D"):
         mean_at_k(np.zeros(3))
     with pytest.raises(ValueError, match="0/1"):
@@ -442,7 +442,7 @@ def test_checkpoint_resumes_without_regenerating(tmp_path):
         evaluate(records[:2], oracle, k=2, chunk_size=1, checkpoint=ckpt, run_config={"m": 2})
 
 
-def test_evaluate_input_errors():
+def test_evaluate_rejects_no_generator_wrong_counts_and_no_records():
     records = load_benchmark("amc", fixture_path("amc"))
     with pytest.raises(ValueError, match="generate_fn or both"):
         evaluate(records, k=2)

@@ -212,7 +212,7 @@ _NAMES = {
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_fuzz_public_function(name):
+def test_public_function_returns_finite_or_raises_naming_an_argument(name):
     fn, strategies, opts = CASES[name]
     names = _NAMES.get(name) or _names(fn)
 
@@ -246,7 +246,7 @@ def _sampler_session(costs, proxies, alpha, num_samples, weights, momentum, idx,
         st.one_of(vector, good_vec),
     )
 )
-def test_fuzz_sampler(args):
+def test_sampler_session_returns_finite_or_raises_naming_an_argument(args):
     names = [*_names(CostAwareSampler.__init__), "indices", "values", "G", "c"]
     check_call(_sampler_session, names, *args)
 
@@ -279,7 +279,7 @@ def _plan(advantages, costs, num_minibatches, method, budget, rewards, group_siz
         st.one_of(st.none(), st.sampled_from([2, 4, np.int64(2)])),
     )
 )
-def test_fuzz_plan_minibatches(args):
+def test_plan_minibatches_returns_finite_or_raises_naming_an_argument(args):
     names = [*_names(grpo_plan.plan_minibatches), "group_size", "pods_keep"]
     check_call(_plan, names, *args)
 

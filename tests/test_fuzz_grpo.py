@@ -137,7 +137,7 @@ _NAMES = {
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_fuzz_grpo_function(name):
+def test_grpo_function_returns_finite_or_raises_naming_an_argument(name):
     fn, strategies = CASES[name]
     names = _NAMES.get(name) or _names(fn)
 

@@ -27,7 +27,7 @@ def _brute(rewards, m, eps, unbiased=True, scale=True):
     unbiased=st.booleans(),
     scale=st.booleans(),
 )
-def test_matches_brute_force(groups, m, data, unbiased, scale):
+def test_group_advantages_match_brute_force(groups, m, data, unbiased, scale):
     r = data.draw(st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.0]), min_size=groups * m, max_size=groups * m))
     got = group_advantages(torch.tensor(r, dtype=torch.float64), m, scale_by_std=scale, unbiased_std=unbiased)
     np.testing.assert_allclose(got.numpy(), _brute(r, m, 1e-6, unbiased, scale), rtol=1e-10, atol=1e-12)

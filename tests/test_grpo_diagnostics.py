@@ -79,7 +79,7 @@ def test_vmap_matches_loop_on_plain_module():
     np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-10)
 
 
-def test_grad_norm_bad_inputs(tiny):
+def test_grad_norms_reject_unknown_method_ragged_rows_and_non_scalar_loss(tiny):
     model, rows = tiny
     with pytest.raises(ValueError, match="method"):
         per_sequence_grad_norms(model, _row_loss, rows, method="fast")
@@ -112,7 +112,7 @@ def test_proxy_fidelity_against_numpy_and_theory(n, seed):
     assert out["j_vs_uniform"] >= theory.J_optimal(g, c) / j(np.full(n, 1 / n)) * (1 - 1e-12)  # p* is the floor
 
 
-def test_proxy_fidelity_edge_cases():
+def test_proxy_fidelity_of_proportional_flat_and_missing_proxies():
     exact = proxy_fidelity([1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [5, 5, 9])  # proportional proxy is optimal
     assert exact["chi2"] == pytest.approx(0.0, abs=1e-12) and exact["pearson"] == pytest.approx(1.0)
     flat = proxy_fidelity([1.0, 1.0, 1.0], [1.0, 2.0, 3.0], [5, 5, 9])

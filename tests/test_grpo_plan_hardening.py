@@ -89,7 +89,7 @@ def test_bad_sampling_config_names_the_field(field, value):
         SamplingConfig(**{field: value})
 
 
-def test_fractional_and_huge_costs():
+def test_fractional_costs_count_one_token_and_huge_costs_are_rejected():
     plan = plan_minibatches([1.0, -1.0], [0.2, 0.3], num_minibatches=1)  # below 0.5: still one token
     assert plan.tokens_plain == 2
     with pytest.raises(ValueError, match="costs"):

@@ -8,7 +8,7 @@ import torch
 from costaware.grpo.zvf import fill_batch, nonzero_variance_groups
 
 
-def test_nonzero_variance_groups():
+def test_nonzero_variance_groups_flags_groups_with_unequal_rewards():
     r = torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.5, 0.5, 0.5])
     assert nonzero_variance_groups(r, 3).tolist() == [False] * 3 + [True] * 3 + [False] * 3 + [False] * 3
     with pytest.raises(ValueError, match="finite"):
@@ -85,12 +85,12 @@ def test_nothing_kept_gives_empty_batch_with_shapes():
         (lambda k: ({"x": torch.zeros(2 * k)}, torch.tensor([float("nan"), 1.0] * k)), "finite"),
     ],
 )
-def test_bad_generate_output(generate, match):
+def test_bad_generate_output_is_a_value_error(generate, match):
     with pytest.raises(ValueError, match=match):
         fill_batch(generate, target_groups=1, group_size=2)
 
 
-def test_bad_arguments():
+def test_fill_batch_rejects_non_positive_sizes_naming_them():
     def gen(k):
         return {"x": torch.zeros(2 * k)}, torch.tensor([0.0, 1.0] * k)
 

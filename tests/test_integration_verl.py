@@ -225,7 +225,7 @@ def test_config_errors_name_field_and_value(values, message):
         ("actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode", "loss_mode='bypass_mode'"),
     ],
 )
-def test_trainer_settings_validated(override, message):
+def test_unsupported_trainer_setting_is_a_value_error_naming_it(override, message):
     overrides = ["actor_rollout_ref.actor.shuffle=false", "+algorithm.cost_aware.method=p_star", override]
     with pytest.raises(ValueError, match="algorithm.cost_aware") as info:
         read_trainer_config(verl_config(*overrides))
@@ -354,7 +354,7 @@ def test_all_zero_advantages_skip_the_update():
     assert res.skipped and res.batch is None and res.stats["skipped"] == 1.0 and res.stats["tokens"] == 0.0
 
 
-def test_sizes_must_divide():
+def test_batch_not_divisible_by_minibatch_or_ranks_is_rejected():
     batch = grpo_batch(num_prompts=3)  # 12 rows
     with pytest.raises(ValueError, match="multiple of the mini-batch size"):
         _resample(batch, minibatch_size=8)

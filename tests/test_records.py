@@ -26,7 +26,7 @@ def _run(**kw):
                      spec={"group": "headline"})
 
 
-def test_doctests():
+def test_records_docstring_examples_run():
     assert doctest.testmod(records).failed == 0
 
 
@@ -41,7 +41,7 @@ def test_round_trip_through_json_text(tmp_path):
 @given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 10**7), st.integers(0, 10**7),
                           st.floats(0, 1), st.one_of(st.none(), st.floats(0, 1))), min_size=1, max_size=8),
        st.sampled_from(["none", "nonzero", "p_star", "p_smooth", "pods"]), st.sampled_from(["centred", "raw"]))
-def test_round_trip_property(points, method, weights):
+def test_any_run_result_round_trips_through_json(points, method, weights):
     cols = [sorted(c) for c in zip(*[p[:3] for p in points], strict=True)]  # monotone counts
     evals = tuple(EvalPoint(r, t, g, a, v) for r, t, g, (_, _, _, a, v) in zip(*cols, points, strict=True))
     run = RunResult(_rid(method=method, weights=weights), evals)
@@ -80,7 +80,7 @@ def test_eval_validation_names_field():
         ProxyFidelityPoint(0, 0, pearson=1.5)
 
 
-def test_run_validation():
+def test_run_result_rejects_empty_or_decreasing_evals_and_foreign_json():
     with pytest.raises(ValueError, match="evals"):
         RunResult(_rid(), ())
     with pytest.raises(ValueError, match="po_tokens"):

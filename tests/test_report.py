@@ -85,7 +85,7 @@ def test_numbers_do_not_depend_on_display_labels(tmp_path, monkeypatch):
     assert "Xp* beats XGRPO" in Page(paths["html"].read_text()).text
 
 
-def test_bad_input(tmp_path):
+def test_write_report_rejects_no_runs_non_records_and_a_missing_baseline(tmp_path):
     with pytest.raises(ValueError, match="must not be empty"):
         grpo.write_report([], tmp_path, command="c")
     with pytest.raises(ValueError, match="RunResult"):

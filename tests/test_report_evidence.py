@@ -33,7 +33,7 @@ def _verdict(ev, start):
 
 
 @pytest.mark.parametrize("mod", [curves, evidence, labels])
-def test_doctests(mod):
+def test_docstring_examples_run(mod):
     assert doctest.testmod(mod).failed == 0
 
 
@@ -54,7 +54,7 @@ def test_first_crossing_matches_brute_force(pts, t):
     assert first_crossings(x, rows, t)[1] == pytest.approx(_brute_crossing(x, y[::-1], t))
 
 
-def test_first_crossing_validates():
+def test_first_crossing_and_axis_values_reject_bad_input():
     with pytest.raises(ValueError, match="x and y"):
         first_crossing([0, 1], [0.5], 0.3)
     with pytest.raises(ValueError, match="axis"):
@@ -179,7 +179,7 @@ def test_plateau_says_not_learning_for_a_curve_flat_at_its_start():
         plateau(stuck, min_gain=float("nan"))
 
 
-def test_plateau_validates():
+def test_plateau_rejects_a_late_fraction_above_one():
     with pytest.raises(ValueError, match="late"):
         plateau(make_runs("none", seeds=[0]), late=1.5)
 
@@ -228,7 +228,7 @@ def test_missing_arms_are_said_not_guessed():
     assert "**cannot say**" in _verdict(ev, "p* beats nonzero") and "not run" in _verdict(ev, "p* beats nonzero")
 
 
-def test_baseline_validation():
+def test_evaluate_section_rejects_unknown_baseline_and_zero_target():
     (sec,) = sections(headline(seeds=[0]), "none")
     with pytest.raises(ValueError, match="baseline 'pods_x'"):
         evaluate_section(sec, "pods_x")
@@ -236,7 +236,7 @@ def test_baseline_validation():
         evaluate_section(sec, "none", target_fraction=0.0)
 
 
-def test_estimate_excludes_zero():
+def test_estimate_excludes_zero_only_when_its_interval_does():
     assert Estimate(0.1, 0.01, 0.2).excludes_zero and Estimate(-0.1, -0.2, -0.01).excludes_zero
     assert not Estimate(0.1, -0.01, 0.2).excludes_zero
 
@@ -259,7 +259,7 @@ def test_seed_mean_curve_not_mean_of_peaks():
 
 @settings(max_examples=25, deadline=None)
 @given(st.floats(3.0, 30.0), st.floats(3.0, 30.0), st.floats(1000, 8000), st.integers(0, 100))
-def test_saving_identities(scale_a, scale_b, po_b, salt):
+def test_saving_against_itself_is_zero_and_swapped_savings_invert(scale_a, scale_b, po_b, salt):
     """saving(A, A) = 0 with a [0, 0] CI (paired), and (1 − s_AB)(1 − s_BA) = 1 whenever both reach the target."""
     a = seed_curves(make_runs("none", scale=scale_a, seeds=range(3), salt=salt), "po_tokens")
     b = seed_curves(make_runs("p_star", scale=scale_b, po_per_round=po_b, seeds=range(3), salt=salt), "po_tokens")

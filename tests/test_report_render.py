@@ -16,7 +16,7 @@ from costaware.report import grpo, labels, md
 NASTY = ["p* (paper's proxy |A|)", "J(p_|A|)/J(p*_true)", "p*_smooth(0.01)", "a_b_c *x* `y` [z](w) [u][v] <b> \\ |"]
 
 
-def test_md_doctests():
+def test_md_docstring_examples_run():
     result = doctest.testmod(md)
     assert result.attempted > 0 and result.failed == 0
 

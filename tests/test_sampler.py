@@ -133,7 +133,7 @@ def test_mass_moved_mid_epoch_dominates_the_next_batches(num_workers):
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
-def test_dataloader_integration(num_workers):
+def test_dataloader_feeds_each_draw_with_its_own_weight(num_workers):
     n = 30
     x = torch.arange(n, dtype=torch.float32)
     c, G = _problem(n=n, seed=5)
@@ -158,7 +158,7 @@ def test_dataloader_integration(num_workers):
     assert WeightedIndexDataset(TensorDataset(x))[3][2].item() == 1.0
 
 
-def test_bad_input():
+def test_bad_sampler_arguments_raise_naming_the_argument():
     c = [1.0, 2.0]
     cases = [
         (dict(costs=[1.0, 0.0]), "costs must be > 0"),
@@ -356,7 +356,7 @@ def test_load_state_dict_names_a_missing_key(key):
         s.load_state_dict([1])
 
 
-def test_doctests():
+def test_sampler_docstring_examples_run():
     import doctest
 
     from costaware import sampler

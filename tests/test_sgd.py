@@ -287,7 +287,7 @@ def test_loss_is_named_and_maps_to_one_kernel_code():
     assert set(KERNEL_CODE) == set(Loss) and len(set(KERNEL_CODE.values())) == len(Loss)
 
 
-def test_bad_inputs_raise():
+def test_bad_problem_and_run_arguments_raise_naming_them():
     prob = _problem()
     p = dist.uniform(prob.n)
     with pytest.raises(ValueError, match="A"):

@@ -72,7 +72,7 @@ def test_instance_follows_the_paper():
     assert prob.c.min() >= 1 and prob.c.max() <= 1000 and prob.d == 50
 
 
-def test_cost_to_reach():
+def test_cost_to_reach_interpolates_in_log_space_and_is_inf_when_never_reached():
     assert cost_to_reach([10, 100], [1.0, 0.01], 0.1) == pytest.approx(np.sqrt(10) * 10)
     assert cost_to_reach([10, 100], [1.0, 0.5], 0.1) == float("inf")
 

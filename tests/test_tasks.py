@@ -25,7 +25,7 @@ def _distinct(n: int, size: int, seed: int) -> sorting.SortTasks:
     return sorting.SortTasks(digits=digits, sizes=sizes, prompts=prompts, answers=answers)
 
 
-def test_registry():
+def test_get_task_returns_each_registered_family_and_rejects_unknown_names():
     assert list(TASKS) == ["arith", "sort"]
     for name in TASKS:
         task = get_task(name)
@@ -164,7 +164,7 @@ def test_sort_rewards_and_parsing():
     assert not sorting.is_correct(["2"], ["02"])[0]  # leading zeros matter
 
 
-def test_bad_inputs_raise():
+def test_sort_task_helpers_reject_bad_sizes_probabilities_and_answers():
     with pytest.raises(ValueError, match="n must be a positive integer, got 0"):
         sorting.make_tasks(0)
     with pytest.raises(ValueError, match="min_size must be an integer >= 2, got 1"):

@@ -197,7 +197,7 @@ def test_pearson_matches_realised_correlation():
     assert th.pearson(G, Gp) == pytest.approx(0.8, abs=3e-3)
 
 
-def test_pearson_values_and_errors():
+def test_pearson_of_known_pairs_and_errors_on_constant_or_short_input():
     x = np.array([1.0, 2.0, 3.0, 4.0])
     assert th.pearson(x, 2 * x + 1) == pytest.approx(1.0)
     assert th.pearson(x, -x) == pytest.approx(-1.0)
@@ -296,7 +296,7 @@ def test_lower_bound_excludes_expensive_components_and_non_monotone_prefixes():
     assert not feas.all() and lb2.k == np.flatnonzero(feas)[-1] + 1 == 206
 
 
-def test_lower_bound_bad_input():
+def test_lower_bound_rejects_non_positive_or_empty_input():
     with pytest.raises(ValueError, match="c must be > 0"):
         th.lower_bound([1.0, 0.0], 1.0, 0.1)
     with pytest.raises(ValueError, match="G must be > 0"):

@@ -244,7 +244,7 @@ def test_v1_fed_rows_only_and_the_same_update_as_stocks_passes(dp, monkeypatch):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
-def test_what_keeps_stocks_passes():
+def test_settings_that_read_every_rows_logprobs_keep_the_stock_passes():
     """verl's default rollout.calculate_log_probs=true stores rollout log-probs, which rollout correction
     and the debug metrics compare with every row's old log-prob: not deferred (v0 decides by the batch, v1
     by this setting); neither are the other settings that read every row's log-probs."""
