@@ -267,7 +267,8 @@ def load_benchmark(
         rows = rows[:limit]
     if not rows:
         raise ValueError(f"benchmark {benchmark!r} from {str(path or spec.hub_id)!r} has no rows")
-    records, seen = [], {}
+    records: list[EvalRecord] = []
+    seen: dict[str, str] = {}
     for i, (row, where) in enumerate(rows):
         records.append(_to_record(spec, row, i, benchmark, where))
         if records[-1].id in seen:
