@@ -36,6 +36,7 @@ __all__ = [
     "predictive_abs_adv_sum",
     "binomial_pmf",
     "beta_binomial_pmf",
+    "row_abs_advantages",
 ]
 
 TRL_EPS = 1e-4  # TRL adds 1e-4 to the group std (verl 1e-6)
@@ -150,3 +151,17 @@ def predictive_abs_adv_sum(
         raise ValueError(f"first_correct must hold integers in [0, first={f}], got {_show(k1)}")
     pmf = beta_binomial_pmf(aa + k1, bb + (f - k1), G - f)
     return _moment(pmf, k1.astype(np.int64), G, std, eps, m)
+
+
+def row_abs_advantages(rewards: Any, *, std: Std = "sample", eps: float = TRL_EPS) -> np.ndarray:
+    """|A_i| of every row of (B, G) rewards (any real rewards), group by group; 0 for G = 1."""
+    std, eps = _std_kind(std), _eps(eps)
+    r = as_array(rewards, "rewards")
+    if r.ndim != 2 or not np.isfinite(r).all():
+        raise ValueError(f"rewards must be a finite (groups, group_size) array, got shape {r.shape}")
+    G = r.shape[1]
+    if G < 2:
+        return np.zeros_like(r)
+    dev = np.abs(r - r.mean(axis=1, keepdims=True))
+    s = r.std(axis=1, ddof=1 if std == "sample" else 0, keepdims=True)
+    return dev / (s + eps)
