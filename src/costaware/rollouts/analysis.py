@@ -248,7 +248,7 @@ def analyse(records: list[PromptRound], config: AnalysisConfig | None = None) ->
 
 
 def _f(x: float) -> str:
-    return "   -  " if not np.isfinite(x) else f"{x:6.3f}"
+    return "   -  " if np.isnan(x) else "   inf" if np.isinf(x) else f"{x:6.3f}"
 
 
 def format_table(result: RolloutAnalysis, per_round: bool = False) -> str:
