@@ -88,7 +88,7 @@ def test_invariants_on_synthetic_logs_with_drifting_pass_rates(seed):
             assert (oracle <= v + 1e-12).all(), r.name
         if r.kind == "mixture":  # a weight is at most 1/α: J stays finite
             assert np.isfinite(v).all()
-    assert res.ratio("two_stage(m=1)").per_round == (1.0,) * 16
+    np.testing.assert_allclose(res.ratio("two_stage(m=1)").per_round, 1.0, rtol=1e-12)  # rho = 1: plain GRPO
     assert res.row_level.overall < 1 and np.isfinite(res.row_level.overall)
     assert {s.name for s in res.skips} == {"greso", "cost_aware_skip"}
     text = format_table(res, per_round=True)
