@@ -131,4 +131,6 @@ def test_cli_simulates_and_analyses(tmp_path, capsys):
     rec = json.loads(out.read_text())
     assert rec["num_prompts"] == 64 and len(rec["row_level"]["per_round"]) == 6
     assert main(["rollouts", "analyse", str(tmp_path / "missing.jsonl")]) == 2
-    assert main(["rollouts", "analyse", str(log), "--row-method", "pods"]) == 2
+    with pytest.raises(SystemExit) as exc:  # argparse's own one-line error
+        main(["rollouts", "analyse", str(log), "--row-method", "pods"])
+    assert exc.value.code == 2 and "invalid choice: 'pods'" in capsys.readouterr().err
