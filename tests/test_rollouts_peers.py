@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from costaware.rollouts import GresoControl, PromptState, StateConfig, cost_aware_skip, fill_prompt_batch, greso
+from costaware.rollouts import (
+    GresoControl,
+    PromptState,
+    StateConfig,
+    cost_aware_skip,
+    fill_prompt_batch,
+    greso,
+)
 from costaware.rollouts.prompts import CostAwarePrompts, TwoStage, UniformPrompts
 
 ALL1, ALL0, MIX = [1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 1, 0]

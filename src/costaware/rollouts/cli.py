@@ -53,7 +53,7 @@ def _simulate(args: argparse.Namespace) -> int:
     from costaware.rollouts.synthetic import simulate_prompt_rounds
 
     recs = simulate_prompt_rounds(num_prompts=args.prompts, group_size=args.group_size, batch_size=args.batch,
-                                  rounds=args.rounds, drift=args.drift, seed=args.seed)
+                                  rounds=args.rounds, mean_logit=args.mean_logit, drift=args.drift, seed=args.seed)
     write_prompt_rounds(args.out, recs, append=False)
     print(f"[costaware] wrote {len(recs)} groups over {args.rounds} rounds to {args.out}")
     return 0
@@ -83,6 +83,8 @@ def register(subparsers: Any) -> None:
     s.add_argument("--group-size", type=int, default=8, help="responses per prompt (default: %(default)s)")
     s.add_argument("--batch", type=int, default=64, help="prompts per round (default: %(default)s)")
     s.add_argument("--rounds", type=int, default=60, help="rounds (default: %(default)s)")
+    s.add_argument("--mean-logit", type=float, default=-0.5,
+                   help="mean initial logit of the pass rates; higher is easier (default: %(default)s)")
     s.add_argument("--drift", type=float, default=0.05, help="logit drift per round (default: %(default)s)")
     s.add_argument("--seed", type=int, default=0, help="seed (default: %(default)s)")
     s.set_defaults(func=_simulate)

@@ -321,10 +321,9 @@ class TwoStage:
     Stage 1: m = ``first`` responses for every drawn prompt. Stage 2: the other G − m responses,
     always where the first m disagree (the group is informative whatever comes next), otherwise with
     probability ρ_j ∈ [floor, 1]. A completed group's rows carry 1/ρ_j (times the base's prompt
-    factor); a stopped group contributes no rows, but still counts as G rows of the round's
-    normaliser (its m responses agree: within the group of G they would have had A = 0 only if the
-    rest agreed too, which is why ρ_j > 0 is needed). Conditional on every reward of the round, the
-    expected update over the stage-2 coins is the full groups' update, so the estimator is unbiased.
+    factor); a stopped group feeds no rows but stays in the round's normaliser (B·G rows), as a group
+    with zero gradient. ρ_j depends only on the first stages, so conditional on every reward of the
+    round the expected update over the stage-2 coins is the full groups' update: unbiased.
 
     ρ_j minimises the round's variance × cost (docs/design.md): with a_j = f_j²·E[(Σ|A|)² | first m]
     and c_j the predicted stage-2 cost, ρ_j = clip(√(C/A)·√(a_j/c_j), floor, 1), where A sums a_j over
