@@ -4,8 +4,9 @@ Indices are drawn i.i.d. with replacement from p = (1−α)·p* + α·uniform, p
 alias table (O(n) build, O(1) per draw). Every drawn example i must have its loss multiplied by its
 importance weight w_i (centred: 1/(n_supp p_i), raw: 1/(n p_i)) under the p *it was drawn from*.
 
-Online proxies. :meth:`CostAwareSampler.update_proxies` takes effect at the next index the sampler
-yields: the rest of the chunk drawn from the old p is discarded and redrawn from the new one. A
+Online proxies and costs. :meth:`CostAwareSampler.update_proxies` and :meth:`CostAwareSampler.update_costs`
+take effect at the next index the sampler yields, not after the next ``chunk_size`` draws: the rest of
+the chunk drawn from the old p is discarded and redrawn from the new one. A
 ``DataLoader`` asks the sampler for a batch's indices when it needs them (``num_workers=0``: one batch
 at a time, so an update made after batch b reaches batch b+1); with workers it has fetched up to
 ``prefetch_factor × num_workers`` batches ahead, and those keep the p, and the weights, of their draw.
@@ -265,6 +266,24 @@ class CostAwareSampler(Sampler[int]):
         self._dirty = True
         self._version += 1
 
+    def update_costs(self, indices: Any, values: Any) -> None:
+        """Set c at ``indices`` to ``values`` (> 0, no EMA); the next index drawn uses the new p.
+
+        Costs that change online (a prompt's expected generation + PO tokens, re-estimated each round)
+        move p as proxies do. With repeated indices the last occurrence wins.
+        """
+        idx = _indices(indices, self._costs.size)
+        vals = _to_numpy(values)
+        if idx.size == 0 and np.size(vals) == 0:
+            return
+        vals = positive_vector(np.reshape(vals, -1), "values")
+        same_length(indices=idx, values=vals)
+        c = self._costs.copy()
+        c[idx] = vals
+        self._costs = c
+        self._dirty = True
+        self._version += 1
+
     # -- iteration ------------------------------------------------------------------------------
 
     def set_epoch(self, epoch: int) -> None:
@@ -330,13 +349,13 @@ class CostAwareSampler(Sampler[int]):
     # -- resumability ---------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything the stream depends on: G, epoch, seed, counters, and the pass in progress.
+        """Everything the stream depends on: G, c, epoch, seed, counters, and the pass in progress.
 
         Loading it into a sampler built with the same arguments continues the same stream: the rest
         of the epoch (if saved mid-epoch), then the later epochs. Draws yielded but not yet claimed
         by :meth:`weights_for` are kept too. (A ``generator``'s own state is not saved.)
         """
-        state = {"proxies": self._G.copy(), "epoch": self.epoch, "seed": self.seed}
+        state = {"proxies": self._G.copy(), "costs": self._costs.copy(), "epoch": self.epoch, "seed": self.seed}
         state.update(drawn=self.drawn, drawn_cost=self.drawn_cost)
         return save_stream(state, self._pass, self._version, self._unclaimed)
 
@@ -346,7 +365,12 @@ class CostAwareSampler(Sampler[int]):
         States of earlier versions (``proxies``, ``epoch``, ``seed`` only) load as "at an epoch start".
         """
         G, epoch, seed, drawn, drawn_cost, run, unclaimed = load_stream(state, self._costs.size)
+        costs = self._costs
+        if isinstance(state, dict) and "costs" in state:  # states before update_costs keep the built costs
+            costs = positive_vector(_to_numpy(state["costs"]), "state['costs']")
+            same_length(costs=self._costs, state_costs=costs)
         # every check passed: now change the sampler
+        self._costs = costs
         self._G, self.epoch, self.seed, self.drawn, self.drawn_cost = G, epoch, seed, drawn, drawn_cost
         self._dirty = True
         self._version += 1

@@ -1,0 +1,276 @@
+"""Measure before building: the predicted variance × cost of prompt samplers on per-prompt logs.
+
+For one round with groups j = 1..B (the round's pool treated as the whole dataset, as the paper's J
+does), G_j = the group's Σ|A_i| (from its rewards) and c_j = its generated tokens × generation_cost +
+the PO tokens the row method feeds it (every row under ``none``; none for a zero-variance group under
+``nonzero``/``p_star``), a prompt sampler q has
+
+    J(q) = (Σ_j G_j²/q_j) · (Σ_j q_j c_j),
+
+and J(q)/J(uniform) < 1 is the predicted saving of drawing prompts from q with weights 1/(B q_j).
+The oracle q ∝ G/√c gives the bound (Σ G√c)²/(ΣG²·Σc). Predictors see only earlier rounds:
+
+* ``last_status``: E[G | the prompt's last status], calibrated on earlier rounds;
+* ``posterior``: E[Σ|A|] under the decayed Beta posterior (:class:`~costaware.rollouts.state.PromptState`);
+* ``prompt_size``: E[G | prompt-token bin], calibrated on earlier rounds;
+* each mixed with uniform, q = (1 − α)q̂ + α/B;
+* ``two_stage(m)``: uniform q, the rest of a group generated surely where its first m disagree, else
+  with ρ_j from :class:`~costaware.rollouts.prompts.TwoStage`; its J is
+  (Σ G_j²/(q_j ρ_j)) · (Σ q_j [gen·(stage-1 tokens) + ρ_j (gen·(stage-2 tokens) + PO_j)]).
+
+Row level: J(p*)/J(uniform on the non-zero rows) = (Σ|A|√c)²/(Σ|A|²·Σc) over the round's rows with
+A ≠ 0 (c = prompt + completion tokens), the predicted edge of p* over ``nonzero``. Biased skip rules
+get no J; their expected share of generated tokens skipped and of Σ G lost are reported instead.
+Overall ratios are Σ_t J_t(q)/Σ_t J_t(uniform) over rounds with some signal.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from costaware._checks import real_scalar
+from costaware.rollouts.group import TRL_EPS, row_abs_advantages
+from costaware.rollouts.logs import PromptRound
+from costaware.rollouts.prompts import CostAwareSkip, CostModel, Greso, TwoStage, _floor
+from costaware.rollouts.state import PromptState, StateConfig
+
+__all__ = ["ROW_METHODS", "AnalysisConfig", "Ratios", "SkipEffect", "RolloutAnalysis", "analyse", "format_table",
+           "j_value"]
+
+ROW_METHODS = {"none": "all", "nonzero": "nonzero", "p_star": "nonzero"}
+
+
+@dataclass(frozen=True)
+class AnalysisConfig:
+    generation_cost: float = 1.0 / 3.0
+    row_method: str = "nonzero"
+    alphas: tuple[float, ...] = (0.1, 0.5)
+    decay: float = 0.9
+    prior_pass_rate: float = 0.5
+    prior_strength: float = 2.0
+    first: tuple[int, ...] = (1, 2)
+    two_stage_floor: float = 0.1
+    size_bins: int = 4
+    eps: float = TRL_EPS
+
+    def __post_init__(self) -> None:
+        if real_scalar(self.generation_cost, "generation_cost") < 0:
+            raise ValueError(f"generation_cost must be >= 0, got {self.generation_cost!r}")
+        if self.row_method not in ROW_METHODS:
+            raise ValueError(f"row_method must be one of {tuple(ROW_METHODS)}, got {self.row_method!r}")
+        for a in self.alphas:
+            _floor(a, "alphas")
+        _floor(self.two_stage_floor, "two_stage_floor")
+        for m in self.first:
+            if not (isinstance(m, int) and m >= 1):
+                raise ValueError(f"first must hold integers >= 1, got {self.first!r}")
+        if not (isinstance(self.size_bins, int) and self.size_bins >= 1):
+            raise ValueError(f"size_bins must be a positive integer, got {self.size_bins!r}")
+
+
+@dataclass(frozen=True)
+class Ratios:
+    """J(candidate)/J(uniform) per round (NaN where the round had no signal) and overall."""
+
+    name: str
+    kind: str
+    per_round: tuple[float, ...]
+    overall: float
+
+
+@dataclass(frozen=True)
+class SkipEffect:
+    """A biased skip rule's expected share of generated tokens skipped and of Σ G (signal) lost."""
+
+    name: str
+    tokens_skipped: tuple[float, ...]
+    signal_lost: tuple[float, ...]
+    overall_tokens_skipped: float
+    overall_signal_lost: float
+
+
+@dataclass(frozen=True)
+class RolloutAnalysis:
+    rounds: tuple[int, ...]
+    num_prompts: int
+    group_size: int
+    config: AnalysisConfig
+    prompt_level: tuple[Ratios, ...]
+    row_level: Ratios
+    skips: tuple[SkipEffect, ...]
+    zero_variance_share: tuple[float, ...] = field(default=())
+
+    def ratio(self, name: str) -> Ratios:
+        for r in (*self.prompt_level, self.row_level):
+            if r.name == name:
+                return r
+        raise KeyError(f"no candidate {name!r}; have {[r.name for r in self.prompt_level]}")
+
+
+def j_value(g: np.ndarray, c: np.ndarray, q: np.ndarray) -> float:
+    """(Σ g²/q)(Σ q c) for q normalised over the entries; +inf if some g > 0 has q = 0."""
+    q = q / q.sum()
+    if ((q <= 0) & (g > 0)).any():
+        return float("inf")
+    pos = g > 0
+    return float((g[pos] ** 2 / q[pos]).sum() * (q * c).sum())
+
+
+def _mean_by(keys: np.ndarray, sums: np.ndarray, counts: np.ndarray, fallback: float) -> np.ndarray:
+    return np.where(counts[keys] > 0, sums[keys] / np.maximum(counts[keys], 1), fallback)
+
+
+def _rounds(records: list[PromptRound]) -> tuple[list[int], dict[int, list[PromptRound]], int, int]:
+    if not records:
+        raise ValueError("logs hold no records")
+    sizes = Counter(len(r.rewards) for r in records)
+    if len(sizes) > 1:
+        raise ValueError(f"every group must have the same size; logs hold sizes {dict(sizes)}")
+    by: dict[int, list[PromptRound]] = {}
+    for r in records:
+        by.setdefault(r.round, []).append(r)
+    return sorted(by), by, next(iter(sizes)), max(r.prompt_id for r in records) + 1
+
+
+def analyse(records: list[PromptRound], config: AnalysisConfig | None = None) -> RolloutAnalysis:
+    """Predicted J ratios of every candidate, round by round, from per-prompt logs (online)."""
+    cfg = config or AnalysisConfig()
+    rounds, by, G, N = _rounds(list(records))
+    cost = CostModel(cfg.generation_cost, ROW_METHODS[cfg.row_method])
+    state = PromptState(StateConfig(G, cfg.prior_pass_rate, cfg.prior_strength, cfg.decay, eps=cfg.eps), N)
+    two = {m: TwoStage(first=m, floor=cfg.two_stage_floor, cost=cost) for m in cfg.first if m < G}
+    greso, skip = Greso(), CostAwareSkip(cost=cost)
+    control = greso.initial
+    status_sum, status_n = np.zeros(4), np.zeros(4)
+    size_g: list[np.ndarray] = []
+    size_p: list[np.ndarray] = []
+    names: list[tuple[str, str]] = []
+    J: dict[str, list[float]] = {}
+    Ju: list[float] = []
+    row_j: list[tuple[float, float]] = []
+    skip_eff: dict[str, list[tuple[float, float, float, float]]] = {"greso": [], "cost_aware_skip": []}
+    zero_share: list[float] = []
+    groups_before = 0
+
+    def put(name: str, kind: str, value: float) -> None:
+        if name not in J:
+            J[name] = []
+            names.append((name, kind))
+        J[name].append(value)
+
+    for t in rounds:
+        recs = by[t]
+        ids = np.array([r.prompt_id for r in recs])
+        R = np.array([r.rewards for r in recs], dtype=np.float64)
+        L = np.array([r.completion_lengths for r in recs], dtype=np.float64)
+        P = np.array([r.prompt_tokens for r in recs], dtype=np.float64)
+        absA = row_abs_advantages(R, eps=cfg.eps)
+        g = absA.sum(axis=1)
+        informative = R.max(axis=1) > R.min(axis=1)
+        rowtok = P[:, None] + L
+        po = rowtok.sum(axis=1) * (1.0 if cost.po_rows == "all" else informative)
+        gen = cfg.generation_cost * L.sum(axis=1)
+        c = np.maximum(gen + po, 1e-12)
+        B = ids.size
+        u = np.full(B, 1.0 / B)
+        ju = j_value(g, c, u)
+        Ju.append(ju)
+        zero_share.append(float(1.0 - informative.mean()))
+        put("oracle", "oracle", j_value(g, c, np.sqrt(g**2 / c) + 0.0))
+        # history predictors (state holds rounds < t only)
+        e = cost.expected(state, t)
+        c_hat = e["cost"][ids]
+        past = status_sum.sum() / status_n.sum() if status_n.sum() else 1.0
+        g_status = _mean_by(state.status[ids], status_sum, status_n, past)
+        if size_p:
+            sp, sg = np.concatenate(size_p), np.concatenate(size_g)
+            edges = np.quantile(sp, np.linspace(0, 1, cfg.size_bins + 1)[1:-1])
+            bins_past, bins_now = np.searchsorted(edges, sp), np.searchsorted(edges, P)
+            g_size = _mean_by(bins_now, np.bincount(bins_past, sg, cfg.size_bins),
+                              np.bincount(bins_past, None, cfg.size_bins).astype(float), past)
+        else:
+            g_size = np.ones(B)
+        for name, g_hat in (("last_status", g_status), ("posterior", e["abs_adv_sum"][ids]), ("prompt_size", g_size)):
+            qh = np.sqrt(np.maximum(g_hat, 0.0) ** 2 / c_hat)
+            qh = qh / qh.sum() if qh.sum() > 0 else u
+            put(name, "predictor", j_value(g, c, qh))
+            for a in cfg.alphas:
+                put(f"{name}+a{a:g}", "mixture", j_value(g, c, (1 - a) * qh + a * u))
+        for m, ts in two.items():
+            rho = ts.continue_probabilities(state, t, ids, (R[:, :m] >= 0.5).astype(float), L[:, :m])
+            pos = g > 0
+            var = float((g[pos] ** 2 / (u[pos] * rho[pos])).sum())
+            s1 = cfg.generation_cost * L[:, :m].sum(axis=1)
+            s2 = cfg.generation_cost * L[:, m:].sum(axis=1) + po
+            put(f"two_stage(m={m})", "two_stage", var * float((u * (s1 + rho * s2)).sum()))
+        # row level: p* against uniform over the non-zero rows
+        a_rows, c_rows = absA[absA > 0], rowtok[absA > 0]
+        row_j.append(((a_rows * np.sqrt(c_rows)).sum() ** 2, (a_rows**2).sum() * c_rows.sum()) if a_rows.size else (0.0, 0.0))
+        # biased skips: expected share of generated tokens skipped and of signal lost
+        epoch = groups_before // N
+        for name, keep in (("greso", greso.keep_probabilities(state, control)[ids]),
+                           ("cost_aware_skip", skip.keep_probabilities(state, t)[ids])):
+            skip_eff[name].append((float(((1 - keep) * L.sum(axis=1)).sum()), float(L.sum()),
+                                   float(((1 - keep) * g).sum()), float(g.sum())))
+        control = greso.adapt(control, R, epoch)  # the log holds every group; GRESO sees the kept ones
+        # now learn from round t
+        np.add.at(status_sum, state.status[ids], g)
+        np.add.at(status_n, state.status[ids], 1.0)
+        size_p.append(P)
+        size_g.append(g)
+        state.update(ids, np.clip(R, 0, 1), L, t, prompt_tokens=P)
+        groups_before += B
+
+    ju = np.array(Ju)
+    ok = ju > 0
+
+    def ratios(name: str, kind: str, vals: list[float]) -> Ratios:
+        v = np.array(vals)
+        per = np.where(ok, v / np.where(ok, ju, 1.0), np.nan)
+        return Ratios(name, kind, tuple(per.tolist()), float(v[ok].sum() / ju[ok].sum()) if ok.any() else float("nan"))
+
+    rj = np.array(row_j)
+    rok = rj[:, 1] > 0
+    row = Ratios("p_star_rows", "row", tuple(np.where(rok, rj[:, 0] / np.where(rok, rj[:, 1], 1.0), np.nan).tolist()),
+                 float(rj[rok, 0].sum() / rj[rok, 1].sum()) if rok.any() else float("nan"))
+    skips = []
+    for name, vals in skip_eff.items():
+        s = np.array(vals)
+        skips.append(SkipEffect(name, tuple((s[:, 0] / np.maximum(s[:, 1], 1e-12)).tolist()),
+                                tuple(np.where(s[:, 3] > 0, s[:, 2] / np.maximum(s[:, 3], 1e-12), np.nan).tolist()),
+                                float(s[:, 0].sum() / max(s[:, 1].sum(), 1e-12)),
+                                float(s[:, 2].sum() / s[:, 3].sum()) if s[:, 3].sum() > 0 else float("nan")))
+    return RolloutAnalysis(tuple(rounds), N, G, cfg, tuple(ratios(n, k, J[n]) for n, k in names), row,
+                           tuple(skips), tuple(zero_share))
+
+
+def _f(x: float) -> str:
+    return "   -  " if np.isnan(x) else "   inf" if np.isinf(x) else f"{x:6.3f}"
+
+
+def format_table(result: RolloutAnalysis, per_round: bool = False) -> str:
+    """Plain-text tables: overall and per-round spread of every ratio; optionally round by round."""
+    cfg = result.config
+    lines = [f"prompt-stage J(q)/J(uniform): {len(result.rounds)} rounds, N={result.num_prompts} prompts, "
+             f"G={result.group_size}, generation_cost={cfg.generation_cost:g}, row method {cfg.row_method!r}, "
+             f"zero-variance groups {np.mean(result.zero_variance_share):.0%}",
+             f"{'candidate':<24}{'overall':>8}{'min':>8}{'median':>8}{'max':>8}"]
+    for r in (*result.prompt_level, result.row_level):
+        v = np.array(r.per_round)
+        v = v[np.isfinite(v)]
+        lo, med, hi = (np.min(v), np.median(v), np.max(v)) if v.size else (np.nan,) * 3
+        label = r.name if r.kind != "row" else "row level: p* / nonzero"
+        lines.append(f"{label:<24}{_f(r.overall):>8}{_f(lo):>8}{_f(med):>8}{_f(hi):>8}")
+    lines.append("biased skips (no J): expected share of generated tokens skipped / of Σ|A| lost")
+    for s in result.skips:
+        lines.append(f"{s.name:<24}{s.overall_tokens_skipped:8.1%}{s.overall_signal_lost:8.1%}")
+    if per_round:
+        cols = [r for r in result.prompt_level if r.kind != "mixture"] + [result.row_level]
+        lines.append("round by round: " + ", ".join(f"[{i}] {r.name}" for i, r in enumerate(cols)))
+        lines.append(f"{'round':>6}" + "".join(f"{f'[{i}]':>8}" for i in range(len(cols))))
+        for k, t in enumerate(result.rounds):
+            lines.append(f"{t:>6}" + "".join(f"{_f(r.per_round[k]):>8}" for r in cols))
+    return "\n".join(lines)

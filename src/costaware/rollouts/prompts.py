@@ -1,0 +1,401 @@
+"""Prompt samplers: which prompts to generate, as small frozen objects made by factories.
+
+Each sampler has ``name``, ``biased`` (it never trains on what it skips, so its update is not
+full-dataset GRPO's in expectation), ``weighted`` (its rows carry a prompt factor) and ``uses_costs``.
+
+Unbiased (weighted):
+
+* :func:`uniform_prompts` — today's behaviour, q_j = 1/N, every factor 1.
+* :func:`cost_aware_prompts` — q = (1 − α)·q̂ + α/N, q̂_j ∝ Ĝ_j/√ĉ_j (Ĝ: predicted E[Σ|A|] of the
+  group, ĉ: predicted cost). Draw B prompts i.i.d. from q; every row of a drawn prompt's group carries
+  the **prompt factor** f_j = 1/(N·q_j), multiplied into its row factor from the row plan. With the
+  loss normalised as today (by the B·G rows a round of B draws holds), E[update] is full-dataset
+  GRPO's (1/N)Σ_j g_j; uniform q gives f ≡ 1 exactly, so nothing changes for it.
+* :func:`two_stage` — m responses for every drawn prompt, the other G − m always where the first m
+  disagree, else with probability ρ_j ≥ ``floor``; a completed group's rows carry 1/ρ_j on top.
+
+Biased (no weights): :func:`cost_aware_skip` and :func:`greso` skip prompts before generation.
+
+>>> from costaware.rollouts.state import PromptState, StateConfig
+>>> st = PromptState(StateConfig(group_size=4), num_prompts=4, prompt_tokens=[10, 10, 10, 10])
+>>> st.update([0, 1], [[1, 1, 1, 1], [1, 0, 1, 0]], [[8] * 4, [8] * 4], round=0)
+>>> s = cost_aware_prompts(floor=0.5, generation_cost=1 / 3)
+>>> q = s.probabilities(st, round=1)
+>>> bool(q[0] < q[1]), float(q.sum())                      # the all-correct prompt is drawn less
+(True, 1.0)
+>>> uniform_prompts().prompt_factors(uniform_prompts().probabilities(st, 1), [0, 3]).tolist()
+[1.0, 1.0]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from costaware import distributions as dist
+from costaware._checks import _show, as_array, as_generator, integer, real_scalar
+from costaware.rollouts.group import predictive_abs_adv_sum
+from costaware.rollouts.state import ALL_CORRECT, ALL_WRONG, PromptState
+
+__all__ = [
+    "CostModel",
+    "UniformPrompts",
+    "CostAwarePrompts",
+    "CostAwareSkip",
+    "GresoControl",
+    "Greso",
+    "TwoStage",
+    "uniform_prompts",
+    "cost_aware_prompts",
+    "cost_aware_skip",
+    "greso",
+    "two_stage",
+    "fill_prompt_batch",
+]
+
+PO_ROWS = ("all", "nonzero")
+
+
+def _floor(x: Any, name: str = "floor") -> float:
+    v = real_scalar(x, name)
+    if not 0.0 < v < 1.0:
+        raise ValueError(f"{name} must lie in (0, 1) (0 lets a weight be infinite, 1 is uniform), got {v!r}")
+    return v
+
+
+def _ids(prompt_ids: Any, n: int) -> np.ndarray:
+    a = as_array(prompt_ids, "prompt_ids").reshape(-1)
+    if not ((a == np.round(a)).all() and (a >= 0).all() and (a < n).all()):
+        raise ValueError(f"prompt_ids must be integers in [0, {n}), got {_show(a)}")
+    return a.astype(np.int64)
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """A prompt's cost in PO-token units: generated tokens × ``generation_cost`` + the PO tokens fed.
+
+    ``po_rows``: which rows the row plan feeds: ``"all"`` (GRPO, ``none``) or ``"nonzero"`` (``nonzero``,
+    p*: a zero-variance group feeds nothing), in expectation under the posterior.
+    """
+
+    generation_cost: float = 1.0 / 3.0
+    po_rows: str = "nonzero"
+
+    def __post_init__(self) -> None:
+        if real_scalar(self.generation_cost, "generation_cost") < 0:
+            raise ValueError(f"generation_cost must be >= 0, got {self.generation_cost!r}")
+        if self.po_rows not in PO_ROWS:
+            raise ValueError(f"po_rows must be one of {PO_ROWS}, got {self.po_rows!r}")
+
+    def po_tokens(self, tokens_per_row: np.ndarray, group_size: int, informative: np.ndarray) -> np.ndarray:
+        fed = group_size * tokens_per_row
+        return fed if self.po_rows == "all" else fed * informative
+
+    def expected(self, state: PromptState, round: int) -> dict[str, np.ndarray]:
+        """Per prompt: Ĝ (predicted E[Σ|A|]), its second moment, P(informative) and ĉ."""
+        G = state.config.group_size
+        mom = state.group_moments(round)
+        ell = state.expected_length(round)
+        row = state.expected_prompt_tokens() + ell
+        cost = self.generation_cost * G * ell + self.po_tokens(row, G, mom["informative"])
+        return {**mom, "length": ell, "cost": np.maximum(cost, 1e-12)}
+
+
+def _check_state(state: Any) -> PromptState:
+    if not isinstance(state, PromptState):
+        raise TypeError(f"state must be a PromptState, got {type(state).__name__}")
+    return state
+
+
+# -- unbiased prompt samplers ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UniformPrompts:
+    """q_j = 1/N: today's behaviour."""
+
+    name: str = "uniform"
+    biased: bool = False
+    weighted: bool = False
+    uses_costs: bool = False
+
+    def probabilities(self, state: PromptState, round: int) -> np.ndarray:
+        return dist.uniform(_check_state(state).num_prompts)
+
+    def prompt_factors(self, q: Any, prompt_ids: Any) -> np.ndarray:
+        """f_j = 1/(N·q_j) of each drawn prompt: exactly 1 under uniform q."""
+        qq = as_array(q, "q").reshape(-1)
+        ids = _ids(prompt_ids, qq.size)
+        return 1.0 / (qq.size * qq[ids])
+
+
+@dataclass(frozen=True)
+class CostAwarePrompts(UniformPrompts):
+    """q = (1 − floor)·q̂ + floor/N with q̂_j ∝ Ĝ_j/√ĉ_j; every weight f_j ≤ 1/floor."""
+
+    name: str = "cost_aware"
+    weighted: bool = True
+    uses_costs: bool = True
+    floor: float = 0.1
+    cost: CostModel = CostModel()
+
+    def __post_init__(self) -> None:
+        _floor(self.floor)
+        if not isinstance(self.cost, CostModel):
+            raise TypeError(f"cost must be a CostModel, got {type(self.cost).__name__}")
+
+    def sampler_inputs(self, state: PromptState, round: int) -> tuple[np.ndarray, np.ndarray]:
+        """(proxies Ĝ, costs ĉ) for :class:`costaware.sampler.CostAwareSampler` with ``alpha=floor``,
+        ``weights="raw"``: its p is then this q and its weights these prompt factors."""
+        e = self.cost.expected(_check_state(state), round)
+        return e["abs_adv_sum"], e["cost"]
+
+    def probabilities(self, state: PromptState, round: int) -> np.ndarray:
+        g, c = self.sampler_inputs(state, round)
+        return dist._smoothed(dist.optimal(g, c), self.floor)
+
+
+def uniform_prompts() -> UniformPrompts:
+    """Uniform prompts (today's behaviour): unbiased, no weights."""
+    return UniformPrompts()
+
+
+def cost_aware_prompts(floor: float = 0.1, generation_cost: float = 1.0 / 3.0, po_rows: str = "nonzero") -> CostAwarePrompts:
+    """The paper's rule applied to prompts, q ∝ Ĝ/√ĉ mixed with uniform at ``floor``: unbiased, weighted."""
+    return CostAwarePrompts(floor=floor, cost=CostModel(generation_cost, po_rows))
+
+
+# -- biased skip rules ---------------------------------------------------------------------------
+
+
+def fill_prompt_batch(
+    draw_candidates: Callable[[int], Any], keep_probability: Any, batch_size: int, candidates_per_call: int,
+    rng: Any = None, max_calls: int = 64,
+) -> tuple[np.ndarray, int]:
+    """Draw candidate batches, keep each candidate j with ``keep_probability[j]``, until ``batch_size`` are kept.
+
+    Returns the first ``batch_size`` kept prompt ids (fewer if ``max_calls`` batches did not fill it)
+    and the number of candidates examined. GRESO fills its train batch this way from an over-sampled
+    candidate batch.
+    """
+    keep = as_array(keep_probability, "keep_probability").reshape(-1)
+    if not (np.isfinite(keep).all() and (keep >= 0).all() and (keep <= 1).all()):
+        raise ValueError(f"keep_probability must lie in [0, 1], got {_show(keep)}")
+    b = integer(batch_size, "batch_size", minimum=1)
+    m = integer(candidates_per_call, "candidates_per_call", minimum=1)
+    calls = integer(max_calls, "max_calls", minimum=1)
+    gen = as_generator(rng)
+    kept: list[np.ndarray] = []
+    seen = have = 0
+    for _ in range(calls):
+        cand = _ids(draw_candidates(m), keep.size)
+        seen += cand.size
+        k = cand[gen.random(cand.size) < keep[cand]]
+        kept.append(k)
+        have += k.size
+        if have >= b:
+            break
+    out = np.concatenate(kept) if kept else np.empty(0, dtype=np.int64)
+    return out[:b], seen
+
+
+@dataclass(frozen=True)
+class CostAwareSkip:
+    """BIASED. Keep prompt j with min(1, max(min_keep, s_j / s_ref)), s = Ĝ/√ĉ, s_ref = the
+    ``reference`` quantile of s over all prompts: the skip probability rises as Ĝ/√ĉ falls. No weights."""
+
+    name: str = "cost_aware_skip"
+    biased: bool = True
+    weighted: bool = False
+    uses_costs: bool = True
+    min_keep: float = 0.05
+    reference: float = 0.5
+    cost: CostModel = CostModel()
+
+    def __post_init__(self) -> None:
+        _floor(self.min_keep, "min_keep")
+        _floor(self.reference, "reference")
+
+    def keep_probabilities(self, state: PromptState, round: int) -> np.ndarray:
+        e = self.cost.expected(_check_state(state), round)
+        s = e["abs_adv_sum"] / np.sqrt(e["cost"])
+        ref = float(np.quantile(s, self.reference))
+        if not ref > 0:
+            return np.ones_like(s)
+        return np.clip(s / ref, self.min_keep, 1.0)
+
+
+def cost_aware_skip(min_keep: float = 0.05, reference: float = 0.5, generation_cost: float = 1.0 / 3.0,
+                    po_rows: str = "nonzero") -> CostAwareSkip:
+    """The biased cost-aware skip (GRESO-like, scored by Ĝ/√ĉ); labelled ``biased=True``."""
+    return CostAwareSkip(min_keep=min_keep, reference=reference, cost=CostModel(generation_cost, po_rows))
+
+
+@dataclass(frozen=True)
+class GresoControl:
+    """GRESO's adaptive exploration probabilities (the probability of *keeping*), one per class."""
+
+    p_easy: float = 0.5
+    p_hard: float = 0.5
+
+
+@dataclass(frozen=True)
+class Greso:
+    """BIASED. GRESO's pre-rollout filter (Zheng et al. 2025, "Act Only When It Pays").
+
+    A prompt whose last z ≥ 1 groups all had zero variance is kept with probability p^z (skipped with
+    1 − p^z), p = ``p_easy`` if its last group was all correct, ``p_hard`` if all wrong; any other prompt
+    is kept. :meth:`adapt` moves each p by ``step`` towards a target share of zero-variance groups among
+    those generated (``target`` in total, ``easy_split`` of it easy, the rest hard): a share at or above
+    its target lowers p (skip more), below it raises p, clipped to [min_p, max_p]; nothing moves
+    during the first epoch. GRESO's reference code calls it once per training step (its notes say per
+    epoch): the cadence is the caller's. The candidate batch is ``oversample`` × the train batch
+    (384/256), filtered, and refilled until the train batch is full (:func:`fill_prompt_batch`).
+    """
+
+    name: str = "greso"
+    biased: bool = True
+    weighted: bool = False
+    uses_costs: bool = False
+    target: float = 0.25
+    easy_split: float = 1.0 / 3.0
+    step: float = 0.01
+    min_p: float = 0.05
+    max_p: float = 0.95
+    oversample: float = 1.5
+    initial: GresoControl = GresoControl()
+
+    def __post_init__(self) -> None:
+        for name in ("target", "easy_split", "min_p", "max_p"):
+            _floor(getattr(self, name), name)
+        if not 0 < real_scalar(self.step, "step") < 1:
+            raise ValueError(f"step must lie in (0, 1), got {self.step!r}")
+        if not self.min_p <= self.max_p:
+            raise ValueError(f"min_p must be <= max_p, got {self.min_p!r} > {self.max_p!r}")
+        if real_scalar(self.oversample, "oversample") < 1:
+            raise ValueError(f"oversample must be >= 1, got {self.oversample!r}")
+
+    def sampling_batch_size(self, train_batch_size: int) -> int:
+        return int(np.ceil(self.oversample * integer(train_batch_size, "train_batch_size", minimum=1)))
+
+    def keep_probabilities(self, state: PromptState, control: GresoControl) -> np.ndarray:
+        st = _check_state(state)
+        p = np.where(st.status == ALL_CORRECT, control.p_easy, np.where(st.status == ALL_WRONG, control.p_hard, 1.0))
+        return np.where(st.zero_streak > 0, p ** st.zero_streak, 1.0)
+
+    def adapt(self, control: GresoControl, rewards: Any, epoch: int) -> GresoControl:
+        """The next control from one step's generated groups' rewards (B, G) at ``epoch`` (0-based)."""
+        r = as_array(rewards, "rewards")
+        if r.ndim != 2 or r.shape[0] == 0:
+            raise ValueError(f"rewards must have shape (groups, group_size) with groups >= 1, got {r.shape}")
+        if integer(epoch, "epoch", minimum=0) == 0:
+            return control
+        zero = r.max(axis=1) == r.min(axis=1)
+        easy = float((zero & (r[:, 0] >= 1.0)).mean())
+        hard = float((zero & (r[:, 0] <= 0.0)).mean())
+
+        def move(p: float, share: float, target: float) -> float:
+            return max(p - self.step, self.min_p) if share >= target else min(p + self.step, self.max_p)
+
+        return replace(control, p_easy=move(control.p_easy, easy, self.target * self.easy_split),
+                       p_hard=move(control.p_hard, hard, self.target * (1.0 - self.easy_split)))
+
+
+def greso(target: float = 0.25, easy_split: float = 1.0 / 3.0, step: float = 0.01, p_easy: float = 0.5,
+          p_hard: float = 0.5, oversample: float = 1.5, min_p: float = 0.05, max_p: float = 0.95) -> Greso:
+    """GRESO's probabilistic pre-rollout skip with its adaptive exploration; labelled ``biased=True``."""
+    return Greso(target=target, easy_split=easy_split, step=step, min_p=min_p, max_p=max_p,
+                 oversample=oversample, initial=GresoControl(_floor(p_easy, "p_easy"), _floor(p_hard, "p_hard")))
+
+
+# -- two-stage rollout ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TwoStage:
+    """Unbiased two-stage rollout over a base prompt sampler.
+
+    Stage 1: m = ``first`` responses for every drawn prompt. Stage 2: the other G − m responses,
+    always where the first m disagree (the group is informative whatever comes next), otherwise with
+    probability ρ_j ∈ [floor, 1]. A completed group's rows carry 1/ρ_j (times the base's prompt
+    factor); a stopped group feeds no rows but stays in the round's normaliser (B·G rows), as a group
+    with zero gradient. ρ_j depends only on the first stages, so conditional on every reward of the
+    round the expected update over the stage-2 coins is the full groups' update: unbiased.
+
+    ρ_j minimises the round's variance × cost (docs/design.md): with a_j = f_j²·E[(Σ|A|)² | first m]
+    and c_j the predicted stage-2 cost, ρ_j = clip(√(C/A)·√(a_j/c_j), floor, 1), where A sums a_j over
+    the prompts that complete surely and C is the cost of every stage 1 plus those completions.
+    """
+
+    name: str = "two_stage"
+    biased: bool = False
+    weighted: bool = True
+    uses_costs: bool = True
+    first: int = 2
+    floor: float = 0.1
+    cost: CostModel = CostModel()
+    base: UniformPrompts = UniformPrompts()
+
+    def __post_init__(self) -> None:
+        integer(self.first, "first", minimum=1)
+        _floor(self.floor)
+        if not isinstance(self.base, UniformPrompts):
+            raise TypeError(f"base must be uniform_prompts() or cost_aware_prompts(...), got {type(self.base).__name__}")
+
+    def probabilities(self, state: PromptState, round: int) -> np.ndarray:
+        return self.base.probabilities(state, round)
+
+    def continue_probabilities(
+        self, state: PromptState, round: int, prompt_ids: Any, first_rewards: Any,
+        first_lengths: Any | None = None, prompt_factors: Any | None = None,
+    ) -> np.ndarray:
+        """ρ of each drawn prompt given its first m rewards (B, m); 1 where they disagree."""
+        st = _check_state(state)
+        G, m = st.config.group_size, self.first
+        if m >= G:
+            raise ValueError(f"first must be < group_size={G}, got {m}")
+        ids = _ids(prompt_ids, st.num_prompts)
+        r1 = as_array(first_rewards, "first_rewards")
+        if r1.shape != (ids.size, m) or not (np.isfinite(r1).all() and (r1 >= 0).all() and (r1 <= 1).all()):
+            raise ValueError(f"first_rewards must be 0/1 rewards of shape ({ids.size}, {m}), got {_show(r1)}")
+        f = np.ones(ids.size) if prompt_factors is None else as_array(prompt_factors, "prompt_factors").reshape(-1)
+        if f.shape != (ids.size,) or not (np.isfinite(f).all() and (f > 0).all()):
+            raise ValueError(f"prompt_factors must be {ids.size} positive numbers, got {_show(f)}")
+        ell = st.expected_length(round, ids)
+        if first_lengths is None:
+            stage1 = self.cost.generation_cost * m * ell
+        else:
+            ln = as_array(first_lengths, "first_lengths")
+            if ln.shape != r1.shape or not (np.isfinite(ln).all() and (ln >= 0).all()):
+                raise ValueError(f"first_lengths must be lengths >= 0 of shape {r1.shape}, got {_show(ln)}")
+            stage1 = self.cost.generation_cost * ln.sum(axis=1)
+        agree = r1.max(axis=1) == r1.min(axis=1)
+        k1 = np.rint(r1.sum(axis=1))
+        a, b = st.posterior(round, ids)
+        sq = predictive_abs_adv_sum(a, b, G, first=m, first_correct=k1, moment=2, std=st.config.std, eps=st.config.eps)
+        p_inf = np.where(agree, _p_informative_given_first(a, b, G, m, k1), 1.0)
+        row = st.expected_prompt_tokens(ids) + ell
+        rest = self.cost.generation_cost * (G - m) * ell + self.cost.po_tokens(row, G, p_inf)
+        A = float((f[~agree] ** 2 * sq[~agree]).sum())
+        C = float(stage1.sum() + rest[~agree].sum())
+        if not A > 0:
+            return np.ones(ids.size)
+        rho = np.sqrt(C / A) * f * np.sqrt(sq / np.maximum(rest, 1e-12))
+        return np.where(agree, np.clip(rho, self.floor, 1.0), 1.0)
+
+
+def _p_informative_given_first(a: np.ndarray, b: np.ndarray, G: int, m: int, k1: np.ndarray) -> np.ndarray:
+    """P(the whole group is informative | its first m agree with k1 ∈ {0, m}) under Beta(a, b)."""
+    from costaware.rollouts.group import beta_binomial_pmf
+
+    pmf = beta_binomial_pmf(a + k1, b + (m - k1), G - m)
+    return np.where(k1 > 0, 1.0 - pmf[..., -1], 1.0 - pmf[..., 0])
+
+
+def two_stage(first: int = 2, floor: float = 0.1, generation_cost: float = 1.0 / 3.0, po_rows: str = "nonzero",
+              base: UniformPrompts | None = None) -> TwoStage:
+    """Two-stage rollout: ``first`` responses each, the rest where they disagree or with ρ_j ≥ ``floor``."""
+    return TwoStage(first=first, floor=floor, cost=CostModel(generation_cost, po_rows), base=base or UniformPrompts())
