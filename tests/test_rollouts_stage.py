@@ -1,0 +1,112 @@
+"""PromptStage: the round-by-round prompt draw the engines call (costaware.rollouts.stage)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from costaware.rollouts.prompts import cost_aware_prompts, cost_aware_skip, greso, two_stage, uniform_prompts
+from costaware.rollouts.stage import PromptStage
+
+N, G, B = 12, 4, 3
+TOKENS = np.arange(N) + 5.0
+METHODS = [uniform_prompts(), cost_aware_prompts(floor=0.2), cost_aware_skip(), greso()]
+
+
+def _rewards(ids: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Prompt j passes with probability j/N: low ids fail, high ids pass, the middle varies."""
+    r = (rng.random((ids.size, G)) < (ids[:, None] + 0.5) / N).astype(float)
+    return r, rng.integers(1, 20, (ids.size, G)).astype(float)
+
+
+def _run(stage: PromptStage, rounds: int, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(rounds):
+        d = stage.draw()
+        r, ln = _rewards(d.prompt_ids, rng)
+        stage.update(d.prompt_ids, r, ln)
+        out.append(d.prompt_ids)
+    return out
+
+
+def _stage(method, seed: int = 3) -> PromptStage:
+    return PromptStage(method, num_prompts=N, group_size=G, prompts_per_round=B, seed=seed, prompt_tokens=TOKENS)
+
+
+@pytest.mark.parametrize("method", METHODS, ids=lambda m: m.name)
+def test_same_seed_and_feedback_draw_the_same_prompts(method) -> None:
+    a, b = _run(_stage(method), 25), _run(_stage(method), 25)
+    assert all((x == y).all() for x, y in zip(a, b, strict=True))
+
+
+@pytest.mark.parametrize("method", METHODS, ids=lambda m: m.name)
+def test_a_resumed_stage_draws_what_the_uninterrupted_one_draws(method) -> None:
+    whole = _stage(method)
+    _run(whole, 10)
+    saved = json.loads(json.dumps(whole.state_dict()))  # through JSON, as a checkpoint holds it
+    resumed = _stage(method)
+    resumed.load_state_dict(saved)
+    rest_whole, rest_resumed = _run(whole, 10, seed=9), _run(resumed, 10, seed=9)
+    assert all((x == y).all() for x, y in zip(rest_whole, rest_resumed, strict=True))
+
+
+@pytest.mark.parametrize("method", METHODS, ids=lambda m: m.name)
+def test_draw_before_update_returns_the_same_round(method) -> None:
+    st = _stage(method)
+    d1, d2 = st.draw(), st.draw()
+    assert d1 is d2 and st.round == 0
+
+
+def test_unweighted_methods_give_factor_one_and_weighted_ones_average_one() -> None:
+    for m in (uniform_prompts(), cost_aware_skip(), greso()):
+        st = _stage(m)
+        _run(st, 5)
+        assert (st.draw().factors == 1.0).all()
+    # E_q[1/(N q_j)] = 1: the prompt factor is an importance weight of the uniform mean
+    st = _stage(cost_aware_prompts(floor=0.2))
+    _run(st, 15)
+    q = cost_aware_prompts(floor=0.2).probabilities(st.state, st.round)
+    d = st.draw()
+    assert np.allclose(d.factors, 1.0 / (N * q[d.prompt_ids]), rtol=1e-12)
+    assert np.isclose((q * (1.0 / (N * q))).sum(), 1.0)
+
+
+def test_skip_rules_examine_more_candidates_and_skip_all_correct_prompts_more() -> None:
+    uni, skip = _stage(uniform_prompts()), _stage(greso(p_easy=0.2, p_hard=0.2))
+    drawn_u, drawn_s = np.concatenate(_run(uni, 60)), np.concatenate(_run(skip, 60))
+    assert uni.examined == 60 * B and skip.examined > 60 * B
+    easy = N - 1  # passes almost always: zero variance, all correct
+    assert (drawn_s == easy).sum() < (drawn_u == easy).sum()
+
+
+def test_skip_rule_candidates_visit_every_prompt_once_per_epoch_when_nothing_is_skipped() -> None:
+    st = _stage(greso(oversample=1.0))  # keeps every prompt whose last group varied; no over-sampling
+    ids = []
+    for _ in range(N // B * 2):
+        d = st.draw()
+        st.update(d.prompt_ids, np.tile([0.0, 1.0], (B, G // 2)), np.ones((B, G)))
+        ids.append(d.prompt_ids)
+    ids = np.concatenate(ids)
+    assert sorted(ids[:N].tolist()) == list(range(N)) and sorted(ids[N:].tolist()) == list(range(N))
+
+
+def test_bad_calls_name_the_argument() -> None:
+    with pytest.raises(TypeError, match="method"):
+        PromptStage(two_stage(), num_prompts=N, group_size=G, prompts_per_round=B)
+    with pytest.raises(ValueError, match="prompts_per_round"):
+        PromptStage(greso(), num_prompts=N, group_size=G, prompts_per_round=N + 1)
+    st = _stage(greso())
+    with pytest.raises(ValueError, match="draw"):
+        st.update([0, 1, 2], np.zeros((3, G)), np.ones((3, G)))
+    d = st.draw()
+    with pytest.raises(ValueError, match="prompt_ids"):
+        st.update(d.prompt_ids[::-1] + 1 if d.prompt_ids[0] != d.prompt_ids[-1] + 1 else d.prompt_ids + 1,
+                  np.zeros((B, G)), np.ones((B, G)))
+    with pytest.raises(ValueError, match="completion_lengths"):
+        st.update(d.prompt_ids, np.zeros((B, G)), -np.ones((B, G)))
+    with pytest.raises(ValueError, match="method"):
+        other = _stage(uniform_prompts())
+        other.load_state_dict(st.state_dict())
