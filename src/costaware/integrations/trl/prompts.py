@@ -1,0 +1,83 @@
+"""The prompt stage in TRL: a train sampler that lets a :class:`costaware.rollouts.stage.PromptStage`
+choose each generation round's prompts, and the trainer's side of it.
+
+TRL's ``RepeatSampler`` yields a round as B prompt indices, each repeated G times in a row, the whole
+block repeated ``num_iterations × steps_per_generation`` times (one block per optimiser step of the
+round). :class:`PromptStageSampler` yields the same layout, with the B prompts drawn by the stage at the
+moment the round's first index is asked for. Every process runs the same sampler on the same seed and
+feeds the stage the same gathered rewards, so every process draws the same prompts, as TRL needs.
+
+The DataLoader (accelerate's) fetches one batch ahead: with ``steps_per_generation`` ≥ 2 a round is
+drawn after the previous round's rewards were folded in; with 1 it is drawn one round earlier. Either
+way a draw depends only on past rounds, so a weighted stage stays unbiased.
+
+A weighted stage's prompt factor f_j = 1/(N q_j) scales every advantage of prompt j's group before the
+row plan sees them: the GRPO/CISPO/DAPO per-row losses are positively homogeneous in A (the clip acts
+on the ratio and only A's sign chooses the branch), so this is the row's loss times f_j.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Sampler
+
+from costaware.rollouts.stage import PromptStage
+
+__all__ = ["PromptStageSampler", "fold_round"]
+
+
+class PromptStageSampler(Sampler[int]):
+    """Yields prompt indices in ``RepeatSampler``'s layout, each round's prompts drawn by ``stage``.
+
+    Args:
+        stage: the run's :class:`PromptStage` (the trainer keeps it to feed it rewards).
+        group_size: G, the repeat of each prompt (``num_generations``).
+        repeat_count: ``num_iterations × steps_per_generation``.
+        rounds: rounds per pass (``__len__``); the trainer stops by ``max_steps``.
+    """
+
+    def __init__(self, stage: PromptStage, *, group_size: int, repeat_count: int, rounds: int) -> None:
+        if not isinstance(stage, PromptStage):
+            raise TypeError(f"stage must be a PromptStage, got {type(stage).__name__}")
+        self.stage = stage
+        self.group_size, self.repeat_count, self.rounds = int(group_size), int(repeat_count), int(rounds)
+
+    def __iter__(self) -> Iterator[int]:
+        for _ in range(self.rounds):
+            ids = self.stage.draw().prompt_ids.tolist()
+            block = [i for i in ids for _ in range(self.group_size)]
+            for _ in range(self.repeat_count):
+                yield from block
+            # a draw repeats until update(): a round that was never scored (the run stopped) is not skipped
+
+    def __len__(self) -> int:
+        return self.rounds * self.stage.batch * self.group_size * self.repeat_count
+
+
+def fold_round(stage: PromptStage, rewards: torch.Tensor, lengths: torch.Tensor) -> np.ndarray:
+    """Fold a scored round into the stage; return each global row's prompt factor (rows in draw order).
+
+    ``rewards`` and ``lengths`` are the round's gathered per-row rewards and completion lengths, B·G rows
+    in the order the sampler yielded them (process 0's rows first, as TRL gathers).
+    """
+    d = stage.draw()  # the round in progress
+    g = stage.state.config.group_size
+    b = d.prompt_ids.size
+    if rewards.numel() != b * g or lengths.numel() != b * g:
+        raise ValueError(f"the round has {rewards.numel()} rewards and {lengths.numel()} lengths, but its "
+                         f"{b} prompts x {g} completions need {b * g} (ZVF or a custom sampler changes the rows)")
+    stage.update(d.prompt_ids, rewards.double().reshape(b, g).clamp(0, 1).numpy(),
+                 lengths.double().reshape(b, g).numpy())
+    return np.repeat(d.factors, g)
+
+
+def train_sampler(trainer: Any) -> PromptStageSampler:
+    """The sampler for ``trainer`` (a CostAwareGRPOTrainer with a prompt stage)."""
+    args = trainer.args
+    return PromptStageSampler(trainer.prompt_stage, group_size=trainer.num_generations,
+                              repeat_count=trainer.num_iterations * args.steps_per_generation,
+                              rounds=max(1, int(args.max_steps) // args.steps_per_generation + 1))
