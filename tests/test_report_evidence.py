@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from report_fixtures import LR, headline, make_runs
 
-from costaware.experiments.records import EvalPoint, RunId, RunResult
+from costaware.records import EvalPoint, RunId, RunResult
 from costaware.report import curves, evidence, labels
 from costaware.report.curves import Estimate, first_crossing, first_crossings, saving, seed_curves
 from costaware.report.evidence import evaluate_section, plateau, sections
