@@ -15,11 +15,6 @@ confounders (see docs/design.md, "Evidence: controls and confounders"):
    evaluated at equal token spacing on the held-out set and on the validation split;
 5. write the report (``report.grpo``) from the typed records (``costaware.records.RunResult``).
 
-One module per job: ``experiments.sft`` (the warm-up), ``experiments.grpo_run`` (a GRPO run),
-``experiments.control`` (the SFT-continuation control), ``experiments.runs`` (one run in a worker, its
-record written), ``experiments.runner`` (the job: arguments, lock, worker pool, report); this module is the
-command line.
-
 Every evaluation records PO tokens, generation rounds and generated tokens, so the report can draw
 accuracy against PO tokens, against rounds (equal rollouts) and against total cost
 (generated tokens x ``Profile.generation_cost`` + PO tokens).
@@ -30,6 +25,11 @@ worker at once and removes the work folders of the runs that did not finish; a l
 refuses a second job writing into the same folder. The workers' warnings are printed once per
 condition for the whole job, with the runs that raised them (``experiments.quiet``).
 """
+
+# One module per job (this docstring is the command's help, so the map is here): experiments.sft (the warm-up),
+# experiments.grpo_run (a GRPO run), experiments.control (the SFT-continuation control), experiments.runs (one run
+# in a worker, its record written), experiments.keys (the names of their files), experiments.runner (the job:
+# arguments, lock, worker pool, report); this module is the command line.
 
 from __future__ import annotations
 

@@ -280,7 +280,7 @@ def evaluate_section(sec: Section, baseline: str | Arm, *, candidate: str | Arm 
     if calibrated in sec.arms:  # the headline loss: is the calibrated proxy at least as good as the paper's?
         claim_pairs.append((f"{label(calibrated[0])} beats {label(candidate)}", cand, calibrated))
     used = {k for *_, a, b in pairs for k in (a, b)} | {k for _, a, b in claim_pairs for k in (a, b) if k in sec.arms}
-    peaks = {k: _peak(sec.arms[k], "heldout") for k in used}
+    peaks = {k: _peak(sec.arms[k], "heldout") for k in sorted(used)}  # sorted: the summary lists them in one order
     target = target_fraction * min(peaks.values())
     start = max(float(seed_curves(sec.arms[k], "po_tokens").mean[0]) for k in used)
     flat = f"the target {target:.3f} is not above the starting accuracy {start:.3f}: no method improved enough"
