@@ -19,7 +19,8 @@ from pathlib import Path
 
 from costaware.experiments import policy
 from costaware.experiments.profile import PROFILES, RunSpec
-from costaware.experiments.reproduce import run_one, warm_up
+from costaware.experiments.runs import run_one
+from costaware.experiments.sft import warm_up
 from costaware.integrations.trl import CostAwareGRPOTrainer
 
 SPENT = {"rollout": [0.0, 0.0], "eval": [0.0, 0.0]}  # [wall, cpu]

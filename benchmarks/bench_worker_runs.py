@@ -5,7 +5,7 @@
 ``DIR`` is an SFT checkpoint of the default profile (``runs/reproduce/sft-sort-*`` after a job, or any
 ``--out`` of `costaware reproduce`). The worker starts as the job's pool starts it (``runner.worker_init``'s
 imports, when this commit has them), then trains ``--runs`` runs of GRPO (seed 0 at LR x1, x0.5, x2, ...) at
-``--token-budget`` PO tokens through ``reproduce.run_one``, one thread. Prints the start-up's and each run's
+``--token-budget`` PO tokens through ``runs.run_one``, one thread. Prints the start-up's and each run's
 wall and CPU seconds, the split each record holds (generation rounds, evaluations, PO) and the first run's
 held-out curve: run it at two commits, alternated, to compare their per-run cost and check their numbers
 agree. CPU seconds are the steadier figure on a shared machine.
@@ -39,7 +39,7 @@ def main() -> int:
     else:
         _preload()
     from costaware.experiments.profile import PROFILES, RunSpec
-    from costaware.experiments.reproduce import run_one
+    from costaware.experiments.runs import run_one
 
     print(f"start-up: wall {time.perf_counter() - wall:.2f} s, cpu {time.process_time() - cpu:.2f} s")
     out = Path(args.out or tempfile.mkdtemp(prefix="bench-worker-"))

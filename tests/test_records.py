@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from costaware.experiments import records
-from costaware.experiments.records import EvalPoint, ProxyFidelityPoint, RunId, RunResult
+from costaware import records
+from costaware.records import EvalPoint, ProxyFidelityPoint, RunId, RunResult
 
 
 def _rid(**kw):
@@ -48,19 +48,42 @@ def test_any_run_result_round_trips_through_json(points, method, weights):
     assert RunResult.from_json(json.loads(json.dumps(run.to_json()))) == run
 
 
-def test_arm_names_from_registry_and_options():
-    assert _rid(method="none").arm == "none"
-    assert _rid(weights="raw").arm == "p_star:raw"
-    assert _rid(method="p_smooth").arm == "p_smooth"
-    assert _rid(method="p_smooth", alpha=0.05).arm == "p_smooth:a0.05"
-    assert _rid(proxy_noise=0.1, step_budget="tokens").arm == "p_star:noise0.1:tokens"
+def test_arm_keys_from_registry_names_and_options():
+    assert _rid(method="none").arm.key == "none"
+    assert _rid(weights="raw").arm.key == "p_star:raw"
+    assert _rid(method="p_smooth").arm.key == "p_smooth"
+    assert _rid(method="p_smooth", alpha=0.05).arm.key == "p_smooth:a0.05"
+    assert _rid(proxy_noise=0.1, step_budget="tokens").arm.key == "p_star:noise0.1:tokens"
+
+
+# A record as `run_one` wrote it before the Arm record existed (commit e7f6f44, an ablation run): today's
+# reader must read it, find the same arm, and write it back field for field.
+RECORDED = json.loads(
+    '{"schema_version": 1, "id": {"task": "sort", "method": "p_smooth", "seed": 2, "learning_rate": 0.0002, '
+    '"loss_type": "grpo", "weights": "centred", "setting": "grpo", "group": "ablation", "alpha": 0.05, '
+    '"proxy_noise": 0.0, "step_budget": "rows", "proxy": "auto"}, "evals": [{"rounds": 0, "po_tokens": 0, '
+    '"generated_tokens": 0, "heldout_accuracy": 0.25, "validation_accuracy": 0.3, "step": 0, "po_seconds": 0.0, '
+    '"po_tokens_plain": null, "po_tokens_nonzero": null}, {"rounds": 3, "po_tokens": 1200, "generated_tokens": 900, '
+    '"heldout_accuracy": 0.5, "validation_accuracy": 0.45, "step": 6, "po_seconds": 1.5, "po_tokens_plain": 2000, '
+    '"po_tokens_nonzero": 1100}], "po_seconds_controlled": false, "wall_seconds": 12.5, "fidelity": [{"step": 2, '
+    '"po_tokens": 400, "pearson": 0.5, "chi2": 0.3, "j_vs_uniform": 0.7}], "counters": {"rows_fed": 12.0}, '
+    '"spec": {"group": "ablation", "method": "p_smooth", "seed": 2, "task": "sort", "weights": "centred", '
+    '"lr_scale": 1.0, "loss_type": "profile", "zvf": false, "alpha": 0.05, "proxy_noise": 0.0, "step_budget": '
+    '"rows", "proxy": "auto", "budget_scale": 1.0}, "generation_seconds": 4.0, "eval_seconds": 2.0}')
+
+
+def test_a_record_written_before_arms_reads_back_with_its_arm_and_writes_the_same_json():
+    run = RunResult.from_json(RECORDED)
+    assert run.id.arm.key == "p_smooth:a0.05" and run.id.arm.alpha == 0.05
+    assert json.dumps(run.to_json()) == json.dumps(RECORDED)  # same fields, same order: same files
 
 
 @pytest.mark.parametrize(("kw", "name"), [
     (dict(weights="centered"), "weights"), (dict(learning_rate=0.0), "learning_rate"),
     (dict(seed=-1), "seed"), (dict(loss_type="profile"), "loss_type"), (dict(task=""), "task"),
     (dict(step_budget="steps"), "step_budget"), (dict(alpha=2.0), "alpha"),
-    (dict(learning_rate=float("nan")), "learning_rate"),
+    (dict(learning_rate=float("nan")), "learning_rate"), (dict(method="p_star:raw"), "RunId.method"),
+    (dict(proxy=""), "RunId.proxy"), (dict(proxy_noise=-1.0), "RunId.proxy_noise"),
 ])
 def test_run_id_validation_names_field(kw, name):
     with pytest.raises(ValueError, match=name):

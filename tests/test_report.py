@@ -8,6 +8,7 @@ import pytest
 from report_fixtures import LR, headline, make_runs
 from report_html import Page
 
+from costaware.arms import Arm
 from costaware.report import grpo, labels
 
 
@@ -70,7 +71,7 @@ def test_controlled_clock_is_labelled_so(tmp_path):
 
 
 def test_numbers_do_not_depend_on_display_labels(tmp_path, monkeypatch):
-    """Renaming every label changes the words, never the numbers: the report keys on arm ids."""
+    """Renaming every label changes the words, never the numbers: the report keys on typed arms."""
     runs = headline(seeds=range(2))
     a = json.loads(grpo.write_report(runs, tmp_path / "a", command="c")["summary"].read_text())
     monkeypatch.setattr(labels, "LABELS", {k: f"X{v}" for k, v in labels.LABELS.items()})
@@ -96,12 +97,12 @@ def test_write_report_rejects_no_runs_non_records_and_a_missing_baseline(tmp_pat
 
 def test_fidelity_summary_on_records():
     fid = grpo.fidelity_summary(make_runs("p_star", fidelity=True, seeds=range(2)))
-    assert fid["arith/grpo"]["p_star"]["pearson"] == {"mean": 0.6, "min": 0.6, "max": 0.6, "n": 2}
+    assert fid["arith/grpo"][Arm("p_star")]["pearson"] == {"mean": 0.6, "min": 0.6, "max": 0.6, "n": 2}
 
 
 def test_arm_stats_against_hand_computed_values():
     """Two seeds on the same x: the seed-mean curve is the plain mean; its crossing and peak are read off it."""
-    from costaware.experiments.records import EvalPoint, RunId, RunResult
+    from costaware.records import EvalPoint, RunId, RunResult
 
     def run(acc, seed):
         rid = RunId(task="t", method="none", seed=seed, learning_rate=LR, loss_type="grpo")

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from report_fixtures import LR, headline, make_runs
 
-from costaware.experiments.records import EvalPoint, RunId, RunResult
+from costaware.arms import Arm
+from costaware.records import EvalPoint, RunId, RunResult
 from costaware.report import curves, evidence, labels
 from costaware.report.curves import Estimate, first_crossing, first_crossings, saving, seed_curves
 from costaware.report.evidence import evaluate_section, plateau, sections
@@ -199,8 +200,8 @@ def test_tuned_baseline_is_chosen_on_validation_not_held_out():
     runs = headline() + make_runs("none", lr=2 * LR, scale=8.0, val_shift=0.05)
     runs += make_runs("none", lr=4 * LR, scale=6.0, peak=0.65, val_shift=-0.1)
     ev = _evidence(runs)
-    assert ev.tuned == ("none", 2 * LR)
-    assert any(c.name.startswith("tuned baseline") and c.a == ("none", 2 * LR) for c in ev.decomposition)
+    assert ev.tuned == (Arm("none"), 2 * LR)
+    assert any(c.effect is evidence.Effect.TUNED_BASELINE and c.a == (Arm("none"), 2 * LR) for c in ev.decomposition)
     assert _claim(ev, "p* beats tuned GRPO")[1] is not None
     assert ev.tuned_plateau is not None and ev.tuned_plateau.plateaued
 
@@ -308,13 +309,13 @@ def test_calibrated_proxy_claim_in_a_token_sum_setting():
     assert lose.section.setting == "dapo" and not any("calibrated proxy" in c for c, _, _ in lose.claims)
     # the paper's p* against the same controls: it wins against GRPO here (it feeds fewer tokens per round)
     assert "**yes**" in _verdict(lose, "p* (paper's proxy |A|) beats GRPO")
-    assert _claim(lose, "p* (paper's proxy |A|) beats nonzero")[1].b == ("p_star:advantage", LR)
+    assert _claim(lose, "p* (paper's proxy |A|) beats nonzero")[1].b == (Arm("p_star", proxy="advantage"), LR)
 
 
 def test_calibrated_proxy_claim_under_the_headline_loss_compares_it_to_the_papers():
     runs = headline() + make_runs("p_star", po_per_round=3000, proxy="calibrated", seeds=range(3), group="proxy")
     claim, comp, _ = _claim(_evidence(runs), "p* (calibrated proxy) beats p*")
-    assert comp is not None and comp.a == ("p_star", LR) and comp.b == ("p_star:calibrated", LR)
+    assert comp is not None and comp.a == (Arm("p_star"), LR) and comp.b == (Arm("p_star", proxy="calibrated"), LR)
     assert "**no, it is worse**" not in _verdict(_evidence(runs), "p* (calibrated proxy) beats p*")  # the same curve
     worse = headline() + make_runs("p_star", po_per_round=3000, scale=25.0, proxy="calibrated", seeds=range(3))
     assert "**no, it is worse**" in _verdict(_evidence(worse), "p* (calibrated proxy) beats p*")

@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from costaware.experiments.grpo_run import SkipWatch
 from costaware.experiments.profile import HEADLINE, PROFILES, Profile, RunSpec, run_specs
-from costaware.experiments.reproduce import EvalSchedule, SkipWatch, eval_sets
+from costaware.experiments.worker import EvalSchedule, eval_sets
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,7 +50,7 @@ def test_default_profile_runs_the_decomposition_with_five_seeds():
     specs = run_specs(p)
     assert len(p.seeds) >= 5 and p.token_budget > 0 and p.rounds * p.prompts_per_round > 0
     for s in p.seeds:
-        arms = {x.arm for x in specs if x.seed == s}
+        arms = {x.slug for x in specs if x.seed == s}
         assert arms == {"none", "nonzero", "p_star", "p_star:raw", "p_smooth", "pods", "none:lr0.5", "none:lr2"}
     assert {x.group for x in specs} == {"headline", "lr_sweep"}  # the rest is in --profile full
     full = run_specs(PROFILES["full"])
@@ -57,29 +58,30 @@ def test_default_profile_runs_the_decomposition_with_five_seeds():
     for group in ("zvf", "cispo", "dapo", "proxy"):
         assert len({x.seed for x in full if x.group == group}) >= 3
     for loss in ("cispo", "dapo"):  # calibrated ('auto') and the paper's proxy, with the controls
-        assert {x.arm for x in full if x.group == loss} == {"none", "nonzero", "p_star", "p_star:advantage"}
+        assert {x.slug for x in full if x.group == loss} == {"none", "nonzero", "p_star", "p_star:advantage"}
         assert {x.setting for x in full if x.group == loss} == {loss}
-    assert {(x.arm, x.setting) for x in full if x.group == "proxy"} == {("p_star:calibrated", "grpo")}
+    assert {(x.slug, x.setting) for x in full if x.group == "proxy"} == {("p_star:calibrated", "grpo")}
     assert not [x for x in full if x.group == "long"]  # the default's budget already reaches GRPO's plateau
     with_long = dataclasses.replace(PROFILES["full"], long_budget=4.0)  # the option stays, for another setting
     long = [x for x in run_specs(with_long) if x.group == "long"]  # GRPO, its step control and p* at 4x the budget
-    assert {x.arm for x in long} == {"none", "nonzero", "p_star"} and {x.seed for x in long} == set(p.seeds)
+    assert {x.slug for x in long} == {"none", "nonzero", "p_star"} and {x.seed for x in long} == set(p.seeds)
     assert {x.setting for x in long} == {"grpo-4x-budget"}
     scaled = long[0].scaled(with_long)
     assert (scaled.token_budget, scaled.rounds) == (4 * p.token_budget, 4 * p.rounds)
     assert specs[0].scaled(p) is p
     assert {x.method for x in full if x.group == "control"} == {"sft"}
-    assert {x.arm for x in full if x.group == "ablation"} >= {"p_star:noise0.1", "inv_sqrt_cost", "p_smooth:a0.05"}
+    assert {x.slug for x in full if x.group == "ablation"} >= {"p_star:noise0.1", "inv_sqrt_cost", "p_smooth:a0.05"}
     assert len({x for x in full}) == len(full)  # no run twice
     # the full profile differs from the default only in which runs it holds: it reuses the default's runs
-    from costaware.experiments.runner import run_file
+    from costaware.experiments.keys import run_file
 
     default_files = {run_file(Path("o"), x, p) for x in specs}
     assert default_files <= {run_file(Path("o"), x, PROFILES["full"]) for x in full}
 
 
 def test_extra_task_is_a_family_at_its_own_sizes_with_a_ten_fold_length_spread():
-    from costaware.experiments.runner import parse_overrides, run_file
+    from costaware.experiments.keys import run_file
+    from costaware.experiments.runner import parse_overrides
     from costaware.experiments.tasks import get_task
 
     full = PROFILES["full"]
@@ -92,12 +94,12 @@ def test_extra_task_is_a_family_at_its_own_sizes_with_a_ten_fold_length_spread()
     cost = [len(t.prompts[0]) + len(task.demonstrations(t)[0]) + 1 for t in (small, large)]  # char tokens + EOS
     assert cost == [6, 62] and cost[1] / cost[0] >= 10
     wide = [x for x in run_specs(full) if x.task == "sort:9"]
-    head = {(x.group, x.arm) for x in run_specs(full) if x.task == "sort" and x.group in ("headline", "lr_sweep")}
-    assert {(x.group, x.arm) for x in wide} == head and {x.seed for x in wide} == set(full.seeds)
+    head = {(x.group, x.slug) for x in run_specs(full) if x.task == "sort" and x.group in ("headline", "lr_sweep")}
+    assert {(x.group, x.slug) for x in wide} == head and {x.seed for x in wide} == set(full.seeds)
     # its own run files and SFT checkpoint, apart from the headline task's
     names = {run_file(Path("o"), x, full).name for x in wide}
     assert len(names) == len(wide) and all(n.startswith("sort-9-") for n in names)
-    from costaware.experiments.reproduce import sft_key
+    from costaware.experiments.keys import sft_key
 
     (a, cfg_a), (b, cfg_b) = sft_key(full, "sort:9"), sft_key(dataclasses.replace(full, max_size=9), "sort")
     assert a.startswith("sft-sort-9-") and b.startswith("sft-sort-") and a[-10:] == b[-10:] and cfg_a == cfg_b  # the same warm-up as sort with max_size 9
@@ -105,8 +107,8 @@ def test_extra_task_is_a_family_at_its_own_sizes_with_a_ten_fold_length_spread()
 
 
 def test_logprob_rows_reaches_the_trainer_and_only_a_changed_value_changes_the_run_key(tmp_path):
-    from costaware.experiments.reproduce import trainer_args
-    from costaware.experiments.runner import run_file
+    from costaware.experiments.grpo_run import trainer_args
+    from costaware.experiments.keys import run_file
 
     p = PROFILES["default"]
     spec = run_specs(p)[0]
@@ -118,14 +120,15 @@ def test_logprob_rows_reaches_the_trainer_and_only_a_changed_value_changes_the_r
     # fields added after the default's runs were recorded stay out of the key at the value those runs had:
     # the README's runs (recorded before logprob_rows, extra_tasks and generation existed, with generate)
     # keep their files under generation='transformers'; the default, the KV sampler, makes new runs
-    assert (spec.arm, spec.seed) == ("none", 0)
+    assert (spec.slug, spec.seed) == ("none", 0)
     recorded = dataclasses.replace(p, generation="transformers")
     assert run_file(tmp_path, spec, recorded).name == "sort-headline-grpo-none-s0-28a4eb52c4.json"
     assert p.generation == "kv" and run_file(tmp_path, spec, p).name == "sort-headline-grpo-none-s0-7c7b52e74d.json"
 
 
 def test_generation_reaches_the_trainer_and_the_evaluation(tmp_path):
-    from costaware.experiments.reproduce import _held_out, trainer_args
+    from costaware.experiments.grpo_run import trainer_args
+    from costaware.experiments.sft import held_out_config
 
     p = PROFILES["default"]
     spec = run_specs(p)[0]
@@ -133,8 +136,8 @@ def test_generation_reaches_the_trainer_and_the_evaluation(tmp_path):
     old = dataclasses.replace(p, generation="transformers")
     assert trainer_args(spec, old, tmp_path).cost_aware_generation == "transformers"
     # the SFT scores cached by the recorded runs stay valid under 'transformers'; 'kv' re-scores them
-    assert _held_out(old) == {"eval_prompts": p.eval_prompts, "eval_k": p.eval_k}
-    assert _held_out(p) == {**_held_out(old), "generation": "kv"}
+    assert held_out_config(old) == {"eval_prompts": p.eval_prompts, "eval_k": p.eval_k}
+    assert held_out_config(p) == {**held_out_config(old), "generation": "kv"}
     with pytest.raises(ValueError, match="generation must be 'kv' or 'transformers', got 'vllm'"):
         dataclasses.replace(p, generation="vllm")
 
@@ -153,7 +156,7 @@ def test_set_changes_any_profile_field_and_the_named_options_win():
     assert (profile.hidden_size, profile.token_budget, profile.seeds) == (40, 700, (3,))  # --seeds wins over --set
     assert {(s.method, s.seed) for s in specs} == {("none", 3)}
     # no --jobs: one single-threaded worker per CPU this process may use
-    from costaware.experiments.reproduce import available_cpus
+    from costaware.experiments.runner import available_cpus
 
     ns.jobs = None
     resolve(ns)
@@ -204,7 +207,8 @@ def test_skip_watch_warns_once_after_k_rounds_that_fed_nothing():
 def test_remove_partial_removes_unfinished_runs_work_folders(tmp_path):
     """Only finished runs are kept: the trainer's work folder of a run that did not finish goes, on Ctrl-C
     and on the next run; a finished record, the SFT checkpoint and other folders stay."""
-    from costaware.experiments.runner import remove_partial, run_file
+    from costaware.experiments.keys import run_file
+    from costaware.experiments.runner import remove_partial
 
     p = PROFILES["quick"]
     done, todo = (run_file(tmp_path, s, p) for s in run_specs(p)[:2])
@@ -237,14 +241,14 @@ def test_arith_lengths_vary_at_least_five_fold():
 @pytest.fixture(scope="module")
 def sft_dir(tmp_path_factory):
     pytest.importorskip("trl", reason="the 'trl' extra is not installed")
-    from costaware.experiments.reproduce import warm_up
+    from costaware.experiments.sft import warm_up
 
     return warm_up(PROFILES["quick"], "arith", tmp_path_factory.mktemp("sft"))
 
 
 def _record(spec: RunSpec, profile: Profile, sft: Path, out: Path):
-    from costaware.experiments.records import RunResult
-    from costaware.experiments.reproduce import run_one
+    from costaware.experiments.runs import run_one
+    from costaware.records import RunResult
 
     run_one(dataclasses.asdict(spec), dataclasses.asdict(profile), str(sft), str(out))
     assert not list(out.parent.glob("*.tmp"))
@@ -373,7 +377,7 @@ def _assert_gone(pgid: int, within: float) -> None:
 
 
 def _assert_nothing_partial(out: Path) -> None:
-    from costaware.experiments.records import RunResult
+    from costaware.records import RunResult
 
     assert not [p for p in out.rglob("*") if ".tmp" in p.name]
     assert not [p for p in (out / "runs").iterdir() if p.is_dir()]  # no work folder of an unfinished run

@@ -1,6 +1,6 @@
 """A fingerprint of the main job's numbers: a short SFT and two GRPO rounds at a tiny size, through the
-code every recorded run goes through (``reproduce.warm_up`` and ``reproduce._run_grpo``, which
-``run_one`` calls in each worker).
+code every recorded run goes through (``sft.warm_up`` and ``grpo_run.run_grpo``, which
+``runs.run_one`` calls in each worker).
 
 "Same seed, same numbers" promises the same numbers on one machine; another processor takes other
 floating-point paths (e.g. another matmul kernel, another thread count), which move a run's losses in
@@ -59,13 +59,14 @@ def _projection(tensors: dict[str, Any]) -> float:
 
 def fingerprint(workdir: Path) -> dict[str, float]:
     """The fingerprint's values, training in ``workdir`` (the caller sets the thread count)."""
-    from costaware.experiments.reproduce import _run_grpo, warm_up
+    from costaware.experiments.grpo_run import run_grpo
+    from costaware.experiments.sft import warm_up
     from costaware.experiments.worker import load_checkpoint
 
     sft_dir = warm_up(PROFILE, SPEC.task, workdir)
     info = json.loads((sft_dir / "sft.json").read_text())
     sft = {k: v.detach().clone() for k, v in load_checkpoint(sft_dir)[1].state_dict().items()}
-    out = _run_grpo(SPEC, PROFILE, sft_dir, workdir / "grpo")
+    out = run_grpo(SPEC, PROFILE, sft_dir, workdir / "grpo")
     trained = out["trainer"].model.state_dict()
     delta = {k: trained[k].detach() - sft[k] for k in sft}
     grad_norms = [float(h["grad_norm"]) for h in out["trainer"].state.log_history if "grad_norm" in h]

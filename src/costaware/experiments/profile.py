@@ -3,10 +3,10 @@
 A profile's fields come in groups (``Profile.help()`` prints them); the named profiles ``quick``,
 ``default`` and ``full`` are keyword constructions over the defaults, so a reader sees only what
 differs. :func:`run_specs` turns a profile into the list of :class:`RunSpec` to train, each of which
-maps one to one onto a :class:`costaware.experiments.records.RunId`.
+maps one to one onto a :class:`costaware.records.RunId`, and whose sampling is one :class:`costaware.arms.Arm`.
 
 >>> p = Profile(seeds=(0, 1), token_budget=1000)
->>> [s.arm for s in run_specs(p) if s.seed == 0]
+>>> [s.slug for s in run_specs(p) if s.seed == 0]
 ['none', 'nonzero', 'p_star', 'p_star:raw', 'p_smooth', 'pods', 'none:lr0.5', 'none:lr2']
 >>> Profile(eval_k=0)
 Traceback (most recent call last):
@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from costaware.arms import DEFAULT_ALPHA, Arm
 from costaware.experiments.tasks import split_task_id
 
 # The headline methods, by registry id (grpo.plan.METHODS): GRPO, nonzero (GRPO's rows with A != 0,
@@ -30,7 +31,6 @@ HEADLINE: tuple[tuple[str, str], ...] = (
     ("none", "centred"), ("nonzero", "centred"), ("p_star", "centred"), ("p_star", "raw"),
     ("p_smooth", "centred"), ("pods", "centred"),
 )  # fmt: skip
-METHOD_IDS = ("none", "nonzero", "p_star", "p_smooth", "pods", "inv_sqrt_cost", "variance", "uniform")
 GROUPS = ("headline", "lr_sweep", "zvf", "cispo", "dapo", "proxy", "long", "ablation", "control")
 # The long-budget runs: is the saving only "sooner", or a higher plateau? GRPO, its effective-step
 # control and p*, at long_budget x the token budget, with the headline's seeds.
@@ -210,7 +210,7 @@ class RunSpec:
     lr_scale: float = 1.0
     loss_type: str = "profile"  # "profile": the profile's loss_type; "cispo"/"dapo" for those settings
     zvf: bool = False
-    alpha: float = 0.01
+    alpha: float = DEFAULT_ALPHA
     proxy_noise: float = 0.0
     step_budget: str = "rows"  # "tokens": each step draws until it holds the baseline's tokens
     proxy: str = "auto"  # the TRL adapter's cost_aware_proxy ("auto": by the loss family)
@@ -231,15 +231,15 @@ class RunSpec:
                                    eval_points=math.ceil(profile.eval_points * min(x, 2.0)))  # evaluations cost time
 
     @property
-    def arm(self) -> str:
-        """A readable id for file names and logs (the report groups on RunId, not on this)."""
-        arm = self.method + (":raw" if self.weights == "raw" else "")
-        if self.method == "p_smooth" and self.alpha != 0.01:
-            arm += f":a{self.alpha:g}"
-        arm += f":noise{self.proxy_noise:g}" if self.proxy_noise else ""
-        arm += ":tokens" if self.step_budget == "tokens" else ""
-        arm += f":{self.proxy}" if self.proxy != "auto" else ""
-        return arm + (f":lr{self.lr_scale:g}" if self.lr_scale != 1.0 else "")
+    def arm(self) -> Arm:
+        """The run's sampling (what its record's ``RunId.arm`` is too)."""
+        return Arm.of(self)
+
+    @property
+    def slug(self) -> str:
+        """The run's id in file names and logs: its arm's key, then its LR multiple when not x1 (the record
+        keeps the LR itself), e.g. ``p_star:raw``, ``none:lr0.5``."""
+        return self.arm.key + (f":lr{self.lr_scale:g}" if self.lr_scale != 1.0 else "")
 
     def resolved_loss_type(self, profile: Profile) -> str:
         return "sft" if self.method == "sft" else (profile.loss_type if self.loss_type == "profile" else self.loss_type)

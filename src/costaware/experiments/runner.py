@@ -20,7 +20,6 @@ import argparse
 import contextlib
 import dataclasses
 import fcntl
-import hashlib
 import json
 import math
 import os
@@ -32,6 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from costaware.experiments.keys import run_file
 from costaware.experiments.profile import GROUPS, HEADLINE, PROFILES, Profile, RunSpec, run_specs
 from costaware.experiments.tasks import get_task
 
@@ -42,37 +42,12 @@ QUICK_NOTICE = ("Smoke test (--profile quick): a tiny policy, one seed, a few ro
                 "pipeline and the comparison; they mean nothing about the methods.")
 
 
-def key(obj: Any) -> str:
-    return hashlib.sha1(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:10]
-
-
-# Profile fields that choose WHICH runs a job holds, not what one run does (the spec carries its task,
-# seed and LR multiple; the run's own largest size is keyed as max_size): left out of a run's key, so
-# `--profile full` reuses the default profile's runs.
-NOT_IN_RUN_KEY = ("task", "second_task", "second_max_size", "extra_tasks", "seeds", "setting_seeds", "ablation_seeds",
-                  "lr_sweep", "long_budget")
-
-
-# RunSpec and Profile fields added after runs were recorded: at their default they stay out of the key,
-# so the results recorded before them stay valid.
-SPEC_FIELDS_ADDED = ("budget_scale",)
-PROFILE_FIELDS_ADDED = ("logprob_rows",)
-# Profile fields added with a default that changes what runs do: they stay out of the key only at the
-# value the runs recorded before them had, so those keep their files and the new default makes new runs.
-PROFILE_FIELDS_OLD_VALUE = {"generation": "transformers"}
-
-
-def run_file(out: Path, spec: RunSpec, profile: Profile) -> Path:
-    """A run's result file, keyed by its spec and every profile field that changes what the run does:
-    a changed default is a new run."""
-    name = f"{spec.task.replace(':', '-')}-{spec.group}-{spec.setting}-{spec.arm.replace(':', '_')}-s{spec.seed}"
-    spec_d = {k: v for k, v in dataclasses.asdict(spec).items()
-              if not (k in SPEC_FIELDS_ADDED and v == RunSpec.__dataclass_fields__[k].default)}  # fmt: skip
-    fields = {k: v for k, v in dataclasses.asdict(profile).items() if k not in NOT_IN_RUN_KEY
-              and not (k in PROFILE_FIELDS_ADDED and v == Profile.__dataclass_fields__[k].default)
-              and not (k in PROFILE_FIELDS_OLD_VALUE and v == PROFILE_FIELDS_OLD_VALUE[k])}  # fmt: skip
-    fields["max_size"] = profile.sizes(spec.task)[1]  # the largest size this run's task uses
-    return out / "runs" / f"{name}-{key([spec_d, fields])}.json"
+def available_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, e.g. a container's share), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def parse_overrides(items: list[str] | None) -> dict[str, Any]:
@@ -105,8 +80,6 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
 def resolve(args: argparse.Namespace) -> tuple[Profile, list[RunSpec]]:
     """The profile and the runs the arguments ask for; every argument is checked here, before any work."""
     if args.jobs is None:  # one single-threaded worker per CPU this process may use
-        from costaware.experiments.reproduce import available_cpus
-
         args.jobs = available_cpus()
     if args.jobs < 1:
         raise ValueError(f"--jobs must be an integer >= 1, got {args.jobs}")
@@ -159,7 +132,7 @@ def resolve(args: argparse.Namespace) -> tuple[Profile, list[RunSpec]]:
     if not any(s.method == "none" for s in specs):
         raise ValueError(f"--only {' '.join(args.only or ())} selects no GRPO run ('none'), the baseline the "
                          "report compares every method against")  # fmt: skip
-    from costaware.experiments.reproduce import trainer_args
+    from costaware.experiments.grpo_run import trainer_args
 
     for spec in {dataclasses.replace(s, seed=0) for s in specs if s.method != "sft"}:  # what TRL would refuse
         trainer_args(spec, profile, out / "runs" / "check")
@@ -226,10 +199,14 @@ def _preload() -> None:
     """
     import gc
 
-    from costaware.experiments import worker
-
     try:
-        worker.preload()
+        import datasets  # noqa: F401
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+
+        import costaware.experiments.policy  # noqa: F401
+        import costaware.experiments.runs  # noqa: F401 - a run, and what it imports at module level
+        import costaware.integrations.trl  # noqa: F401
     except Exception:  # noqa: BLE001 - e.g. a missing extra: the run raises it again with its own message;
         return  # an initializer that raises makes the pool respawn the worker forever
     gc.collect()
@@ -237,7 +214,7 @@ def _preload() -> None:
 
 
 def _run_one_star(job: tuple[Any, ...]) -> tuple[str, Any]:
-    from costaware.experiments.reproduce import run_one_recorded
+    from costaware.experiments.runs import run_one_recorded
 
     return run_one_recorded(*job)
 
@@ -292,8 +269,8 @@ def reproduce(args: argparse.Namespace, *, command: str) -> int:
 
 def _reproduce(profile: Profile, specs: list[RunSpec], out: Path, jobs: int, command: str, *,
                report_only: bool = False, notice: str | None = None) -> int:
-    from costaware.experiments.records import RunResult
-    from costaware.experiments.reproduce import warm_up
+    from costaware.experiments.sft import warm_up
+    from costaware.records import RunResult
     from costaware.report import grpo as report
 
     if report_only:  # an interrupted job: report what finished, say what did not, train nothing

@@ -2,20 +2,80 @@
 grow with its work.
 
 A job trains dozens of runs from one SFT checkpoint per task, evaluated on one held-out set. A worker
-(``runner.worker_init``) imports torch, transformers and TRL once (:func:`preload`); it reads a checkpoint
+(``runner.worker_init``) imports torch, transformers and TRL once (``runner._preload``); it reads a checkpoint
 from disk once and gives each run a deep copy (:func:`load_checkpoint`); it builds and tokenises the
 evaluation sets once, and scores the untrained checkpoint, which every run records at step 0, once
 (:class:`Evaluator`). None of this changes a number: a run computes what it computed before.
+
+Both kinds of run evaluate the same way: on the sets of :func:`eval_sets`, when :class:`EvalSchedule` says.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from costaware.experiments.profile import Profile
 from costaware.experiments.tasks import get_task
+
+HELD_OUT_SEED, VALIDATION_SEED = 10_001, 10_002
+
+
+@dataclass(frozen=True)
+class TaskSet:
+    """Prompts and answers of an evaluation set (a subset of a family's tasks)."""
+
+    prompts: list[str]
+    answers: Any
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+
+def eval_sets(profile: Profile, task_name: str) -> tuple[TaskSet, TaskSet]:
+    """The reported held-out set and a validation split with no prompt in common with it."""
+    import numpy as np
+
+    task = get_task(task_name)
+    lo, hi = profile.sizes(task_name)
+    sizes = dict(min_size=lo, max_size=hi)
+    held = task.make_tasks(profile.eval_prompts, **sizes, rng=np.random.default_rng(HELD_OUT_SEED))
+    seen = set(held.prompts)
+    rng, prompts, answers = np.random.default_rng(VALIDATION_SEED), [], []
+    for _ in range(20):  # small size ranges repeat prompts: draw until enough unseen ones
+        if len(prompts) >= profile.validation_prompts:
+            break
+        cand = task.make_tasks(max(64, 2 * profile.validation_prompts), **sizes, rng=rng)
+        for p, a in zip(cand.prompts, list(cand.answers), strict=True):
+            if p not in seen and len(prompts) < profile.validation_prompts:
+                seen.add(p)
+                prompts.append(p)
+                answers.append(a)
+    if len(prompts) < profile.validation_prompts:
+        raise ValueError(f"validation_prompts={profile.validation_prompts} exceeds the distinct prompts of sizes "
+                         f"{lo}..{hi} left after the held-out set")  # fmt: skip
+    return TaskSet(list(held.prompts), np.asarray(held.answers)), TaskSet(prompts, np.asarray(answers))
+
+
+class EvalSchedule:
+    """When to evaluate: every ``eval_every`` rounds, or at each ``token_budget / eval_points`` crossed."""
+
+    def __init__(self, profile: Profile) -> None:
+        self.profile, self.next_tokens = profile, profile.token_budget / profile.eval_points
+
+    def done(self, tokens: int) -> bool:
+        return self.profile.token_budget > 0 and tokens >= self.profile.token_budget
+
+    def __call__(self, rounds_done: int, tokens: int, *, last: bool = False) -> bool:
+        if self.profile.token_budget <= 0:
+            return rounds_done % self.profile.eval_every == 0 or last
+        if tokens >= self.next_tokens or self.done(tokens) or last:
+            while self.next_tokens <= tokens:
+                self.next_tokens += self.profile.token_budget / self.profile.eval_points
+            return True
+        return False
 
 # What a worker keeps between its runs (a job trains dozens of runs from one checkpoint, on one held-out
 # set): the checkpoint as read from disk, the evaluation sets with their token ids, and the step-0
@@ -38,18 +98,6 @@ def checkpoint_key(sft_dir: Path) -> tuple[Any, ...]:
     """The folder and the name, size and mtime of its files (sft.json aside: a re-score rewrites only it)."""
     files = sorted(p for p in sft_dir.iterdir() if p.is_file() and p.name != "sft.json")
     return (str(sft_dir.resolve()), *((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files))
-
-
-def preload() -> None:
-    """Import what every run needs (a pool worker's initializer calls this once, so no run pays for it)."""
-    import datasets  # noqa: F401
-    import torch  # noqa: F401
-    import transformers  # noqa: F401
-
-    import costaware.experiments.policy  # noqa: F401
-    import costaware.experiments.records  # noqa: F401
-    import costaware.experiments.reproduce  # noqa: F401
-    import costaware.integrations.trl  # noqa: F401
 
 
 def load_checkpoint(sft_dir: Path) -> tuple[Any, Any]:
@@ -86,8 +134,6 @@ class Evaluator:
                     profile.eval_k, profile.sizes(task_name), profile.generation)  # fmt: skip
 
         def make() -> tuple[Any, ...]:
-            from costaware.experiments.reproduce import eval_sets
-
             held, val = eval_sets(profile, task_name)
             encode = policy.encode_prompts
             return held, val, encode(tok, held.prompts, k=profile.eval_k), (

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from costaware.experiments.records import RunResult
+from costaware.records import RunResult
 
 __all__ = ["AXES", "DEFAULT_GENERATION_COST", "SeedCurves", "Estimate", "axis_values", "first_crossing",
            "first_crossings", "seed_curves", "saving", "gap_at", "area_under_curve", "bootstrap_ci"]

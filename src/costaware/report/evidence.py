@@ -3,11 +3,14 @@
 docs/design.md, "Evidence: controls and confounders": GRPO → nonzero isolates renormalisation,
 nonzero → p* (centred) and GRPO → p* (raw) isolate cost-aware sampling at a matched expected step,
 and a baseline at its validation-tuned learning rate guards against a weak baseline. Every sentence
-here is generated from the numbers; no label string is ever looked up (arms are ``RunId.arm`` ids).
+here is generated from the numbers; no label string is ever looked up or compared: runs are grouped by
+their typed :class:`~costaware.arms.Arm` (``RunId.arm``), and each comparison carries its :class:`Effect`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -15,18 +18,40 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from costaware.experiments.records import RunResult
+from costaware.arms import Arm
+from costaware.records import RunResult
 from costaware.report.curves import AXES, DEFAULT_GENERATION_COST, Estimate, gap_at, saving, seed_curves
 from costaware.report.labels import label
 from costaware.report.md import escape
 
-__all__ = ["Section", "Plateau", "Comparison", "Evidence", "sections", "plateau", "evaluate_section",
-           "describe", "verdict_line", "answer_paragraph", "COST_AWARE"]
+__all__ = ["Section", "Plateau", "Effect", "Comparison", "Evidence", "sections", "plateau", "evaluate_section",
+           "describe", "verdict_line", "answer_paragraph", "as_arm", "COST_AWARE"]
 
-Key = tuple[str, float]  # (arm, learning rate)
+Key = tuple[Arm, float]  # (arm, learning rate)
 COST_AWARE = ("p_star", "p_smooth", "inv_sqrt_cost")  # methods whose distribution uses the costs
 _EXCLUDED_GROUPS = ("ablation", "control")
-TUNED_STEP = "tuned baseline → best cost-aware method"  # a comparison of baselines, not an effect
+
+
+class Effect(enum.Enum):
+    """What a comparison measures; its display text is :attr:`Comparison.name`, which nothing matches on."""
+
+    RENORMALISATION = enum.auto()  # GRPO → nonzero
+    MATCHED_STEP = enum.auto()  # nonzero → p* (centred): cost-aware sampling at a matched expected step
+    BASELINE_STEP = enum.auto()  # GRPO → p* (raw): cost-aware sampling at GRPO's expected step
+    TUNED_BASELINE = enum.auto()  # tuned GRPO → best cost-aware arm: a comparison of baselines, not an effect
+    CLAIM = enum.auto()  # a verdict's comparison
+
+
+def as_arm(name: str | Arm, what: str) -> Arm:
+    """An arm named at the public edge: a method id at its default options, or an Arm."""
+    if isinstance(name, Arm):
+        return name
+    if not isinstance(name, str):
+        raise TypeError(f"{what} must be a method id or an Arm, got {name!r}")
+    try:
+        return Arm(name)
+    except ValueError as e:
+        raise ValueError(f"{what} must be a method id or an Arm, got {name!r} ({e})") from None
 
 
 @dataclass(frozen=True)
@@ -42,8 +67,9 @@ class Section:
         return label(key[0], learning_rate=key[1], default_lr=self.default_lr)
 
 
-def sections(results: Sequence[RunResult], baseline: str) -> list[Section]:
+def sections(results: Sequence[RunResult], baseline: str | Arm) -> list[Section]:
     """Group the non-ablation runs by (task, setting), each holding the ``baseline`` arm at least."""
+    baseline = as_arm(baseline, "baseline")
     by: dict[tuple[str, str], dict[Key, list[RunResult]]] = defaultdict(lambda: defaultdict(list))
     for r in results:
         if r.id.group not in _EXCLUDED_GROUPS and r.id.method != "sft":
@@ -148,7 +174,10 @@ def _has_validation(runs: Sequence[RunResult]) -> bool:
 
 @dataclass(frozen=True)
 class Comparison:
-    """Saving of ``b`` over ``a`` to the common target on each axis (positive: ``b`` needs less)."""
+    """Saving of ``b`` over ``a`` to the common target on each axis (positive: ``b`` needs less).
+
+    ``effect`` says what is compared; ``name`` is its text in the report.
+    """
 
     name: str
     a: Key
@@ -156,6 +185,7 @@ class Comparison:
     savings: dict[str, Estimate]
     rounds_at: float = float("nan")  # the last round both reached
     rounds_gap: Estimate | None = None  # accuracy of b minus a at rounds_at: equal rollouts
+    effect: Effect = Effect.CLAIM
 
 
 @dataclass(frozen=True)
@@ -184,16 +214,16 @@ class Evidence:
         return bool(self.target > self.start)
 
 
-def _compare(sec: Section, name: str, a: Key, b: Key, target: float, cost: float, n_boot: int,
-             seed: int) -> Comparison:
+def _compare(sec: Section, name: str, effect: Effect, a: Key, b: Key, target: float, cost: float, n_boot: int,
+              seed: int) -> Comparison:
     ra, rb = sec.arms[a], sec.arms[b]
     est = {axis: saving(seed_curves(ra, axis, generation_cost=cost), seed_curves(rb, axis, generation_cost=cost),
                         target, n_boot=n_boot, seed=seed) for axis in AXES}
     at, gap = gap_at(seed_curves(ra, "rounds"), seed_curves(rb, "rounds"), n_boot=n_boot, seed=seed)
-    return Comparison(name, a, b, est, at, gap)
+    return Comparison(name, a, b, est, at, gap, effect)
 
 
-def evaluate_section(sec: Section, baseline: str, *, candidate: str = "p_star", target_fraction: float = 0.95,
+def evaluate_section(sec: Section, baseline: str | Arm, *, candidate: str | Arm = "p_star", target_fraction: float = 0.95,
                      generation_cost: float = DEFAULT_GENERATION_COST, n_boot: int = 2000,
                      seed: int = 0) -> Evidence:
     """Target, tuned baseline, best cost-aware arm, decomposition, claims and plateau of one section.
@@ -204,9 +234,10 @@ def evaluate_section(sec: Section, baseline: str, *, candidate: str = "p_star", 
     """
     if not 0 < target_fraction <= 1:
         raise ValueError(f"target_fraction must be in (0, 1], got {target_fraction!r}")
+    baseline, candidate = as_arm(baseline, "baseline"), as_arm(candidate, "candidate")
     base: Key = (baseline, sec.default_lr)
     if base not in sec.arms:
-        raise ValueError(f"baseline {baseline!r} has no runs at the default lr {sec.default_lr:g} in "
+        raise ValueError(f"baseline {baseline.key!r} has no runs at the default lr {sec.default_lr:g} in "
                          f"{sec.task}/{sec.setting}")
     lrs = sorted(lr for a, lr in sec.arms if a == baseline)
     tuned, tuned_note = None, ""
@@ -219,41 +250,42 @@ def evaluate_section(sec: Section, baseline: str, *, candidate: str = "p_star", 
         tuned = (baseline, max(lrs, key=lambda lr: (val[lr], -lr)))
         tuned_note = ("chosen on peak seed-mean validation accuracy: "
                       + ", ".join(f"lr {lr:g}: {v:.3f}" for lr, v in val.items()))
-    ca = [k for k in sec.arms if k[0].split(":")[0] in COST_AWARE and k[1] == sec.default_lr]
+    ca = [k for k in sec.arms if k[0].method in COST_AWARE and k[1] == sec.default_lr]
     best, best_note = None, ""
     if ca:
         metric = "validation" if all(_has_validation(sec.arms[k]) for k in ca) else "heldout"
         best = max(ca, key=lambda k: _peak(sec.arms[k], metric))
         best_note = ("chosen on peak seed-mean validation accuracy" if metric == "validation" else
                      "chosen on held-out accuracy (no validation split recorded): an optimistic choice")
-    pairs = [("renormalisation", base, ("nonzero", sec.default_lr)),
-             ("cost-aware sampling at a matched step", ("nonzero", sec.default_lr), (candidate, sec.default_lr)),
-             (f"cost-aware sampling at {label(baseline)}'s step", base, (f"{candidate}:raw", sec.default_lr))]
+    nonzero, cand = (Arm("nonzero"), sec.default_lr), (candidate, sec.default_lr)
+    raw = (dataclasses.replace(candidate, weights="raw"), sec.default_lr)
+    pairs = [("renormalisation", Effect.RENORMALISATION, base, nonzero),
+             ("cost-aware sampling at a matched step", Effect.MATCHED_STEP, nonzero, cand),
+             (f"cost-aware sampling at {label(baseline)}'s step", Effect.BASELINE_STEP, base, raw)]
     if tuned is not None and best is not None:
-        pairs.append((TUNED_STEP, tuned, best))
-    pairs = [(n, a, b) for n, a, b in pairs if a in sec.arms and b in sec.arms]
-    cand = (candidate, sec.default_lr)
+        pairs.append(("tuned baseline → best cost-aware method", Effect.TUNED_BASELINE, tuned, best))
+    pairs = [(n, e, a, b) for n, e, a, b in pairs if a in sec.arms and b in sec.arms]
     # (claim, earlier, later): the saving of `later` over `earlier`; `earlier` None = not run (tuned_note says why)
     claim_pairs: list[tuple[str, Key | None, Key]] = [
         (f"{label(candidate)} beats {label(baseline)}", base, cand),
-        (f"{label(candidate)} beats nonzero", ("nonzero", sec.default_lr), cand),
+        (f"{label(candidate)} beats nonzero", nonzero, cand),
         (f"{label(candidate)} beats tuned {label(baseline)}", tuned, cand),
-        (f"{label(candidate)} beats PODS", ("pods", sec.default_lr), cand)]
-    paper, calibrated = (f"{candidate}:advantage", sec.default_lr), (f"{candidate}:calibrated", sec.default_lr)
+        (f"{label(candidate)} beats PODS", (Arm("pods"), sec.default_lr), cand)]
+    paper, calibrated = ((dataclasses.replace(candidate, proxy=p), sec.default_lr) for p in ("advantage", "calibrated"))
     if paper in sec.arms:  # a token-sum setting: p* ('auto' = calibrated proxy) against the paper's proxy,
         # and the paper's p* against the same controls, so "where the paper's p* did not" is computed too
         claim_pairs += [(f"{label(candidate)} beats {label(paper[0])}", paper, cand),
                         (f"{label(paper[0])} beats {label(baseline)}", base, paper),
-                        (f"{label(paper[0])} beats nonzero", ("nonzero", sec.default_lr), paper)]
+                        (f"{label(paper[0])} beats nonzero", nonzero, paper)]
     if calibrated in sec.arms:  # the headline loss: is the calibrated proxy at least as good as the paper's?
         claim_pairs.append((f"{label(calibrated[0])} beats {label(candidate)}", cand, calibrated))
-    used = {k for _, a, b in pairs for k in (a, b)} | {k for _, a, b in claim_pairs for k in (a, b) if k in sec.arms}
-    peaks = {k: _peak(sec.arms[k], "heldout") for k in used}
+    used = {k for *_, a, b in pairs for k in (a, b)} | {k for _, a, b in claim_pairs for k in (a, b) if k in sec.arms}
+    peaks = {k: _peak(sec.arms[k], "heldout") for k in sorted(used)}  # sorted: the summary lists them in one order
     target = target_fraction * min(peaks.values())
     start = max(float(seed_curves(sec.arms[k], "po_tokens").mean[0]) for k in used)
     flat = f"the target {target:.3f} is not above the starting accuracy {start:.3f}: no method improved enough"
     args = (target, generation_cost, n_boot, seed)
-    decomposition = [_compare(sec, n, a, b, *args) for n, a, b in pairs] if target > start else []
+    decomposition = [_compare(sec, n, e, a, b, *args) for n, e, a, b in pairs] if target > start else []
     claims: list[tuple[str, Comparison | None, str]] = []
     for claim, other, later in claim_pairs:
         if not target > start:
@@ -265,7 +297,7 @@ def evaluate_section(sec: Section, baseline: str, *, candidate: str = "p_star", 
         elif other not in sec.arms:
             claims.append((claim, None, f"{sec.name(other)} was not run"))
         else:
-            claims.append((claim, _compare(sec, claim, other, later, *args), ""))
+            claims.append((claim, _compare(sec, claim, Effect.CLAIM, other, later, *args), ""))
     return Evidence(sec, base, target, target_fraction, generation_cost, tuned, tuned_note, best, best_note,
                     decomposition, claims, plateau(sec.arms[base], n_boot=n_boot, seed=seed), peaks, start,
                     plateau(sec.arms[tuned], n_boot=n_boot, seed=seed) if tuned not in (None, base) else None)
@@ -316,8 +348,9 @@ def verdict_line(claim: str, comp: Comparison | None, absent: str, *, target: fl
     return f"- {claim}: {verdict}. To reach {target:.3f}, it needs {describe(s, 'po_tokens')}; {rest}.{gap}"
 
 
-def answer_paragraph(ev: Evidence, baseline: str, candidate: str = "p_star") -> str:
+def answer_paragraph(ev: Evidence, baseline: str | Arm, candidate: str | Arm = "p_star") -> str:
     """The report's first paragraph for one section: what a user gains on each axis, and from which effect."""
+    baseline, candidate = as_arm(baseline, "baseline"), as_arm(candidate, "candidate")
     sec = ev.section
     base_name, cand_name = escape(label(baseline)), escape(label(candidate))
 
@@ -342,9 +375,9 @@ def answer_paragraph(ev: Evidence, baseline: str, candidate: str = "p_star") -> 
     if ev.decomposition:
         out.append("By effect, in PO tokens: " + "; ".join(
             f"{escape(c.name)} ({name(c.a)} → {name(c.b)}): {describe(c.savings['po_tokens'], 'po_tokens')}"
-            for c in ev.decomposition if c.name != TUNED_STEP) + ".")
+            for c in ev.decomposition if c.effect is not Effect.TUNED_BASELINE) + ".")
     if ev.tuned is not None and ev.best is not None:
-        tuned = next((c for c in ev.decomposition if c.name == TUNED_STEP), None)
+        tuned = next((c for c in ev.decomposition if c.effect is Effect.TUNED_BASELINE), None)
         if tuned is not None:
             out.append(f"Against {name(ev.tuned)}, tuned on validation accuracy, the best cost-aware "
                        f"method ({name(ev.best)}) needs {describe(tuned.savings['po_tokens'], 'po_tokens')}.")

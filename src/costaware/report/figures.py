@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from costaware.experiments.records import RunResult
+from costaware.arms import Arm
+from costaware.records import RunResult
 from costaware.report import evidence as E
 from costaware.report.curves import seed_curves
 from costaware.report.labels import label
@@ -75,10 +76,11 @@ def plot_axis(evs: Sequence[E.Evidence], axis: str, path: Path, sft: Sequence[Ru
     with plt.rc_context(FONT):
         legend_rows = max(math.ceil((len(ev.section.arms) + 1) / 2) for ev in evs)
         fig, axes = _grid(len(evs), legend_rows)
-        # one colour per method in every panel, so that "p*" is the same line wherever it is drawn
-        names = sorted({ev.section.name(k) for ev in evs for k in ev.section.arms})
-        palette = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
-        colour = {n: palette(i % palette.N) for i, n in enumerate(names)}
+        # one colour per arm and LR multiple in every panel, so that "p*" is the same line wherever it is drawn
+        # (keyed on the arm, not its label; ordered by label, so the colours follow the legend's order)
+        ids = {_line_id(ev.section, k): ev.section.name(k) for ev in evs for k in ev.section.arms}
+        palette = plt.get_cmap("tab10" if len(ids) <= 10 else "tab20")
+        colour = {i: palette(n % palette.N) for n, i in enumerate(sorted(ids, key=lambda i: (ids[i], i)))}
         for ax, ev in zip(axes, evs, strict=True):
             sec = ev.section
             for key in sorted(sec.arms, key=lambda k: (k[0], k[1])):
@@ -86,12 +88,12 @@ def plot_axis(evs: Sequence[E.Evidence], axis: str, path: Path, sft: Sequence[Ru
                 c = seed_curves(runs, axis, generation_cost=ev.generation_cost, points=64)
                 picks = np.random.default_rng(0).integers(0, len(runs), size=(500, len(runs)))
                 lo, hi = np.quantile(c.boot_means(picks), [0.025, 0.975], axis=0)
-                ax.plot(c.grid, c.mean, color=colour[sec.name(key)], label=f"{sec.name(key)} (n={len(runs)})")
-                ax.fill_between(c.grid, lo, hi, color=colour[sec.name(key)], alpha=0.15)
+                ax.plot(c.grid, c.mean, color=colour[_line_id(sec, key)], label=f"{sec.name(key)} (n={len(runs)})")
+                ax.fill_between(c.grid, lo, hi, color=colour[_line_id(sec, key)], alpha=0.15)
             own = [r for r in sft if r.id.task == sec.task]
             if axis == "po_tokens" and own and sec.setting == "grpo":
                 c = seed_curves(own, axis, points=64)
-                ax.plot(c.grid, c.mean, "k--", lw=1, label=f"{label('sft')} (x = SFT tokens, n={len(own)})")
+                ax.plot(c.grid, c.mean, "k--", lw=1, label=f"{label(Arm('sft'))} (x = SFT tokens, n={len(own)})")
             ax.axhline(ev.target, color="k", lw=0.7, ls=":")
             ax.set(title=f"{sec.task} / {sec.setting}: held-out accuracy", xlabel=AXIS_TITLES[axis],
                    ylabel="accuracy")
@@ -101,17 +103,23 @@ def plot_axis(evs: Sequence[E.Evidence], axis: str, path: Path, sft: Sequence[Ru
         plt.close(fig)
 
 
+def _line_id(sec: E.Section, key: E.Key) -> tuple[Arm, float]:
+    """What one line of a panel is: its arm and LR multiple (what its label shows, but typed)."""
+    return key[0], key[1] / sec.default_lr
+
+
 def plot_ablations(runs: Sequence[RunResult], path: Path) -> None:
     """Seed-mean held-out accuracy against PO tokens of each ablation arm, in one panel."""
     plt = _pyplot()
-    by: dict[str, list[RunResult]] = defaultdict(list)
+    by: dict[tuple[str, str, Arm], list[RunResult]] = defaultdict(list)
     for r in runs:
-        by[f"{r.id.task}/{r.id.setting}: {label(r.id.arm)}"].append(r)
+        by[(r.id.task, r.id.setting, r.id.arm)].append(r)
+    names = {k: f"{k[0]}/{k[1]}: {label(k[2])}" for k in by}
     with plt.rc_context(FONT):
         fig, (ax,) = _grid(1, math.ceil(len(by) / 2))
-        for name, rs in sorted(by.items()):
-            c = seed_curves(rs, "po_tokens", points=64)
-            ax.plot(c.grid, c.mean, label=f"{name} (n={len(rs)})")
+        for k in sorted(by, key=lambda k: (names[k], k)):  # in the legend, by name
+            c = seed_curves(by[k], "po_tokens", points=64)
+            ax.plot(c.grid, c.mean, label=f"{names[k]} (n={len(by[k])})")
         ax.set(title="Ablations (proxy noise, G ≡ 1, α, tokens/step)", xlabel=AXIS_TITLES["po_tokens"],
                ylabel="accuracy")
         _tidy(ax)

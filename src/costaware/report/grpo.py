@@ -1,4 +1,4 @@
-"""The report of `costaware reproduce`, built from :class:`~costaware.experiments.records.RunResult` records.
+"""The report of `costaware reproduce`, built from :class:`~costaware.records.RunResult` records.
 
 It opens with a computed answer (what a user gains on each axis, and from which effect), then per
 task and setting: the method table, the decomposition table, the verdict lines and the plateau
@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from costaware.experiments.records import RunResult
+from costaware.arms import Arm
+from costaware.records import RunResult
 from costaware.report import evidence as E
 from costaware.report.curves import (
     AXES,
@@ -87,7 +88,7 @@ def _proxy_sentence(sec: E.Section) -> str:
     proxy, beta = resolve_proxy("auto", None, loss_type=loss, method="p_star")
     what = ("the paper's |A|" if proxy == "advantage" else
             f"{proxy} (β fitted online from the prior {beta:g}; this loss sums token losses)")
-    return f" Under loss {code(loss)}, {escape(label('p_star'))} uses proxy 'auto' = {escape(what)}."
+    return f" Under loss {code(loss)}, {escape(label(Arm('p_star')))} uses proxy 'auto' = {escape(what)}."
 
 
 def _upto(ev: E.Evidence) -> float:
@@ -99,7 +100,7 @@ def _all_stats(ev: E.Evidence) -> dict[E.Key, dict[str, Any]]:
             for k, runs in ev.section.arms.items()}
 
 
-def _section_lines(ev: E.Evidence, baseline: str) -> list[str]:
+def _section_lines(ev: E.Evidence, baseline: Arm) -> list[str]:
     sec = ev.section
     upto = _upto(ev)
     controlled = all(r.po_seconds_controlled for runs in sec.arms.values() for r in runs)
@@ -148,7 +149,7 @@ def _section_lines(ev: E.Evidence, baseline: str) -> list[str]:
 def _ablation_lines(runs: Sequence[RunResult], evs: Sequence[E.Evidence], generation_cost: float) -> list[str]:
     """Each ablation arm (and GRPO and p* on the same seeds, for reference) against its task's headline target."""
     targets = {ev.section.task: ev.target for ev in evs if ev.section.setting == "grpo"}
-    by: dict[tuple[str, str], list[RunResult]] = defaultdict(list)
+    by: dict[tuple[str, Arm], list[RunResult]] = defaultdict(list)
     for r in runs:
         if r.id.task in targets and r.id.method != "sft":
             by[(r.id.task, r.id.arm)].append(r)
@@ -167,9 +168,9 @@ def _ablation_lines(runs: Sequence[RunResult], evs: Sequence[E.Evidence], genera
                     "The target is the task's headline target.", ""]
 
 
-def fidelity_summary(results: Sequence[RunResult]) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
+def fidelity_summary(results: Sequence[RunResult]) -> dict[str, dict[Arm, dict[str, dict[str, float]]]]:
     """Per 'task/setting' and arm: mean, min, max over training of Pearson(|A|, G), χ² and J(p)/J(uniform)."""
-    acc: dict[str, dict[str, dict[str, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    acc: dict[str, dict[Arm, dict[str, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     for r in results:
         for d in r.fidelity:
             for key in FIDELITY_KEYS:
@@ -200,7 +201,7 @@ def _fidelity_lines(results: Sequence[RunResult]) -> list[str]:
 
 def _token_share_lines(results: Sequence[RunResult]) -> list[str]:
     """The method's own PO tokens against plain GRPO's and the nonzero rows' on the same pools."""
-    by: dict[tuple[str, str, str, float], list[RunResult]] = defaultdict(list)
+    by: dict[tuple[str, str, Arm, float], list[RunResult]] = defaultdict(list)
     for r in results:
         last = r.evals[-1]
         if last.po_tokens_plain and last.po_tokens_nonzero is not None and r.id.method != "sft":
@@ -255,7 +256,7 @@ def _cost_sentence(cost: float) -> str:
 
 
 def write_report(results: Sequence[RunResult], out: Path, *, command: str, profile: dict[str, Any] | None = None,
-                 sft: dict[str, Any] | None = None, baseline: str = "none", candidate: str = "p_star",
+                 sft: dict[str, Any] | None = None, baseline: str | Arm = "none", candidate: str | Arm = "p_star",
                  generation_cost: float = DEFAULT_GENERATION_COST, target_fraction: float = 0.95,
                  notice: str | None = None) -> dict[str, Path]:
     """Write ``report.md``, ``report.html``, ``summary.json`` and the figures into ``out``; return their paths.
@@ -267,11 +268,12 @@ def write_report(results: Sequence[RunResult], out: Path, *, command: str, profi
     bad = [r for r in results if not isinstance(r, RunResult)]
     if bad:
         raise ValueError(f"results must be RunResult records, got {type(bad[0]).__name__}")
+    baseline, candidate = E.as_arm(baseline, "baseline"), E.as_arm(candidate, "candidate")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     secs = E.sections(results, baseline)
     if not secs:
-        raise ValueError(f"baseline {baseline!r} has no runs: arms are {sorted({r.id.arm for r in results})}")
+        raise ValueError(f"baseline {baseline.key!r} has no runs: arms are {sorted({r.id.arm.key for r in results})}")
     evs = [E.evaluate_section(s, baseline, candidate=candidate, target_fraction=target_fraction,
                               generation_cost=generation_cost) for s in secs]
     sft_runs = [r for r in results if r.id.method == "sft"]
@@ -306,7 +308,7 @@ def write_report(results: Sequence[RunResult], out: Path, *, command: str, profi
         lines += _ablation_lines(ablations + abl_ref, evs, generation_cost)
     lines += _run_lines(results)
     md = "\n".join(lines)
-    summary = {"baseline": baseline, "candidate": candidate, "generation_cost": generation_cost,
+    summary = {"baseline": baseline.key, "candidate": candidate.key, "generation_cost": generation_cost,
                "sections": [_summary(ev) for ev in evs], "command": command, "profile": profile, "sft": sft}
     paths = {"markdown": out / "report.md", "html": out / "report.html", "summary": out / "summary.json"}
     paths["markdown"].write_text(md)
@@ -319,18 +321,23 @@ def _summary(ev: E.Evidence) -> dict[str, Any]:
     sec = ev.section
 
     def comp(c: E.Comparison) -> dict[str, Any]:
-        return {"name": c.name, "from": list(c.a), "to": list(c.b), **{a: s.as_dict() for a, s in c.savings.items()},
+        return {"name": c.name, "from": _key(c.a), "to": _key(c.b), **{a: s.as_dict() for a, s in c.savings.items()},
                 "rounds_at": c.rounds_at, "accuracy_gap_at_equal_rounds": c.rounds_gap.as_dict() if c.rounds_gap else None}
 
     return {"task": sec.task, "setting": sec.setting, "default_lr": sec.default_lr, "target": ev.target,
             "start": ev.start, "informative": ev.informative,
-            "arms": {f"{a}@{lr:g}": st for (a, lr), st in _all_stats(ev).items()},
-            "tuned": list(ev.tuned) if ev.tuned else None, "tuned_note": ev.tuned_note,
-            "best": list(ev.best) if ev.best else None, "peaks": {f"{a}@{lr:g}": v for (a, lr), v in ev.peaks.items()},
+            "arms": {f"{a.key}@{lr:g}": st for (a, lr), st in _all_stats(ev).items()},
+            "tuned": _key(ev.tuned) if ev.tuned else None, "tuned_note": ev.tuned_note,
+            "best": _key(ev.best) if ev.best else None, "peaks": {f"{a.key}@{lr:g}": v for (a, lr), v in ev.peaks.items()},
             "decomposition": [comp(c) for c in ev.decomposition],
             "claims": [{"claim": n, **(comp(c) if c else {"absent": why})} for n, c, why in ev.claims],
             "plateau": _plateau_dict(ev.plateau),
             "tuned_plateau": None if ev.tuned_plateau is None else _plateau_dict(ev.tuned_plateau)}
+
+
+def _key(k: E.Key) -> list[Any]:
+    """(arm, lr) as the summary's JSON writes it: [arm key, lr]."""
+    return [k[0].key, k[1]]
 
 
 def _plateau_dict(p: E.Plateau) -> dict[str, Any]:

@@ -1,8 +1,14 @@
-"""Display names: the one table that turns arm ids into labels. The report never keys on a label."""
+"""Display names: the one place that turns an :class:`~costaware.arms.Arm` into a label. The report never
+keys on a label; a label is derived from the arm's typed fields, never from its key.
+
+A new method is one line in :data:`LABELS`; a new option value is one line in :data:`OPTIONS`.
+"""
 
 from __future__ import annotations
 
-__all__ = ["LABELS", "label"]
+from costaware.arms import Arm
+
+__all__ = ["LABELS", "OPTIONS", "label"]
 
 LABELS = {
     "none": "GRPO",
@@ -15,29 +21,36 @@ LABELS = {
     "uniform": "uniform",
     "sft": "SFT continuation",
 }
-_OPTIONS = {"raw": "raw weights", "tokens": "tokens/step matched", "advantage": "paper's proxy |A|",
-            "calibrated": "calibrated proxy", "length_aware": "length-aware proxy"}
+# An option's words in parentheses after the name, by field and value (a value not listed shows as itself).
+OPTIONS: dict[str, dict[object, str]] = {
+    "weights": {"raw": "raw weights"},
+    "step_budget": {"tokens": "tokens/step matched"},
+    "proxy": {"advantage": "paper's proxy |A|", "calibrated": "calibrated proxy", "length_aware": "length-aware proxy"},
+}
 
 
-def label(arm: str, *, learning_rate: float | None = None, default_lr: float | None = None) -> str:
-    """Label of an arm id (``RunId.arm``), with the LR when it is not the default one.
+def label(arm: Arm, *, learning_rate: float | None = None, default_lr: float | None = None) -> str:
+    """Label of an arm, with the LR multiple when ``learning_rate`` is not ``default_lr``.
 
-    >>> label("p_star:raw")
+    >>> label(Arm("p_star", weights="raw"))
     'p* (raw weights)'
-    >>> label("p_smooth:a0.05")
+    >>> label(Arm("p_smooth", alpha=0.05))
     'p*_smooth(0.05)'
-    >>> label("none", learning_rate=4e-4, default_lr=1e-4)
+    >>> label(Arm("p_star", proxy_noise=0.1, step_budget="tokens"))
+    'p* (σ²=0.1, tokens/step matched)'
+    >>> label(Arm("none"), learning_rate=4e-4, default_lr=1e-4)
     'GRPO (lr ×4)'
     """
-    method, *opts = arm.split(":")
-    name, extra = LABELS.get(method, method), []
-    for o in opts:
-        if o.startswith("a") and method == "p_smooth":
-            name = f"p*_smooth({o[1:]})"
-        elif o.startswith("noise"):
-            extra.append(f"σ²={o[5:]}")
+    if not isinstance(arm, Arm):
+        raise TypeError(f"arm must be an Arm (costaware.arms), got {arm!r}")
+    name, extra = LABELS.get(arm.method, arm.method), []
+    for field, value in arm.options():
+        if field == "alpha":  # the method's own parameter: in its name
+            name = f"p*_smooth({value:g})"
+        elif field == "proxy_noise":
+            extra.append(f"σ²={value:g}")
         else:
-            extra.append(_OPTIONS.get(o, o))
+            extra.append(OPTIONS.get(field, {}).get(value, str(value)))
     if learning_rate is not None and default_lr is not None and learning_rate != default_lr:
         extra.append(f"lr ×{learning_rate / default_lr:.3g}")
     return name + (f" ({', '.join(extra)})" if extra else "")

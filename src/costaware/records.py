@@ -1,13 +1,15 @@
 """Typed records of one training run: what every experiment emits and the report reads.
 
-A run is identified by a :class:`RunId` (task, registry method name, weights mode, setting, learning
-rate, seed, ...). The report groups runs by ``RunId.arm`` (the method id with its non-default
-variant options) and never by display labels. Every count in an :class:`EvalPoint` is cumulative
-since the start of the run, so that one curve can be read against each of the report's x-axes:
-policy-optimisation tokens, generation rounds, and total cost.
+These records sit below both the experiments, which write them, and the report, which reads them. A run is
+identified by a :class:`RunId` (task, registry method name, weights mode, setting, learning rate, seed, ...).
+The report groups runs by ``RunId.arm``, a typed :class:`~costaware.arms.Arm`, and never by display labels.
+Every count in an :class:`EvalPoint` is cumulative since the start of the run, so that one curve can be read
+against each of the report's x-axes: policy-optimisation tokens, generation rounds, and total cost.
 
 >>> rid = RunId(task="arith", method="p_star", seed=0, learning_rate=1e-4, loss_type="grpo", weights="raw")
 >>> rid.arm
+Arm(method='p_star', weights='raw', alpha=0.01, proxy_noise=0.0, step_budget='rows', proxy='auto')
+>>> rid.arm.key
 'p_star:raw'
 >>> run = RunResult(rid, (EvalPoint(rounds=0, po_tokens=0, generated_tokens=0, heldout_accuracy=0.25),))
 >>> RunResult.from_json(run.to_json()) == run
@@ -23,12 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from costaware.arms import DEFAULT_ALPHA, Arm, check_arm_fields
+
 __all__ = ["SCHEMA_VERSION", "RunId", "EvalPoint", "ProxyFidelityPoint", "RunResult"]
 
 SCHEMA_VERSION = 1
-WEIGHT_MODES = ("centred", "raw")
-STEP_BUDGETS = ("rows", "tokens")
-DEFAULT_ALPHA = 0.01
 
 
 def _bad(name: str, value: Any, why: str) -> ValueError:
@@ -55,7 +56,11 @@ def _check_name(name: str, value: Any) -> None:
 
 @dataclass(frozen=True)
 class RunId:
-    """Identity of one run. ``arm`` is the method id the report groups and names baselines by."""
+    """Identity of one run. ``arm`` is what the report groups and names baselines by.
+
+    The fields stay flat, as recorded files hold them: ``to_json`` writes and ``from_json`` reads the same
+    schema as before :class:`~costaware.arms.Arm` existed.
+    """
 
     task: str
     method: str
@@ -71,34 +76,18 @@ class RunId:
     proxy: str = "auto"  # the gradient-norm proxy behind p*: "auto" resolves by the loss family
 
     def __post_init__(self) -> None:
-        for name in ("task", "method", "loss_type", "setting", "group", "proxy"):
+        for name in ("task", "loss_type", "setting", "group"):
             _check_name(f"RunId.{name}", getattr(self, name))
         if self.loss_type == "profile":  # the run resolves it; a record holds what ran
             raise _bad("RunId.loss_type", self.loss_type, "must be the resolved TRL loss_type")
         _check_int("RunId.seed", self.seed)
         _check_float("RunId.learning_rate", self.learning_rate, positive=True)
-        if self.weights not in WEIGHT_MODES:
-            raise _bad("RunId.weights", self.weights, f"must be one of {WEIGHT_MODES}")
-        if self.step_budget not in STEP_BUDGETS:
-            raise _bad("RunId.step_budget", self.step_budget, f"must be one of {STEP_BUDGETS}")
-        _check_float("RunId.alpha", self.alpha, high=1.0)
-        _check_float("RunId.proxy_noise", self.proxy_noise)
+        check_arm_fields("RunId", self)
 
     @property
-    def arm(self) -> str:
-        """Method id with its non-default variant options, e.g. ``p_star``, ``p_star:raw``, ``p_smooth:a0.05``."""
-        arm = self.method
-        if self.weights == "raw":
-            arm += ":raw"
-        if self.method == "p_smooth" and self.alpha != DEFAULT_ALPHA:
-            arm += f":a{self.alpha:g}"
-        if self.proxy_noise:
-            arm += f":noise{self.proxy_noise:g}"
-        if self.step_budget == "tokens":
-            arm += ":tokens"
-        if self.proxy != "auto":
-            arm += f":{self.proxy}"
-        return arm
+    def arm(self) -> Arm:
+        """The run's arm; ``arm.key`` is its id, e.g. ``p_star``, ``p_star:raw``, ``p_smooth:a0.05``."""
+        return Arm.of(self)
 
 
 @dataclass(frozen=True)

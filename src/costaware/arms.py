@@ -1,0 +1,139 @@
+"""An arm of the main job, as one typed record: which sampling a run used.
+
+The report groups runs by :class:`Arm`, names its baselines and pairs by arm, and derives every label from
+one (``report.labels``). :attr:`Arm.key` is the arm's id in run file names and logs (``"p_star:raw"``): it is
+built here only, and nothing reads it back.
+
+A key is the method id followed by each option that is not at its default, in :data:`KEY_PARTS` order. An
+option added later with a default therefore leaves every earlier key, and every recorded run file named
+after one, unchanged. Issue 20's prompt stage (which prompts get generated) adds its component as one field
+here and one ``KEY_PARTS`` line, e.g. ``rollout: str = "all"`` and ``("rollout", str)``, plus the same field
+with the same default on ``RunSpec`` (listed in ``experiments.keys.SPEC_FIELDS_ADDED``) and on ``RunId``
+(records without it read as the default); :func:`arm_fields` then carries it from spec to record. Each arm
+after that (a GRESO-style skip, DAPO's dynamic sampling, a cost-aware skip, ...) is one value of it: one line
+in ``report.labels.OPTIONS``, and a new row-level method (a cost-aware PODS) one line in ``report.labels.LABELS``.
+
+>>> Arm("p_star", weights="raw").key
+'p_star:raw'
+>>> Arm("p_smooth", alpha=0.05, proxy_noise=0.1, step_budget="tokens", proxy="calibrated").key
+'p_smooth:a0.05:noise0.1:tokens:calibrated'
+>>> Arm("p_star", alpha=0.05) == Arm("p_star")  # alpha parameterises p_smooth alone
+True
+>>> Arm("p_star:raw")
+Traceback (most recent call last):
+...
+ValueError: Arm.method must be a method id without ':' (options are fields), got 'p_star:raw'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+__all__ = ["Arm", "ArmFields", "DEFAULT_ALPHA", "KEY_PARTS", "STEP_BUDGETS", "WEIGHT_MODES", "arm_fields",
+           "check_arm_fields"]
+
+DEFAULT_ALPHA = 0.01
+WEIGHT_MODES = ("centred", "raw")
+STEP_BUDGETS = ("rows", "tokens")
+ALPHA_METHODS = ("p_smooth",)  # the methods that alpha parameterises: elsewhere it is not part of the arm
+
+# The options after the method in a key, in order, each with its text there (written only when the option is
+# not at its default). One line per option.
+KEY_PARTS: tuple[tuple[str, Callable[[Any], str]], ...] = (
+    ("weights", str),  # "raw": GRPO's expected step
+    ("alpha", lambda a: f"a{a:g}"),  # p_smooth's mixing weight
+    ("proxy_noise", lambda s: f"noise{s:g}"),  # the ablation's noise on the proxy
+    ("step_budget", str),  # "tokens": each step draws until it holds the baseline's tokens
+    ("proxy", str),  # the gradient-norm proxy behind p*, when not "auto"
+)
+
+
+class ArmFields(Protocol):
+    """What :meth:`Arm.of` reads: a run's spec (``experiments.profile.RunSpec``) and its record (``RunId``)."""
+
+    method: str
+    weights: str
+    alpha: float
+    proxy_noise: float
+    step_budget: str
+    proxy: str
+
+
+def _bad(name: str, value: Any, why: str) -> ValueError:
+    return ValueError(f"{name} {why}, got {value!r}")
+
+
+def _check_float(name: str, value: Any, *, high: float = math.inf) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _bad(name, value, "must be a finite number")
+    if not 0 <= value <= high:
+        raise _bad(name, value, f"must be in [0, {high}]")
+
+
+def arm_fields(run: ArmFields) -> dict[str, Any]:
+    """The arm's fields of a spec or record, as they are (a run's record copies them from its spec)."""
+    return {f.name: getattr(run, f.name) for f in dataclasses.fields(Arm)}
+
+
+def check_arm_fields(owner: str, run: ArmFields) -> None:
+    """The one check of an arm's fields, on an :class:`Arm` or a record that carries them (named ``owner.field``)."""
+    for name in ("method", "proxy"):
+        value = getattr(run, name)
+        if not isinstance(value, str) or not value or ":" in value:
+            raise _bad(f"{owner}.{name}", value, f"must be a {name} id without ':' (options are fields)")
+    if run.weights not in WEIGHT_MODES:
+        raise _bad(f"{owner}.weights", run.weights, f"must be one of {WEIGHT_MODES}")
+    if run.step_budget not in STEP_BUDGETS:
+        raise _bad(f"{owner}.step_budget", run.step_budget, f"must be one of {STEP_BUDGETS}")
+    _check_float(f"{owner}.alpha", run.alpha, high=1.0)
+    _check_float(f"{owner}.proxy_noise", run.proxy_noise)
+
+
+@functools.total_ordering
+@dataclass(frozen=True)
+class Arm:
+    """Which sampling a run used: the method id and its options (``alpha`` only for :data:`ALPHA_METHODS`).
+
+    Arms order as their keys do, so that tables sorted by arm keep the order they had as strings.
+    """
+
+    method: str
+    weights: str = "centred"
+    alpha: float = DEFAULT_ALPHA
+    proxy_noise: float = 0.0
+    step_budget: str = "rows"
+    proxy: str = "auto"
+
+    def __post_init__(self) -> None:
+        check_arm_fields("Arm", self)
+        if self.method not in ALPHA_METHODS:  # not part of this arm: equal keys, equal arms
+            object.__setattr__(self, "alpha", DEFAULT_ALPHA)
+
+    @classmethod
+    def of(cls, run: ArmFields) -> Arm:
+        """The arm of a run's spec or record: the one constructor from their fields."""
+        return cls(**arm_fields(run))
+
+    def options(self) -> tuple[tuple[str, Any], ...]:
+        """(field, value) of each option not at its default, in key order: what the key and the label show."""
+        return tuple((name, getattr(self, name)) for name, _ in KEY_PARTS
+                     if getattr(self, name) != _DEFAULTS[name])  # fmt: skip
+
+    @property
+    def key(self) -> str:
+        """The arm's id in run file names, logs and summaries, e.g. ``p_star``, ``p_star:raw``, ``p_smooth:a0.05``."""
+        return ":".join((self.method, *(_TEXT[name](value) for name, value in self.options())))
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Arm):
+            return NotImplemented
+        return self.key < other.key
+
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Arm)}
+_TEXT = dict(KEY_PARTS)

@@ -1,0 +1,204 @@
+"""The package's import graph, read from the source (AST, nothing imported): no cycle, no upward import.
+
+Every ``import`` counts, at module level and inside functions: a lazy import still runs at call time, so
+a cycle through one is a real cycle (it only moves the failure from import time to the first call, and a
+reader still has to hold both modules in mind at once). Imports under ``if TYPE_CHECKING:`` never run and
+do not count. ``from pkg import name`` is an edge to ``pkg.name`` when that is a module, else to ``pkg``.
+
+Layers, lowest first: the core (``grpo``, ``sgd``, ``generation``, ``evaluation``, ``records``, ``arms`` and
+the other top-level modules) < ``report`` < ``experiments``; ``integrations`` adapts the core to the engines.
+``cli`` sits above everything.
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = "costaware"
+
+# Cycles inside another engineer's area, by area (a cycle is allowed when all its modules are under the
+# area), each with who is fixing it. When an area has no cycle left, its strict xfail below passes, which
+# fails the suite: remove the entry then.
+ALLOWED_CYCLES: dict[str, str] = {
+    "costaware.integrations.verl": "issue 19 item 2: integrations/verl/patch.py <-> resample.py (with logprobs.py "
+                                   "and v1.py through patch.py), being fixed by the grpo/integrations engineer",
+    "costaware.evaluation": "evaluation/data.py <-> hub.py (data.py imports hub_rows lazily, hub.py imports data's "
+                            "types): evaluation/data.py is another engineer's file in issue 19",
+}  # fmt: skip
+# (importer prefix, forbidden import prefixes): a lower layer never reaches up.
+CORE = ("costaware.grpo", "costaware.sgd", "costaware.generation", "costaware.evaluation", "costaware.records",
+        "costaware.arms", "costaware.alias", "costaware.distributions", "costaware.sampler", "costaware.subset",
+        "costaware.theory", "costaware.tiny", "costaware._checks", "costaware._sampler_state")
+UPPER = ("costaware.integrations", "costaware.experiments", "costaware.report", "costaware.cli")
+FORBIDDEN: dict[str, tuple[str, ...]] = {
+    **{core: UPPER for core in CORE},
+    "costaware.report": ("costaware.experiments", "costaware.integrations", "costaware.cli"),
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@cache
+def modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in (SRC / PACKAGE).rglob("*.py")}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement of ``tree``, nested ones included, except those under ``if TYPE_CHECKING``."""
+    out: list[ast.Import | ast.ImportFrom] = []
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            out.append(node)
+        stack.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def _targets(name: str, node: ast.Import | ast.ImportFrom) -> set[str]:
+    mods = modules()
+    is_pkg = modules()[name].name == "__init__.py"
+    if isinstance(node, ast.Import):
+        return {a.name for a in node.names if a.name.split(".")[0] == PACKAGE}
+    if node.level:  # relative: from the importer's package, up level - 1
+        base = name.split(".") if is_pkg else name.split(".")[:-1]
+        base = base[: len(base) - (node.level - 1)]
+        module = ".".join(base + ([node.module] if node.module else []))
+    else:
+        module = node.module or ""
+    if module.split(".")[0] != PACKAGE:
+        return set()
+    return {f"{module}.{a.name}" if f"{module}.{a.name}" in mods else module for a in node.names}
+
+
+@cache
+def graph() -> dict[str, frozenset[str]]:
+    """Module -> the costaware modules it imports (anywhere in its body)."""
+    mods = modules()
+    out = {}
+    for name, path in mods.items():
+        tree = ast.parse(path.read_text(), str(path))
+        out[name] = frozenset(t for node in _imports(tree) for t in _targets(name, node) if t in mods and t != name)
+    return out
+
+
+def cycles(g: dict[str, frozenset[str]]) -> list[frozenset[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on, stack, out = set(), [], []
+    for root in sorted(g):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(g[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(g[w]))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = set()
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.add(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(frozenset(comp))
+    return out
+
+
+def _reach(g: dict[str, frozenset[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for w in g[todo.pop()]:
+            if w not in seen:
+                seen.add(w)
+                todo.append(w)
+    return seen
+
+
+def _under(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+# ---------------------------------------------------------------- the checker itself, on hand-made graphs
+
+
+def test_cycle_finder_finds_two_and_three_cycles_and_nothing_in_a_dag():
+    dag = {"a": frozenset("b"), "b": frozenset("c"), "c": frozenset()}
+    assert cycles(dag) == []
+    two = {**dag, "c": frozenset("b")}
+    assert cycles(two) == [frozenset("bc")]
+    three = {"a": frozenset("b"), "b": frozenset("c"), "c": frozenset("a"), "d": frozenset("a")}
+    assert cycles(three) == [frozenset("abc")]
+
+
+def test_lazy_imports_count_and_type_checking_imports_do_not():
+    tree = ast.parse("import os\nif TYPE_CHECKING:\n    import costaware.a\n"
+                     "def f():\n    from costaware import b\n    import costaware.c\n")
+    names = [a.name if isinstance(n, ast.Import) else n.module for n in _imports(tree) for a in n.names]
+    assert sorted(names) == ["costaware", "costaware.c", "os"]
+
+
+def test_the_graph_sees_the_packages_own_edges():
+    g = graph()
+    assert "costaware.report.curves" in g["costaware.report.evidence"]  # a module-level from-import
+    assert "costaware.grpo.config" in g["costaware.report.grpo"]  # a lazy one, inside a function
+
+
+# ---------------------------------------------------------------- the package
+
+
+def _allowed(cycle: frozenset[str]) -> str | None:
+    return next((area for area in ALLOWED_CYCLES if all(_under(m, area) for m in cycle)), None)
+
+
+def test_no_import_cycle_outside_the_allow_list():
+    unexpected = [sorted(c) for c in cycles(graph()) if _allowed(c) is None]
+    assert not unexpected, f"import cycles: {unexpected}"
+
+
+@pytest.mark.parametrize("area", [pytest.param(a, marks=pytest.mark.xfail(strict=True, reason=why))
+                                  for a, why in ALLOWED_CYCLES.items()])
+def test_allowed_area_has_no_cycle_left(area):
+    """Expected to fail while the area's cycle is there; passing (XPASS, strict) means: remove the entry."""
+    assert not [sorted(c) for c in cycles(graph()) if _allowed(c) == area]
+
+
+@pytest.mark.parametrize("importer", sorted(FORBIDDEN))
+def test_no_upward_import(importer):
+    g = graph()
+    bad = sorted((m, t) for m in g if _under(m, importer) for t in _reach(g, m)
+                 if any(_under(t, f) for f in FORBIDDEN[importer]))
+    assert not bad, f"{importer} reaches up (module, reached): {bad[:10]}"
