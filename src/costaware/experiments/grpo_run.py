@@ -18,10 +18,16 @@ from costaware.experiments.profile import Profile, RunSpec
 from costaware.experiments.tasks import get_task
 from costaware.experiments.worker import EvalSchedule, Evaluator, load_checkpoint
 from costaware.records import EvalPoint, ProxyFidelityPoint
+from costaware.rollouts.logs import RecordingReward
 
-__all__ = ["TRAIN_SEED", "SkipWatch", "run_grpo", "trainer_args"]
+__all__ = ["TRAIN_SEED", "SkipWatch", "run_grpo", "trainer_args", "prompt_log"]
 
 TRAIN_SEED = 20_000
+
+
+def prompt_log(workdir: Path) -> Path:
+    """Where a run writes its per-prompt log while it runs (the run's work folder: removed if interrupted)."""
+    return Path(workdir) / "prompts.jsonl"
 
 
 class SkipWatch:
@@ -83,19 +89,26 @@ def run_grpo(spec: RunSpec, profile: Profile, sft_dir: Path, workdir: Path) -> d
     task = get_task(spec.task)
     tok, model = load_checkpoint(sft_dir)
     evaluate = Evaluator(profile, spec.task, tok, sft_dir)
-    tasks = task.make_tasks(profile.rounds * profile.prompts_per_round, min_size=profile.min_size,
+    num_train = profile.train_prompts or profile.rounds * profile.prompts_per_round
+    tasks = task.make_tasks(num_train, min_size=profile.min_size,
                             max_size=profile.sizes(spec.task)[1], rng=np.random.default_rng(TRAIN_SEED + spec.seed))
-    data = Dataset.from_dict({"prompt": list(tasks.prompts), "answer": np.asarray(tasks.answers).tolist()})
+    # prompt_id: the per-prompt logs' key (TRL passes dataset columns to reward functions)
+    data = Dataset.from_dict({"prompt": list(tasks.prompts), "answer": np.asarray(tasks.answers).tolist(),
+                              "prompt_id": list(range(num_train))})
     args = trainer_args(spec, profile, workdir)
     spg = profile.steps_per_generation
     rollouts = {"generated_tokens": 0}  # every generated completion passes through the reward once
 
-    def reward(completions: list[Any], answer: list[Any], completion_ids: list[list[int]] | None = None, **kw: Any):
+    def score(completions: list[Any], answer: list[Any], completion_ids: list[list[int]] | None = None,
+              prompt_id: Any = None, **kw: Any):
         rollouts["generated_tokens"] += sum(map(len, completion_ids)) if completion_ids is not None else sum(
             len(c if isinstance(c, str) else c[0]["content"]) + 1 for c in completions)  # char tokenizer + EOS
         return task.reward(completions, answer, **kw)
 
-    reward.__name__ = f"{task.name}_reward"
+    score.__name__ = f"{task.name}_reward"
+    # every generated group's rewards and lengths, for `costaware rollouts analyse` (kept beside the run file)
+    reward = RecordingReward(score, prompt_log(workdir), profile.generations,
+                             count_prompt_tokens=lambda p: len(tok(p, add_special_tokens=False).input_ids))
     evals: list[EvalPoint] = []
     due, watch = EvalSchedule(profile), SkipWatch(profile.skipped_warn_rounds, spec.slug)
 

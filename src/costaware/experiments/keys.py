@@ -35,7 +35,7 @@ NOT_IN_RUN_KEY = ("task", "second_task", "second_max_size", "extra_tasks", "seed
 # RunSpec and Profile fields added after runs were recorded: at their default they stay out of the key,
 # so the results recorded before them stay valid.
 SPEC_FIELDS_ADDED = ("budget_scale",)
-PROFILE_FIELDS_ADDED = ("logprob_rows",)
+PROFILE_FIELDS_ADDED = ("logprob_rows", "train_prompts")
 # Profile fields added with a default that changes what runs do: they stay out of the key only at the
 # value the runs recorded before them had, so those keep their files and the new default makes new runs.
 PROFILE_FIELDS_OLD_VALUE = {"generation": "transformers"}

@@ -85,6 +85,8 @@ class Profile:
     loss_type: str = _opt("grpo", "rl", "TRL loss_type of the GRPO setting")
     pods_keep: int = _opt(5, "rl", "PODS rows kept per group")
     token_budget: int = _opt(300_000, "rl", "PO tokens every run spends (0: stop after rounds)")
+    train_prompts: int = _opt(0, "rl", "a finite train set of this many prompts, reused over epochs as real RLVR sets "
+                              "are (0: fresh prompts every round, rounds x prompts_per_round of them)")
     logprob_rows: str = _opt(
         "all", "rl", "rows whose old (and, with KL, reference) log-probs each round computes, the adapter's "
         "cost_aware_logprob_rows: 'all' every row, as stock TRL (the README's recorded runs), or 'fed' only the rows "

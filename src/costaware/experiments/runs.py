@@ -13,7 +13,7 @@ from typing import Any
 
 from costaware.arms import arm_fields
 from costaware.experiments.control import run_control
-from costaware.experiments.grpo_run import run_grpo
+from costaware.experiments.grpo_run import prompt_log, run_grpo
 from costaware.experiments.profile import Profile, RunSpec
 from costaware.experiments.quiet import Caught, quiet_libraries, run_recording
 from costaware.records import RunId, RunResult
@@ -42,6 +42,9 @@ def run_one(spec_d: dict[str, Any], profile_d: dict[str, Any], sft_dir: str, out
     RunResult(id=rid, evals=tuple(out["evals"]), wall_seconds=time.perf_counter() - start, fidelity=out["fidelity"],
               counters=out["counters"], spec=asdict(spec), generation_seconds=out["generation_seconds"],
               eval_seconds=out["eval_seconds"]).save(out_file)  # fmt: skip
+    log = prompt_log(Path(out_file).with_suffix(""))
+    if log.exists():  # the per-prompt log, beside the run file (`costaware rollouts analyse runs/*.prompts.jsonl`)
+        os.replace(log, Path(out_file).with_suffix(".prompts.jsonl"))
     shutil.rmtree(Path(out_file).with_suffix(""), ignore_errors=True)  # the trainer's empty output_dir
     return out_file
 
