@@ -192,18 +192,21 @@ def checkpoint_result(rounds: int, pools: list[Pool], skipped: int, steps: int, 
 
 
 def grpo_row_losses(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """TRL's `grpo` loss per row at the on-policy point (ratio 1, β = 0): −A · token-mean of the ratio."""
+    """TRL's `grpo` loss per row (the token mean of −min(ρA, clip(ρ)A) over the completion) at the on-policy
+    point of a pool's first step (ρ = 1, β = 0), whose gradient is −A · ∇ token-mean log π."""
+    from costaware.grpo.losses import grpo_token_loss
+
     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1]
     logp = torch.log_softmax(logits.float(), -1).gather(-1, batch["input_ids"][:, 1:, None]).squeeze(-1)
     mask = batch["completion_mask"][:, 1:]
-    ratio = torch.exp(logp - logp.detach())
-    return -batch["adv"] * (ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+    loss = grpo_token_loss(logp, logp.detach(), batch["adv"])
+    return (loss * mask).sum(-1) / mask.sum(-1).clamp(min=1)
 
 
-def draw_pool(model: Any, tok: Any, task_name: str, profile: Profile, rng: np.random.Generator,
-              generator: torch.Generator) -> Pool | None:  # fmt: skip
-    """Fresh prompts and completions at the model's θ, scored and differentiated as the job does; None if
-    every advantage is zero."""
+def rollout_batch(model: Any, tok: Any, task_name: str, profile: Profile, rng: np.random.Generator,
+                  generator: torch.Generator) -> tuple[dict[str, torch.Tensor] | None, int, float]:  # fmt: skip
+    """A fresh pool at the model's θ, generated and scored as the job does (the KV sampler at temperature 1,
+    TRL's group std and eps): (its rows with A != 0 as a right-padded batch, or None; N; mean reward)."""
     from costaware.generation import SamplingParams, kv_generate
     from costaware.grpo.advantages import group_advantages
     from costaware.grpo.config import SamplingConfig
@@ -216,14 +219,13 @@ def draw_pool(model: Any, tok: Any, task_name: str, profile: Profile, rng: np.ra
                               params=SamplingParams(temperature=1.0), generator=generator).completions  # fmt: skip
     texts = tok.batch_decode(completions, skip_special_tokens=True)
     rewards = torch.tensor(task.reward(texts, np.repeat(np.asarray(tasks.answers), k).tolist()))
-    adv = group_advantages(rewards, k, eps=1e-4).double().numpy()  # TRL's std and eps
+    adv = group_advantages(rewards, k, eps=1e-4).double().numpy()
     a = np.abs(adv)
     keep = np.flatnonzero(a > SamplingConfig().zero_tol * a.max()) if a.max() > 0 else np.array([], int)
     if keep.size == 0:
-        return None
+        return None, adv.size, float(rewards.mean())
     seqs = [prompts[i] + completions[i] for i in keep]
-    width = max(map(len, seqs))
-    ids = torch.full((keep.size, width), tok.pad_token_id)
+    ids = torch.full((keep.size, max(map(len, seqs))), tok.pad_token_id)
     attn, comp = torch.zeros_like(ids), torch.zeros_like(ids)
     for r, i in enumerate(keep):  # right padding: causal attention leaves the real tokens as they are
         ids[r, : len(seqs[r])] = torch.tensor(seqs[r])
@@ -231,18 +233,18 @@ def draw_pool(model: Any, tok: Any, task_name: str, profile: Profile, rng: np.ra
         comp[r, len(prompts[i]) : len(seqs[r])] = 1
     batch = {"input_ids": ids, "attention_mask": attn, "completion_mask": comp.float(),
              "adv": torch.from_numpy(adv[keep]).float()}  # fmt: skip
-    params = [p for p in model.parameters() if p.requires_grad]
-    grads = torch.autograd.grad(grpo_row_losses(model, batch).mean(), params)
-    norms = per_row_grad_norms(model, batch)
-    return Pool(adv[keep], (attn.sum(1)).numpy().astype(float), norms.numpy() ** 2,
-                torch.cat([g.double().flatten() for g in grads]), adv.size, float(rewards.mean()))  # fmt: skip
+    return batch, adv.size, float(rewards.mean())
 
 
-def per_row_grad_norms(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """‖∇ℓ_i‖ of every row of ``batch`` (one backward per row: the diagnostics' exact measure)."""
+def measure_pool(model: Any, batch: dict[str, torch.Tensor], rows: int, pass_rate: float) -> Pool:
+    """g_pool (one batched backward of the mean row loss) and every row's ‖∇ℓ_i‖ (one backward per row)."""
     from costaware.grpo.diagnostics import per_sequence_grad_norms
 
-    return per_sequence_grad_norms(model, lambda mdl, row: grpo_row_losses(mdl, row).sum(), batch)
+    params = [p for p in model.parameters() if p.requires_grad]
+    grads = torch.autograd.grad(grpo_row_losses(model, batch).mean(), params)
+    norms = per_sequence_grad_norms(model, lambda mdl, row: grpo_row_losses(mdl, row).sum(), batch)
+    return Pool(batch["adv"].double().numpy(), batch["attention_mask"].sum(1).double().numpy(), norms.numpy() ** 2,
+                torch.cat([g.double().flatten() for g in grads]), rows, pass_rate)  # fmt: skip
 
 
 def checkpoint(profile: Profile, task_name: str, sft_dir: Path, rounds: int, seed: int, out: Path) -> tuple[Any, Any]:
@@ -291,8 +293,8 @@ def run(profile: Profile, *, rounds: tuple[int, ...], pools: int, seed: int, out
         tok, model = checkpoint(profile, task, sft_dir, r, seed, out)
         model.eval()  # no dropout in the tiny Qwen2; eval only pins it
         rng, gen = np.random.default_rng([seed, r, 1]), torch.Generator().manual_seed(seed * 1_000_003 + r)
-        drawn = [draw_pool(model, tok, task, profile, rng, gen) for _ in range(pools)]
-        kept = [p for p in drawn if p is not None]
+        drawn = [rollout_batch(model, tok, task, profile, rng, gen) for _ in range(pools)]
+        kept = [measure_pool(model, *d) for d in drawn if d[0] is not None]
         if len(kept) < 2:
             raise ValueError(f"rounds={r}: {len(kept)} of {pools} pools have a row with A != 0; need 2 (raise pools)")
         results.append(checkpoint_result(r, kept, pools - len(kept), steps, m))
