@@ -48,9 +48,10 @@ def within(value, samples, z=4.0):
     return abs(value - samples.mean()) < z * samples.std(ddof=1) / np.sqrt(samples.size)
 
 
-def plans(adv, costs, config, seed=0):
+def plans(adv, costs, config, seed=0, minibatch_size=None):
     gen = torch.Generator().manual_seed(seed)
-    return [plan_minibatches(adv, costs, num_minibatches=STEPS, config=config, generator=gen) for _ in range(DRAWS)]
+    return [plan_minibatches(adv, costs, num_minibatches=STEPS, minibatch_size=minibatch_size, config=config,
+                             generator=gen) for _ in range(DRAWS)]  # fmt: skip
 
 
 def closed_iid(g, supp, p_supp, m):
@@ -72,6 +73,10 @@ def test_iid_step_variances_match_monte_carlo_over_real_plans(pool):
         assert within(closed, (eps**2).sum(-1).ravel()), name
         # steps are independent: the pool's summed noise has S times one step's variance
         assert within(STEPS * closed, (eps.sum(1) ** 2).sum(-1)), name
+    # p_star_nzrows: the same p, nonzero's rows per step
+    small = round(int(supp.sum()) / STEPS)
+    eps = mc_steps(plans(adv, costs, SamplingConfig("p_star"), minibatch_size=small), g, target)
+    assert within(closed_iid(g, supp, probs["p_star"], small), (eps**2).sum(-1).ravel())
 
 
 def test_nonzero_partition_variances_match_monte_carlo_over_real_plans(pool):
@@ -116,6 +121,12 @@ def test_fed_tokens_match_the_plans_tokens(pool):
     tokens = np.array([mb.tokens for plan in plans(adv, costs, SamplingConfig("p_star")) for mb in plan.minibatches])
     assert within(rv.fed_tokens(p, costs[supp], adv.size // STEPS), tokens.astype(float))
     assert not within(adv.size // STEPS * float(p @ costs[supp]), tokens.astype(float))  # duplicates run once
+
+
+def test_doctests_hold():
+    import doctest
+
+    assert doctest.testmod(rv, raise_on_error=True).attempted >= 3
 
 
 TINY = Profile(hidden_size=32, num_layers=1, max_size=3, sft_steps=100, sft_batch=32, sft_lr=1e-2, rounds=1,

@@ -54,7 +54,9 @@ from costaware import theory
 from costaware.experiments.profile import PROFILES, Profile, RunSpec
 from costaware.experiments.tasks import get_task
 
-METHODS = ("nonzero", "p_star", "p_star_oracle", "uniform")  # uniform: i.i.d. on the A ≠ 0 rows (J's baseline)
+# uniform: i.i.d. on the A ≠ 0 rows (J's baseline); p_star_nzrows: p* drawing nonzero's rows per step,
+# round(n/S), instead of the baseline's N/S (what the job's p* draws): not a job arm, a what-if
+METHODS = ("nonzero", "p_star", "p_star_oracle", "uniform", "p_star_nzrows")
 
 
 def iid_step_variance(sq_norms: np.ndarray, p: np.ndarray, g_sq: float, m: int) -> float:
@@ -158,9 +160,12 @@ def summarise(pools: list[Pool], steps: int, m: int) -> tuple[float, float, dict
     for pool, g_sq in zip(pools, np.diag(gram), strict=True):
         v, total = partition_variances(pool.sq_norms, g_sq, steps)
         per["nonzero"].append((v, total / steps, pool.costs.sum() / steps))
-        for name, p in method_probs(np.abs(pool.adv), np.sqrt(pool.sq_norms), pool.costs).items():
-            v = iid_step_variance(pool.sq_norms, p, g_sq, m)
-            per[name].append((v, v, fed_tokens(p, pool.costs, m)))
+        probs = method_probs(np.abs(pool.adv), np.sqrt(pool.sq_norms), pool.costs)
+        probs["p_star_nzrows"] = probs["p_star"]
+        for name, p in probs.items():
+            draws = max(1, round(pool.adv.size / steps)) if name == "p_star_nzrows" else m
+            v = iid_step_variance(pool.sq_norms, p, g_sq, draws)
+            per[name].append((v, v, fed_tokens(p, pool.costs, draws)))
     out = {}
     for name, rows in per.items():
         v_sub, v_rest, tokens = np.mean(rows, axis=0)
@@ -177,11 +182,13 @@ def checkpoint_result(rounds: int, pools: list[Pool], skipped: int, steps: int, 
     def ratio(x: dict[str, tuple[float, ...]], name: str) -> float:
         return x[name][4] / x["nonzero"][4]
 
+    def jackknife_se(name: str) -> float:
+        r = np.array([ratio(x, name) for x in loo])
+        return float(np.sqrt((k - 1) / k * np.sum((r - r.mean()) ** 2))) if loo else float("nan")
+
     rows = tuple(MethodRow(name, *s[name][:3], j_vs_uniform=s[name][3] / s["uniform"][3],
                            j_vs_nonzero=s[name][3] / s["nonzero"][3], j_eff_vs_nonzero=ratio(s, name),
-                           j_eff_se=float(np.sqrt((k - 1) / k * np.sum((np.array([ratio(x, name) for x in loo])
-                                                                          - ratio(s, name)) ** 2))) if loo else np.nan)
-                 for name in METHODS)  # fmt: skip
+                           j_eff_se=jackknife_se(name)) for name in METHODS)  # fmt: skip
     a, g, c = (np.concatenate([getattr(p, f) for p in pools]) for f in ("adv", "sq_norms", "costs"))
     a, g = np.abs(a), np.sqrt(g)
     proxy_j = float(np.mean([theory.J(dist.optimal(np.abs(p.adv), p.costs), np.abs(p.adv), p.costs)
@@ -308,9 +315,9 @@ def format_checkpoint(c: CheckpointResult) -> str:
             f"({c.skipped_pools} skipped) | rows with A!=0 per pool {c.n_supp:.1f}\n"
             f"  V_pool {c.v_pool:.3e}   |E g_pool|^2 {c.grad_sq:.3e}   Pearson(|A|, |grad l|) {c.pearson:.3f}   "
             f"J(p*)/J(uniform), G=|A| (the logs' number) {c.proxy_j:.3f}\n")  # fmt: skip
-    cols = f"  {'method':<14}{'V_sub/step':>12}{'V_eff/step':>12}{'tokens/step':>13}" \
+    cols = f"  {'method':<15}{'V_sub/step':>12}{'V_eff/step':>12}{'tokens/step':>13}" \
            f"{'J/J_unif':>10}{'J/J_nz':>9}{'J_eff/J_eff,nz':>17}\n"  # fmt: skip
-    body = "".join(f"  {r.method:<14}{r.v_sub:>12.3e}{r.v_eff:>12.3e}{r.tokens:>13.0f}{r.j_vs_uniform:>10.3f}"
+    body = "".join(f"  {r.method:<15}{r.v_sub:>12.3e}{r.v_eff:>12.3e}{r.tokens:>13.0f}{r.j_vs_uniform:>10.3f}"
                    f"{r.j_vs_nonzero:>9.3f}{r.j_eff_vs_nonzero:>10.3f} ± {r.j_eff_se:.3f}\n" for r in c.methods)  # fmt: skip
     return head + cols + body
 
