@@ -126,7 +126,7 @@ def test_fed_tokens_match_the_plans_tokens(pool):
 def test_doctests_hold():
     import doctest
 
-    assert doctest.testmod(rv, raise_on_error=True).attempted >= 3
+    assert doctest.testmod(rv, raise_on_error=True).attempted >= 2
 
 
 TINY = Profile(hidden_size=32, num_layers=1, max_size=3, sft_steps=100, sft_batch=32, sft_lr=1e-2, rounds=1,
