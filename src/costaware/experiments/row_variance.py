@@ -10,7 +10,8 @@ TRL's `grpo` sequence-mean loss of row i, g_i = ∇ℓ_i and n = n_supp the rows
   "Evidence: controls and confounders"), and V_pool = E‖g_pool − E g_pool‖² (unbiased over the K pools);
 - V_sub, the variance one optimiser step adds around g_pool, exactly, from the per-row gradients:
   * m i.i.d. draws i_j ~ p, step (1/m) Σ_j g_{i_j}/(n p_{i_j}):  V_sub = (1/m)(Σ_i ‖g_i‖²/(n² p_i) − ‖g_pool‖²),
-    for p* with the |A| proxy (p ∝ |A|/√c), p* with the oracle G_i = ‖g_i‖, and uniform on the n rows;
+    for p* with the |A| proxy (p ∝ |A|/√c), p* with the oracle G_i = ‖g_i‖, and uniform on the n rows, each
+    with the job's m = N/S draws per step, and p* with `nonzero`'s round(n/S) (a what-if, not a job arm);
   * `nonzero` (grpo.plan): a random permutation of the n rows cut into S chunks of sizes m_s
     (``tensor_split``), step s the mean of its chunk: V_sub,s = (σ²/m_s)(n − m_s)/(n − 1) with
     σ² = (1/n) Σ ‖g_i‖² − ‖g_pool‖² (the finite-population correction).
@@ -30,7 +31,7 @@ V × the PO tokens fed per step (duplicate draws of a step run once: E = Σ_i c_
 the same for `nonzero`: with V = V_sub it is J (the pool as the dataset), with V = V_eff J with the pool noise.
 Adam, bias and the plateau are outside this model (it is SGD at a fixed θ).
 
-    OMP_NUM_THREADS=1 python -m costaware.experiments.row_variance --rounds 0 20 50 --pools 8
+    OMP_NUM_THREADS=1 python -m costaware.experiments.row_variance --rounds 0 20 50 100 --pools 16
 """
 
 from __future__ import annotations
@@ -326,9 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m costaware.experiments.row_variance", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--profile", choices=sorted(PROFILES), default="default", help="sizes (default: %(default)s)")
-    p.add_argument("--rounds", nargs="+", type=int, default=[0, 20, 50],
+    p.add_argument("--rounds", nargs="+", type=int, default=[0, 20, 50, 100],
                    help="checkpoints: GRPO rounds after SFT (default: %(default)s)")
-    p.add_argument("--pools", type=int, default=8, help="independent pools per checkpoint (default: %(default)s)")
+    p.add_argument("--pools", type=int, default=16, help="independent pools per checkpoint (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="GRPO run and pool seed (default: %(default)s)")
     p.add_argument("--out", default="runs/row_variance", help="SFT and checkpoint cache (default: %(default)s)")
     args = p.parse_args(argv)
