@@ -23,7 +23,7 @@ import costaware.grpo.diagnostics as diagnostics
 from costaware import distributions as dist
 from costaware import theory
 from costaware.experiments import arith, policy
-from costaware.experiments.reproduce import _load
+from costaware.experiments.worker import load_checkpoint
 from costaware.integrations.trl import CostAwareGRPOConfig, CostAwareGRPOTrainer
 
 
@@ -43,7 +43,7 @@ def capture_pools(sft: Path, loss_type: str, *, prompts: int, rounds: int, max_t
         pools.append((G.numpy(), rows["advantages"].double().numpy(), cost.numpy()))
         return G.norm(dim=1)
 
-    tok, model = _load(sft)
+    tok, model = load_checkpoint(sft)
     tasks = arith.make_tasks(prompts * rounds, min_terms=2, max_terms=max_terms, rng=np.random.default_rng(seed))
     rows = prompts * 8
     args = CostAwareGRPOConfig(
