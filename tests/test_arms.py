@@ -86,8 +86,9 @@ PINNED_RUN_FILES = {
 PROFILE_SETS = {**PROFILES, "full+long": dataclasses.replace(PROFILES["full"], long_budget=4.0)}  # + the long group
 
 
-def _specs() -> list[RunSpec]:
-    return [s for p in PROFILE_SETS.values() for s in run_specs(p)]
+def _specs(*, new: bool = False) -> list[RunSpec]:
+    """Every profile's specs that existed before Arm (``new``: only the prompt-stage group's, added after)."""
+    return [s for p in PROFILE_SETS.values() for s in run_specs(p) if (s.group == "rollout") == new]
 
 
 def _run_id(spec: RunSpec, lr: float = 1e-4) -> RunId:  # as runs.run_one builds it
@@ -120,8 +121,21 @@ def test_every_profile_arm_has_its_old_key_slug_and_label():
 @pytest.mark.parametrize("name", sorted(PINNED_RUN_FILES))
 def test_run_file_names_are_the_ones_recorded_before_arms(name):
     profile = PROFILE_SETS[name]
-    names = sorted(run_file(Path("o"), s, profile).name for s in run_specs(profile))
+    names = sorted(run_file(Path("o"), s, profile).name for s in run_specs(profile) if s.group != "rollout")
     assert (len(names), hashlib.sha256("\n".join(names).encode()).hexdigest()) == PINNED_RUN_FILES[name]
+
+
+def test_prompt_stage_arms_have_their_own_keys_files_and_labels():
+    specs = _specs(new=True)
+    assert {s.rollout for s in specs} == {"all", "greso", "cost_aware_skip", "cost_aware", "dapo"}
+    for spec in specs:
+        assert spec.arm == _run_id(spec).arm
+        assert (spec.rollout == "all") == ("rollout-" not in spec.arm.key)
+        assert spec.setting.endswith("-prompts")  # its own report section, apart from the headline's fresh prompts
+    for name, profile in PROFILE_SETS.items():
+        files = [run_file(Path("o"), s, profile).name for s in run_specs(profile)]
+        assert len(set(files)) == len(files), name
+    assert label(Arm("p_star", rollout="cost_aware_skip")) == "p* (cost-aware skip, biased)"
 
 
 _arms = st.builds(
@@ -156,9 +170,11 @@ def test_alpha_is_part_of_p_smooth_alone():
 def test_every_option_has_one_key_part_and_a_label():
     options = [f.name for f in dataclasses.fields(Arm) if f.name != "method"]
     assert [name for name, _ in KEY_PARTS] == options  # key order is field order
-    every = Arm("p_smooth", weights="raw", alpha=0.05, proxy_noise=0.1, step_budget="tokens", proxy="calibrated")
+    every = Arm("p_smooth", weights="raw", alpha=0.05, proxy_noise=0.1, step_budget="tokens", proxy="calibrated",
+                rollout="greso")
     assert [name for name, _ in every.options()] == options
-    assert label(every) == "p*_smooth(0.05) (raw weights, σ²=0.1, tokens/step matched, calibrated proxy)"
+    assert label(every) == ("p*_smooth(0.05) (raw weights, σ²=0.1, tokens/step matched, calibrated proxy, "
+                            "GRESO skip, biased)")
 
 
 @pytest.mark.parametrize(("kw", "name"), [

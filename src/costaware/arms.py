@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["Arm", "ArmFields", "DEFAULT_ALPHA", "KEY_PARTS", "STEP_BUDGETS", "WEIGHT_MODES", "arm_fields",
+__all__ = ["Arm", "ArmFields", "DEFAULT_ALPHA", "KEY_PARTS", "ROLLOUTS", "STEP_BUDGETS", "WEIGHT_MODES", "arm_fields",
            "check_arm_fields"]
 
 DEFAULT_ALPHA = 0.01
@@ -50,7 +50,13 @@ KEY_PARTS: tuple[tuple[str, Callable[[Any], str]], ...] = (
     ("proxy_noise", lambda s: f"noise{s:g}"),  # the ablation's noise on the proxy
     ("step_budget", str),  # "tokens": each step draws until it holds the baseline's tokens
     ("proxy", str),  # the gradient-norm proxy behind p*, when not "auto"
+    ("rollout", lambda r: f"rollout-{r}"),  # the prompt stage: which prompts get generated, when not "all"
 )
+# The prompt stages of the main job (costaware.rollouts): "all" generates every prompt TRL's sampler gives, as
+# before; "greso" and "cost_aware_skip" skip prompts before generation (biased); "cost_aware" draws prompts
+# from q ∝ Ĝ/√ĉ with prompt weights (unbiased); "dapo" is DAPO's dynamic sampling (over-generate, drop
+# zero-variance groups, refill: the trainer's ZVF).
+ROLLOUTS = ("all", "greso", "cost_aware_skip", "cost_aware", "dapo")
 
 
 class ArmFields(Protocol):
@@ -62,6 +68,7 @@ class ArmFields(Protocol):
     proxy_noise: float
     step_budget: str
     proxy: str
+    rollout: str
 
 
 def _bad(name: str, value: Any, why: str) -> ValueError:
@@ -90,6 +97,8 @@ def check_arm_fields(owner: str, run: ArmFields) -> None:
         raise _bad(f"{owner}.weights", run.weights, f"must be one of {WEIGHT_MODES}")
     if run.step_budget not in STEP_BUDGETS:
         raise _bad(f"{owner}.step_budget", run.step_budget, f"must be one of {STEP_BUDGETS}")
+    if run.rollout not in ROLLOUTS:
+        raise _bad(f"{owner}.rollout", run.rollout, f"must be one of {ROLLOUTS}")
     _check_float(f"{owner}.alpha", run.alpha, high=1.0)
     _check_float(f"{owner}.proxy_noise", run.proxy_noise)
 
@@ -108,6 +117,7 @@ class Arm:
     proxy_noise: float = 0.0
     step_budget: str = "rows"
     proxy: str = "auto"
+    rollout: str = "all"
 
     def __post_init__(self) -> None:
         check_arm_fields("Arm", self)

@@ -74,6 +74,7 @@ class RunId:
     proxy_noise: float = 0.0
     step_budget: str = "rows"
     proxy: str = "auto"  # the gradient-norm proxy behind p*: "auto" resolves by the loss family
+    rollout: str = "all"  # the prompt stage (costaware.arms.ROLLOUTS); records before it read as "all"
 
     def __post_init__(self) -> None:
         for name in ("task", "loss_type", "setting", "group"):

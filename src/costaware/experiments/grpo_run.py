@@ -55,7 +55,8 @@ def trainer_args(spec: RunSpec, profile: Profile, workdir: Path) -> Any:
             warnings.filterwarnings("ignore", message="proxy='advantage'", category=UserWarning)
         return CostAwareGRPOConfig(
             output_dir=str(workdir), cost_aware_method=spec.method, cost_aware_alpha=spec.alpha,
-            cost_aware_weights=spec.weights, cost_aware_proxy_noise=spec.proxy_noise, cost_aware_zvf=spec.zvf,
+            cost_aware_weights=spec.weights, cost_aware_proxy_noise=spec.proxy_noise, cost_aware_zvf=spec.zvf or spec.rollout == "dapo",
+            cost_aware_rollout="all" if spec.rollout == "dapo" else spec.rollout, cost_aware_generation_cost=profile.generation_cost,
             cost_aware_budget=spec.step_budget, cost_aware_proxy=spec.proxy, cost_aware_pods_keep=min(profile.pods_keep, profile.generations),
             loss_type=spec.resolved_loss_type(profile), beta=0.0, learning_rate=profile.learning_rate * spec.lr_scale,
             lr_scheduler_type="constant_with_warmup" if profile.warmup_rounds else "constant",

@@ -29,12 +29,12 @@ def key(obj: Any) -> str:
 # seed and LR multiple; the run's own largest size is keyed as max_size): left out of a run's key, so
 # `--profile full` reuses the default profile's runs.
 NOT_IN_RUN_KEY = ("task", "second_task", "second_max_size", "extra_tasks", "seeds", "setting_seeds", "ablation_seeds",
-                  "lr_sweep", "long_budget")
+                  "lr_sweep", "long_budget", "rollout_arms", "rollout_train_prompts")
 
 
 # RunSpec and Profile fields added after runs were recorded: at their default they stay out of the key,
 # so the results recorded before them stay valid.
-SPEC_FIELDS_ADDED = ("budget_scale",)
+SPEC_FIELDS_ADDED = ("budget_scale", "rollout", "train_prompts")
 PROFILE_FIELDS_ADDED = ("logprob_rows", "train_prompts")
 # Profile fields added with a default that changes what runs do: they stay out of the key only at the
 # value the runs recorded before them had, so those keep their files and the new default makes new runs.

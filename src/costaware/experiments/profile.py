@@ -31,7 +31,17 @@ HEADLINE: tuple[tuple[str, str], ...] = (
     ("none", "centred"), ("nonzero", "centred"), ("p_star", "centred"), ("p_star", "raw"),
     ("p_smooth", "centred"), ("pods", "centred"),
 )  # fmt: skip
-GROUPS = ("headline", "lr_sweep", "zvf", "cispo", "dapo", "proxy", "long", "ablation", "control")
+GROUPS = ("headline", "lr_sweep", "zvf", "cispo", "dapo", "proxy", "long", "ablation", "control", "rollout")
+# The prompt-stage comparison (group "rollout", a finite train set reused over epochs): (row method, prompt
+# stage) per arm. The default holds what its verdicts need: GRPO, its zero-advantage filter, the two peers that
+# act before PO (GRESO's skip, DAPO's dynamic sampling) and the cost-aware skip with p* rows; "full" adds p*
+# and the row-level peers on the same train set, GRESO with p* rows and the unbiased cost-aware prompts.
+ROLLOUT_ARMS: dict[str, tuple[tuple[str, str], ...]] = {
+    "off": (),
+    "default": (("none", "all"), ("nonzero", "all"), ("none", "greso"), ("none", "dapo"), ("p_star", "cost_aware_skip")),
+}
+ROLLOUT_ARMS["full"] = ROLLOUT_ARMS["default"] + (
+    ("p_star", "all"), ("pods", "all"), ("cost_pods", "all"), ("p_star", "greso"), ("p_star", "cost_aware"))
 # The long-budget runs: is the saving only "sooner", or a higher plateau? GRPO, its effective-step
 # control and p*, at long_budget x the token budget, with the headline's seeds.
 LONG_ARMS = ("none", "nonzero", "p_star")
@@ -119,12 +129,18 @@ class Profile:
         (), "runs", "seeds of GRPO+ZVF (GRPO, p*), of the CISPO and DAPO settings (GRPO, nonzero, p* with the "
         "calibrated and with the paper's proxy) and of p* with the calibrated proxy under the headline loss")
     ablation_seeds: tuple[int, ...] = _opt((), "runs", "seeds of the ablations and the SFT control")
+    rollout_arms: str = _opt(
+        "default", "runs", "arms of the prompt-stage group, with the headline's seeds: 'off', 'default' (GRPO, "
+        "nonzero, GRESO's skip, DAPO's dynamic sampling, the cost-aware skip with p* rows) or 'full' (those, p*, "
+        "PODS and cost-aware PODS, GRESO with p* rows, cost-aware prompts with p* rows)")
+    rollout_train_prompts: int = _opt(512, "runs", "the prompt-stage group's finite train set, reused over epochs")
 
     def __post_init__(self) -> None:
         ints = {"hidden_size": 8, "num_layers": 1, "min_size": 1, "max_size": 1, "second_max_size": 1, "sft_steps": 1, "sft_batch": 1,
                 "rounds": 1, "warmup_rounds": 0, "prompts_per_round": 1, "generations": 2, "steps_per_generation": 1, "pods_keep": 1,
                 "token_budget": 0, "skipped_warn_rounds": 1, "eval_points": 1, "eval_every": 1, "eval_prompts": 1,
-                "validation_prompts": 0, "eval_k": 1, "diagnostics_rows": 0, "diagnostics_every": 1}  # fmt: skip
+                "validation_prompts": 0, "eval_k": 1, "diagnostics_rows": 0, "diagnostics_every": 1, "train_prompts": 0,
+                "rollout_train_prompts": 1}  # fmt: skip
         for name, low in ints.items():
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -159,6 +175,11 @@ class Profile:
             raise ValueError(f"task must be a task family's name, got {self.task!r}")
         if self.generation not in ("kv", "transformers"):
             raise ValueError(f"generation must be 'kv' or 'transformers', got {self.generation!r}")
+        if self.rollout_arms not in ROLLOUT_ARMS:
+            raise ValueError(f"rollout_arms must be one of {tuple(ROLLOUT_ARMS)}, got {self.rollout_arms!r}")
+        if 0 < self.train_prompts < self.prompts_per_round or self.rollout_train_prompts < self.prompts_per_round:
+            raise ValueError(f"train_prompts and rollout_train_prompts must hold at least prompts_per_round="
+                             f"{self.prompts_per_round} prompts, got {self.train_prompts!r} and {self.rollout_train_prompts!r}")
         if self.logprob_rows not in ("all", "fed"):
             raise ValueError(f"logprob_rows must be 'all' or 'fed', got {self.logprob_rows!r}")
         if not isinstance(self.extra_tasks, tuple):
@@ -217,14 +238,19 @@ class RunSpec:
     step_budget: str = "rows"  # "tokens": each step draws until it holds the baseline's tokens
     proxy: str = "auto"  # the TRL adapter's cost_aware_proxy ("auto": by the loss family)
     budget_scale: float = 1.0  # the "long" group: token budget, round cap and evaluations x this
+    rollout: str = "all"  # the prompt stage (costaware.arms.ROLLOUTS)
+    train_prompts: int = 0  # the "rollout" group: a finite train set of this many prompts (0: the profile's)
 
     @property
     def setting(self) -> str:
         base = "grpo+zvf" if self.zvf else ("grpo" if self.loss_type == "profile" else self.loss_type)
-        return base + (f"-{self.budget_scale:g}x-budget" if self.budget_scale != 1.0 else "")
+        return (base + (f"-{self.budget_scale:g}x-budget" if self.budget_scale != 1.0 else "")
+                + (f"-{self.train_prompts}-prompts" if self.train_prompts else ""))
 
     def scaled(self, profile: Profile) -> Profile:
         """The profile this run trains under: the long group's budget, round cap and evaluations scaled."""
+        if self.train_prompts:
+            profile = dataclasses.replace(profile, train_prompts=self.train_prompts)
         if self.budget_scale == 1.0:
             return profile
         x = self.budget_scale
@@ -281,6 +307,8 @@ def run_specs(profile: Profile, methods: list[str] | None = None, groups: tuple[
             RunSpec("ablation", "p_star", s, task=t, step_budget="tokens"),
             RunSpec("control", "sft", s, task=t),
         ]
+    specs += [RunSpec("rollout", m, s, task=t, rollout=r, train_prompts=profile.rollout_train_prompts)
+              for s in profile.seeds for m, r in ROLLOUT_ARMS[profile.rollout_arms]]
     if profile.second_task:
         specs += headline(profile.second_task)
     for task_id in profile.extra_tasks:
@@ -297,7 +325,7 @@ PROFILES: dict[str, Profile] = {
         hidden_size=32, num_layers=1, max_size=3, sft_steps=150, sft_batch=32, sft_lr=1e-2, rounds=20,
         prompts_per_round=8, generations=4, pods_keep=2, learning_rate=2e-3, token_budget=3000, eval_points=4,
         eval_every=2, diagnostics_every=2, eval_prompts=48, validation_prompts=16, eval_k=2, seeds=(0,),
-        lr_sweep=(2.0,), setting_seeds=(0,), warmup_rounds=0,
+        lr_sweep=(2.0,), setting_seeds=(0,), warmup_rounds=0, rollout_train_prompts=40,
     ),  # fmt: skip
     # The headline decomposition on one task, 5 seeds, GRPO run to its plateau: about 10 minutes on 2 cores
     # with the KV rollout engine (the README's runtime paragraph).
@@ -306,5 +334,6 @@ PROFILES: dict[str, Profile] = {
     # calibrated proxy with 3 seeds, the ablations with 3 seeds, and the headline on the second task (arith)
     # and on sort at 2..9 digits, a 10.3x spread of prompt + response lengths (the long group stays off: the
     # default's own budget already runs GRPO to its plateau).
-    "full": Profile(second_task="arith", extra_tasks=("sort:9",), setting_seeds=(0, 1, 2), ablation_seeds=(0, 1, 2)),
+    "full": Profile(second_task="arith", extra_tasks=("sort:9",), setting_seeds=(0, 1, 2), ablation_seeds=(0, 1, 2),
+                    rollout_arms="full"),
 }

@@ -26,6 +26,8 @@ OPTIONS: dict[str, dict[object, str]] = {
     "weights": {"raw": "raw weights"},
     "step_budget": {"tokens": "tokens/step matched"},
     "proxy": {"advantage": "paper's proxy |A|", "calibrated": "calibrated proxy", "length_aware": "length-aware proxy"},
+    "rollout": {"greso": "GRESO skip, biased", "cost_aware_skip": "cost-aware skip, biased",
+                "cost_aware": "cost-aware prompts", "dapo": "DAPO dynamic sampling"},
 }
 
 
