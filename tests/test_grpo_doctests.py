@@ -10,7 +10,10 @@ import pytest
 
 MODULES = [
     "costaware.grpo.config",
+    "costaware.grpo.methods",
+    "costaware.grpo.pods",
     "costaware.grpo.plan",
+    "costaware.grpo.step",
     "costaware.grpo.shard",
     "costaware.grpo.factors",
     "costaware.grpo.accounting",
