@@ -10,6 +10,9 @@ import pytest
 
 MODULES = [
     "costaware.grpo.config",
+    "costaware.grpo.proxy",
+    "costaware.grpo.beta",
+    "costaware.grpo.loss_families",
     "costaware.grpo.methods",
     "costaware.grpo.pods",
     "costaware.grpo.plan",

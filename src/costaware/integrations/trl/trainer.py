@@ -79,12 +79,12 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 
+import costaware.integrations.trl.measure as measure
 from costaware.grpo.accounting import METRIC_PREFIX, Counters, StepCounts, load_counters, save_counters
 from costaware.grpo.advantages import sequence_costs_from_masks
 from costaware.grpo.diagnostics import per_sequence_grad_norms
 from costaware.grpo.shard import rank_offsets
 from costaware.grpo.step import GlobalPool, Round, plan_round
-import costaware.integrations.trl.measure as measure
 from costaware.integrations.trl.batch import MULTIMODAL, index_rows, loss_mask, trim_padding
 from costaware.integrations.trl.callbacks import TokenBudget
 from costaware.integrations.trl.config import CostAwareGRPOConfig
