@@ -30,7 +30,6 @@ HEADLINE: tuple[tuple[str, str], ...] = (
     ("none", "centred"), ("nonzero", "centred"), ("p_star", "centred"), ("p_star", "raw"),
     ("p_smooth", "centred"), ("pods", "centred"),
 )  # fmt: skip
-METHOD_IDS = ("none", "nonzero", "p_star", "p_smooth", "pods", "inv_sqrt_cost", "variance", "uniform")
 GROUPS = ("headline", "lr_sweep", "zvf", "cispo", "dapo", "proxy", "long", "ablation", "control")
 # The long-budget runs: is the saving only "sooner", or a higher plateau? GRPO, its effective-step
 # control and p*, at long_budget x the token budget, with the headline's seeds.

@@ -108,9 +108,10 @@ class RowPool:
 
 @dataclass(frozen=True)
 class Selection:
-    """A subset method's rows (ascending, each run once), the advantages the loss uses, or why none."""
+    """A subset method's rows (ascending, each run once; None: every row of the pool, which spares a
+    65,536-row gather), the advantages the loss uses, or why none are run."""
 
-    rows: torch.Tensor
+    rows: torch.Tensor | None
     advantages: torch.Tensor
     skipped: str | None = None
 
@@ -251,7 +252,7 @@ class Plain(Subset):
     plain: ClassVar[bool] = True
 
     def select(self, pool: RowPool) -> Selection:
-        return Selection(torch.arange(pool.advantages.numel()), pool.advantages)
+        return Selection(None, pool.advantages)
 
 
 @dataclass(frozen=True)

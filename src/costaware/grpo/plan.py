@@ -262,7 +262,10 @@ def plan_minibatches(
         sel = method.select(RowPool(adv, nonzero, cost_np, r, group_size, float(config.zero_tol)))
         if sel.skipped is not None:
             return Plan((), probs=None, advantages=sel.advantages, skipped=sel.skipped, **common)
-        rows = sel.rows[torch.randperm(sel.rows.numel(), generator=generator)]
+        if sel.rows is None:  # every row: the permutation itself
+            rows = torch.randperm(n, generator=generator)
+        else:
+            rows = sel.rows[torch.randperm(sel.rows.numel(), generator=generator)]
         return Plan(_split_unweighted(rows, cost_i, num_minibatches), probs=None, advantages=sel.advantages,
                     skipped=None, **common)
 
