@@ -10,7 +10,13 @@ import pytest
 
 MODULES = [
     "costaware.grpo.config",
+    "costaware.grpo.proxy",
+    "costaware.grpo.beta",
+    "costaware.grpo.loss_families",
+    "costaware.grpo.methods",
+    "costaware.grpo.pods",
     "costaware.grpo.plan",
+    "costaware.grpo.step",
     "costaware.grpo.shard",
     "costaware.grpo.factors",
     "costaware.grpo.accounting",

@@ -94,11 +94,6 @@ def unbiased(grads: torch.Tensor, full: torch.Tensor, label: str) -> bool:
     return abs(proj - 1.0) < 4 * se and rel < 2.5 * floor
 
 
-def per_draw_factors(minibatches, lengths, loss_agg_mode="token-mean"):
-    """The known-wrong factor: the importance weight alone, so verl divides each step by its drawn tokens."""
-    return torch.stack([mb.weights for mb in minibatches]).to(torch.float32)
-
-
 @pytest.fixture(scope="module")
 def token_mean_case():
     data = padded_batch()
@@ -114,7 +109,8 @@ def test_token_mean_expected_update_is_the_full_batch_update(token_mean_case):
 def test_per_draw_normaliser_is_caught(token_mean_case, monkeypatch):
     """The same test fails with the per-draw normaliser (the ratio estimator the pool normaliser replaces)."""
     data, full = token_mean_case
-    monkeypatch.setattr(resample, "loss_factors", per_draw_factors)
+    # the known-wrong factor: the importance weight alone, so verl divides each step by its drawn tokens
+    monkeypatch.setattr(resample, "NORMALISER", "draws")
     grads = minibatch_grads(data, "token-mean", DRAWS)
     assert not unbiased(grads, full, "token-mean, per-draw normaliser (known wrong)")
     assert statistics(grads, full)[0] < 0.95  # the ratio estimator falls short

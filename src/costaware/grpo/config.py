@@ -1,24 +1,21 @@
-"""How a pool of rollouts becomes policy-optimisation mini-batches: :class:`SamplingConfig` and the
-one registry of sampling methods, each under one name.
+"""How a pool of rollouts becomes policy-optimisation mini-batches: :class:`SamplingConfig`.
 
-The registry maps a method name to what it is:
+A config names its sampling method (``method``, a string, so that config files, the CLI and recorded run
+keys stay plain) and holds every method's options; it parses them once, into the method object
+:attr:`SamplingConfig.rule` (:mod:`costaware.grpo.methods`), which is what the plan calls.
 
-* a *drawing* method draws rows i.i.d. from a distribution p (built from the proxy |A| and the
-  costs) with replacement and applies importance weights: ``p_star`` (the paper's p ∝ |A|/√c),
-  ``p_smooth``, ``inv_sqrt_cost``, ``variance``, ``uniform``;
-* a *subset* method runs a subset of the pool once, unweighted: ``nonzero``, ``pods``;
-* ``none`` is plain GRPO (every row once, shuffled).
-
->>> sorted(DISTRIBUTIONS)
-['inv_sqrt_cost', 'p_smooth', 'p_star', 'uniform', 'variance']
 >>> SamplingConfig("p_smooth", alpha=0.1).full_support
 True
 >>> SamplingConfig("p_star").full_support   # rows with A = 0 get p = 0
 False
+>>> SamplingConfig("pods", pods_keep=3).rule
+Pods(keep=3)
 >>> SamplingConfig("p_star", proxy="length_aware", proxy_beta=1.0).proxy_beta
 1.0
 >>> resolve_proxy("auto", None, loss_type="dapo", method="p_star")   # token-sum loss: fitted online
 ('calibrated', 1.0)
+>>> resolve_proxy("auto", None, loss_type="dapo", method="p_star", fitted=False)   # an engine that cannot fit
+('length_aware', 1.0)
 >>> resolve_proxy("auto", None, loss_type="grpo", method="p_star")   # sequence-mean: the paper's
 ('advantage', 0.0)
 """
@@ -26,80 +23,39 @@ False
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from costaware import distributions as dist
 from costaware._checks import real_scalar
+from costaware.grpo.methods import (
+    ALPHA_AUTO_MAX,
+    METHODS,
+    SamplingMethod,
+    check_alpha,
+    check_keep,
+    check_max_weight,
+    method_from_name,
+    method_names,
+)
 
 __all__ = [
     "METHODS",
-    "DISTRIBUTIONS",
-    "DRAWING",
-    "SUBSET",
-    "FULL_SUPPORT",
     "SamplingConfig",
     "plan_seed",
     "PROXIES",
-    "PROXY_METHODS",
     "ALPHA_AUTO_MAX",
     "MAX_STEPS",
     "resolve_proxy",
     "paper_proxy_warning",
 ]
 
-
-def _p_star(g: np.ndarray, c: np.ndarray, alpha: float) -> np.ndarray:
-    return dist._optimal(g, c)
-
-
-def _p_smooth(g: np.ndarray, c: np.ndarray, alpha: float) -> np.ndarray:
-    return dist._smoothed(dist._optimal(g, c), alpha)
-
-
-def _inv_sqrt_cost(g: np.ndarray, c: np.ndarray, alpha: float) -> np.ndarray:
-    return dist._inverse_sqrt_cost(c)
-
-
-def _variance(g: np.ndarray, c: np.ndarray, alpha: float) -> np.ndarray:
-    return dist._variance(g)
-
-
-def _uniform(g: np.ndarray, c: np.ndarray, alpha: float) -> np.ndarray:
-    return np.full(g.size, 1.0 / g.size)
-
-
-# name -> p(proxy G, costs c, alpha); the only place a method name is mapped to a distribution.
-# Kernels: they take the inputs the plan has already checked (float64 G >= 0 finite with an entry > 0,
-# c > 0 finite, equal lengths, α in [0, 1]) and do not check them again (check once, at the edge).
-DISTRIBUTIONS: dict[str, Callable[[np.ndarray, np.ndarray, float], np.ndarray]] = {
-    "p_star": _p_star,
-    "p_smooth": _p_smooth,
-    "inv_sqrt_cost": _inv_sqrt_cost,
-    "variance": _variance,
-    "uniform": _uniform,
-}
-DRAWING = tuple(DISTRIBUTIONS)
-SUBSET = ("nonzero", "pods")
-METHODS = ("none", "p_star", "p_smooth", "inv_sqrt_cost", "variance", "uniform", "nonzero", "pods")
-# Methods under which every row of the pool can reach the loss (needed for a KL term on A = 0 rows).
-FULL_SUPPORT = ("none", "inv_sqrt_cost", "uniform")
 # Gradient-norm proxies G_i ≈ |A_i| · c_i^β (costaware.grpo.proxy): "advantage" is the paper's (β = 0),
 # "length_aware" a fixed β, "calibrated" a β the engine fits online and passes in as proxy_beta.
 PROXIES = ("advantage", "length_aware", "calibrated")
-# The methods whose p is built from the proxy; the others ignore it (so a β there is refused).
-PROXY_METHODS = ("p_star", "p_smooth")
 # The most optimiser steps (mini-batches) one pool may be split into: a bound on the arrays and loops
 # sized by a step count (10**30 would otherwise run for ever); real runs use a handful per pool.
 MAX_STEPS = 1 << 20
-# Adaptive smoothing never mixes in more than this much uniform: beyond it p_smooth is mostly uniform.
-ALPHA_AUTO_MAX = 0.5
-
-
-# The smallest α > 0: a zero-advantage row's importance weight is about 1/α, which must fit float64.
-_MIN_ALPHA = 1e-300
 
 
 def _real(x: object) -> bool:
@@ -121,7 +77,7 @@ class SamplingConfig:
             with ``merge_duplicates`` the tokens fed, mini-batch by mini-batch. The stopping rule
             depends only on past draws, so Σ w·g is unbiased up to the constant E[draws]
             (Wald's identity).
-        pods_keep: PODS, rows kept per group (default: half the group).
+        pods_keep: ``pods`` and ``cost_pods``, rows kept per group (default: half the group).
         zero_tol: an advantage with |A| <= zero_tol · max|A| over the pool counts as zero (the
             row gets p = 0 under p*, and is not in the support). Group normalisation leaves float
             rounding (|A| ~ 1e-8 in float32, ~1e-16 in float64) on rows equal to their group's
@@ -133,7 +89,7 @@ class SamplingConfig:
             the engine fits online (:class:`costaware.grpo.proxy.BetaCalibrator`) and sets per pool.
         proxy_beta: β for ``"length_aware"``/``"calibrated"`` (required there, within
             :data:`costaware.grpo.proxy.BETA_BOUNDS`); must stay None (or 0) for ``"advantage"``.
-        adaptive_alpha_max_weight: ``p_smooth`` only. When set (W > 1), each plan uses the smallest
+        adaptive_alpha_max_weight: ``p_smooth`` only (its ``adaptive_max_weight``). When set (W > 1), each plan uses the smallest
             α in [``alpha``, :data:`ALPHA_AUTO_MAX`] for which no row with A ≠ 0 gets a raw weight
             1/(n p_i) above W (:func:`costaware.grpo.proxy.adaptive_alpha`); ``alpha`` is the floor
             (rows with A = 0 get weight 1/α: keep the floor > 0 when a KL term needs them).
@@ -160,10 +116,7 @@ class SamplingConfig:
     adaptive_alpha_max_weight: float | None = None
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
-        if not (_real(self.alpha) and (self.alpha == 0.0 or _MIN_ALPHA <= self.alpha <= 1.0)):
-            raise ValueError(f"alpha must be 0 or lie in [{_MIN_ALPHA}, 1], got {self.alpha!r}")
+        check_alpha(self.alpha)  # every method's options are checked, whichever method uses them
         if not _real(self.proxy_noise) or self.proxy_noise < 0:
             raise ValueError(f"proxy_noise must be a finite variance >= 0, got {self.proxy_noise!r}")
         if self.weights not in ("centred", "raw"):
@@ -172,18 +125,23 @@ class SamplingConfig:
             raise ValueError(f"merge_duplicates must be a bool, got {self.merge_duplicates!r}")
         if self.budget not in ("rows", "tokens"):
             raise ValueError(f"budget must be 'rows' or 'tokens', got {self.budget!r}")
-        keep = self.pods_keep
-        if keep is not None and (
-            isinstance(keep, bool) or not isinstance(keep, (int, np.integer)) or keep < 1
-        ):
-            raise ValueError(f"pods_keep must be a positive integer or None, got {keep!r}")
+        check_keep(self.pods_keep, "pods_keep")
         if not (_real(self.zero_tol) and 0.0 <= self.zero_tol < 1.0):
             raise ValueError(f"zero_tol must lie in [0, 1), got {self.zero_tol!r}")
         if not (_real(self.max_draws_factor) and self.max_draws_factor >= 1.0):
             raise ValueError(f"max_draws_factor must be a finite number >= 1, got {self.max_draws_factor!r}")
-        self._check_proxy()
+        w = check_max_weight(self.adaptive_alpha_max_weight, self.alpha, "adaptive_alpha_max_weight")
+        rule = method_from_name(self.method, alpha=self.alpha, adaptive_max_weight=w, keep=self.pods_keep)
+        if w is not None and getattr(rule, "adaptive_max_weight", None) is None:
+            takers = method_names(lambda m: hasattr(m, "adaptive_max_weight"))
+            raise ValueError(
+                f"adaptive_alpha_max_weight={w!r} with method={self.method!r}: adaptive smoothing needs "
+                f"method={' or '.join(map(repr, takers))}"
+            )
+        object.__setattr__(self, "_rule", rule)  # parsed once; not a field (equality, repr, asdict unchanged)
+        self._check_proxy(rule)
 
-    def _check_proxy(self) -> None:
+    def _check_proxy(self, rule: SamplingMethod) -> None:
         from costaware.grpo.proxy import BETA_BOUNDS
 
         if self.proxy not in PROXIES:
@@ -201,24 +159,16 @@ class SamplingConfig:
             lo, hi = BETA_BOUNDS
             if not lo <= beta <= hi:
                 raise ValueError(f"proxy_beta must lie in [{lo}, {hi}] (BETA_BOUNDS), got {beta!r}")
-            if self.method not in PROXY_METHODS:
+            if not rule.uses_proxy:
                 raise ValueError(
-                    f"proxy={self.proxy!r} with method={self.method!r}: only {PROXY_METHODS} build p from the "
-                    "proxy; use proxy='advantage'"
+                    f"proxy={self.proxy!r} with method={self.method!r}: only "
+                    f"{method_names(lambda m: m.uses_proxy)} build p from the proxy; use proxy='advantage'"
                 )
-        w = self.adaptive_alpha_max_weight
-        if w is not None:
-            if not (_real(w) and w > 1.0):
-                raise ValueError(f"adaptive_alpha_max_weight must be a finite number > 1 or None, got {w!r}")
-            if self.method != "p_smooth":
-                raise ValueError(
-                    f"adaptive_alpha_max_weight={w!r} with method={self.method!r}: adaptive smoothing needs "
-                    "method='p_smooth'"
-                )
-            if self.alpha > ALPHA_AUTO_MAX:
-                raise ValueError(
-                    f"alpha={self.alpha!r} is the floor of adaptive smoothing and must be <= {ALPHA_AUTO_MAX}"
-                )
+
+    @property
+    def rule(self) -> SamplingMethod:
+        """The sampling method object ``method`` names, built with this config's options (parsed once)."""
+        return self._rule  # type: ignore[attr-defined]
 
     @property
     def beta(self) -> float:
@@ -228,9 +178,7 @@ class SamplingConfig:
     @property
     def full_support(self) -> bool:
         """True when every row of a pool can be drawn (p_i > 0 for every i, whatever A is)."""
-        if self.method in FULL_SUPPORT:
-            return True
-        return self.method == "p_smooth" and self.alpha > 0
+        return self.rule.full_support
 
 
 def plan_seed(seed: int, generation: int, salt: int = 0) -> int:
@@ -248,17 +196,22 @@ def plan_seed(seed: int, generation: int, salt: int = 0) -> int:
     return ((int(seed) * 1_000_003 + int(generation)) * 1_009 + int(salt)) % (2**63 - 1)
 
 
+def _uses_proxy(method: str) -> bool:
+    return method_from_name(method).uses_proxy
+
+
 def resolve_proxy(
-    proxy: str, proxy_beta: float | None, *, loss_type: str, method: str
+    proxy: str, proxy_beta: float | None, *, loss_type: str, method: str, fitted: bool = True
 ) -> tuple[str, float]:
     """An engine's proxy option -> (proxy, β) for :class:`SamplingConfig`, given the loss it runs.
 
     ``"auto"`` (the engines' default) gives ``"advantage"`` (the paper's, β = 0) for sequence-mean
-    losses and ``"calibrated"`` for token-sum losses (:func:`costaware.grpo.proxy.loss_family`), and
-    ``"advantage"`` for methods that ignore the proxy. The token-sum default rests on the per-pool J
-    measurements quoted in ``LossFamily.source`` (J(p_|A|)/J(uniform) 0.75-0.82 under dapo), not yet
-    on a training-curve comparison. ``"length_aware"``/``"calibrated"`` without a β start from the loss
-    family's prior β.
+    losses and, for token-sum losses (:func:`costaware.grpo.proxy.loss_family`), ``"calibrated"`` where
+    the engine fits β online (``fitted``) or ``"length_aware"`` with the family's prior β where it cannot
+    (verl draws the plan on the driver, away from the gradients); ``"advantage"`` for methods that ignore
+    the proxy. The token-sum default rests on the per-pool J measurements quoted in ``LossFamily.source``
+    (J(p_|A|)/J(uniform) 0.75-0.82 under dapo), not yet on a training-curve comparison.
+    ``"length_aware"``/``"calibrated"`` without a β start from the loss family's prior β.
     """
     from costaware.grpo.proxy import loss_family
 
@@ -268,13 +221,16 @@ def resolve_proxy(
         proxy_beta = real_scalar(proxy_beta, "proxy_beta")
     fam = loss_family(loss_type)
     if proxy == "auto":
-        if method not in PROXY_METHODS or proxy_beta is not None:
+        if not _uses_proxy(method) or proxy_beta is not None:
             if proxy_beta is not None:
                 raise ValueError(
                     f"proxy_beta={proxy_beta!r} with proxy='auto'; set proxy='length_aware' for a fixed beta"
                 )
             return "advantage", 0.0
-        proxy = "calibrated" if fam.name == "token_sum" else "advantage"
+        if fam.name != "token_sum":
+            proxy = "advantage"
+        else:
+            proxy = "calibrated" if fitted else "length_aware"
     if proxy == "advantage":
         if proxy_beta not in (None, 0, 0.0):
             raise ValueError(
@@ -288,7 +244,7 @@ def paper_proxy_warning(proxy: str, *, loss_type: str, method: str) -> str | Non
     """The warning text when the user chose the paper's proxy under a token-sum loss, else None."""
     from costaware.grpo.proxy import loss_family
 
-    if proxy != "advantage" or method not in PROXY_METHODS or loss_family(loss_type).name != "token_sum":
+    if proxy != "advantage" or not _uses_proxy(method) or loss_family(loss_type).name != "token_sum":
         return None
     return (
         f"proxy='advantage' (the paper's p ∝ |A|/√c) with loss {loss_type!r}: this loss sums each row's "

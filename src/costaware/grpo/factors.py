@@ -11,14 +11,16 @@ where (M_j, T_j, T) are the normalisers of :func:`step_normalisers`. A row merge
 stands for k·w. :func:`row_factors` gives the factor f_i to multiply row i's stock loss by, so
 that the rank-averaged stock loss equals L_j exactly:
 
-* row mean (TRL grpo, dr_grpo, luspo, sapo; verl seq-mean-*): a rank divides by its s fed rows
-  (padding included), and DDP divides by P, so f = w·k · P·s / M_j;
-* token mean (TRL bnpo): a rank divides by its fed completion tokens t_r (padding included), so
+* row mean: a rank divides by its s fed rows (padding included), and DDP divides by P, so
+  f = w·k · P·s / M_j;
+* token mean: a rank divides by its fed completion tokens t_r (padding included), so
   f = w·k · P·t_r / T_j;
-* global tokens (TRL dapo, cispo, vespo; verl token-mean with a global normaliser): the engine's
-  normaliser is the same on every rank and is set to T (``num_items_in_batch``), so f = w·k.
+* global tokens: the engine's normaliser is the same on every rank and is set to T
+  (``num_items_in_batch``), so f = w·k.
 
-Engine-neutral and pure: verl and TRL both call it.
+Engine-neutral and pure: each engine adapter maps its own loss names to these families
+(``integrations/trl/losses.py``, ``integrations/verl/config.py``) and reaches them through one call,
+:func:`costaware.grpo.step.plan_round`, which checks the pool once and runs the kernels below.
 
 >>> import torch
 >>> row_factors("row_mean", torch.tensor([2.0, 1.0, 0.0]), torch.tensor([5.0, 3.0, 4.0]),
@@ -31,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from costaware._checks import boolean, integer, nonnegative_vector, positive_scalar, same_length
@@ -38,21 +41,10 @@ from costaware.grpo.config import MAX_STEPS
 from costaware.grpo.plan import MiniBatch
 
 __all__ = [
-    "FAMILIES", "MAX_STEPS", "TRL_LOSS_FAMILY", "StepNormaliser", "step_normalisers", "global_tokens", "row_factors",
+    "FAMILIES", "MAX_STEPS", "NORMALISERS", "StepNormaliser", "step_normalisers", "global_tokens", "row_factors",
 ]
 
 FAMILIES = ("row_mean", "token_mean", "global_tokens")
-# TRL 1.16 _compute_loss: which normaliser each loss_type divides by.
-TRL_LOSS_FAMILY = {
-    "grpo": "row_mean",
-    "dr_grpo": "row_mean",  # divides by rows × max_completion_length: a constant per row
-    "luspo": "row_mean",
-    "sapo": "row_mean",
-    "bnpo": "token_mean",
-    "dapo": "global_tokens",
-    "cispo": "global_tokens",
-    "vespo": "global_tokens",
-}
 NORMALISERS = ("draws", "pool")
 
 
@@ -94,6 +86,17 @@ def step_normalisers(
     lengths = torch.from_numpy(nonnegative_vector(lengths, "lengths", allow_empty=True))
     if lengths.numel() != pool_rows:
         raise ValueError(f"lengths must be (pool_rows={pool_rows},), got shape {tuple(lengths.shape)}")
+    for j, mb in enumerate(minibatches):
+        if mb.indices.numel() and not (0 <= int(mb.indices.min()) and int(mb.indices.max()) < pool_rows):
+            raise ValueError(f"minibatches[{j}] holds rows outside the pool of pool_rows={pool_rows}")
+    return _step_normalisers(minibatches, lengths, normaliser, pool_rows, num_steps, subset)
+
+
+def _step_normalisers(
+    minibatches: Sequence[MiniBatch], lengths: torch.Tensor, normaliser: str, pool_rows: int, num_steps: int,
+    subset: bool,
+) -> list[StepNormaliser]:
+    """Kernel of :func:`step_normalisers` for checked inputs (a plan's own mini-batches, float64 lengths)."""
     pool_tokens = float(lengths.sum())
     out = []
     for j in range(num_steps):
@@ -101,8 +104,6 @@ def step_normalisers(
             out.append(StepNormaliser(0.0, 0.0))
             continue
         mb = minibatches[j]
-        if mb.indices.numel() and not (0 <= int(mb.indices.min()) and int(mb.indices.max()) < pool_rows):
-            raise ValueError(f"minibatches[{j}] holds rows outside the pool of pool_rows={pool_rows}")
         drawn_tokens = float((lengths[mb.indices] * mb.counts.to(torch.float64)).sum())
         if normaliser == "draws":
             out.append(StepNormaliser(float(mb.num_draws), drawn_tokens))
@@ -151,13 +152,22 @@ def row_factors(
     num_ranks = integer(num_ranks, "num_ranks", minimum=1)
     draws = positive_scalar(draws, "draws", allow_zero=True)
     tokens = positive_scalar(tokens, "tokens", allow_zero=True)
+    fed = nonnegative_vector(fed_lengths, "fed_lengths") if family == "token_mean" else None
+    if fed is not None:
+        same_length(weights=w, fed_lengths=fed)
+    return _row_factors(family, w, fed, num_ranks, draws, tokens)
+
+
+def _row_factors(
+    family: str, w: torch.Tensor, fed: np.ndarray | None, num_ranks: int, draws: float, tokens: float
+) -> torch.Tensor:
+    """Kernel of :func:`row_factors` for checked inputs: ``w`` float64 >= 0; ``fed`` the float64 fed
+    lengths (read by the token-mean family only)."""
     if family == "global_tokens":
         return w.clone()
     if family == "row_mean":
         # the rank divides by s rows (padding included) and DDP by P; a step with no draws is padding only
         return _finite_factors(w * (num_ranks * w.numel() / draws), "draws", draws) if draws > 0 else torch.zeros_like(w)
-    fed = nonnegative_vector(fed_lengths, "fed_lengths")
-    same_length(weights=w, fed_lengths=fed)
     t_fed = max(float(fed.sum()), 1.0)  # TRL clamps at 1
     return _finite_factors(w * (num_ranks * t_fed / tokens), "tokens", tokens) if tokens > 0 else torch.zeros_like(w)
 

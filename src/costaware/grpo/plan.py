@@ -33,18 +33,10 @@ from costaware import distributions as dist
 from costaware._checks import _show, integer
 from costaware.alias import MAX_DRAWS, _build_alias, draw
 from costaware.grpo._draws import draw_until_fed_tokens, draw_until_tokens, gather, merge_chunks
-from costaware.grpo.advantages import group_advantages
-from costaware.grpo.config import (
-    ALPHA_AUTO_MAX,
-    DISTRIBUTIONS,
-    MAX_STEPS,
-    METHODS,
-    PROXY_METHODS,
-    SamplingConfig,
-)
-from costaware.grpo.proxy import _adaptive_alpha, _proxy_probs
+from costaware.grpo.config import MAX_STEPS, METHODS, SamplingConfig
+from costaware.grpo.methods import RowPool
 
-__all__ = ["METHODS", "SamplingConfig", "MiniBatch", "Plan", "plan_minibatches", "pods_select"]
+__all__ = ["METHODS", "SamplingConfig", "MiniBatch", "Plan", "plan_minibatches"]
 
 _MAX_COST = 2**53  # costs are summed as int64 token counts; above this float64 loses integers
 
@@ -131,55 +123,6 @@ def _as_vector(x: Any, name: str, dtype: torch.dtype) -> torch.Tensor:
     return t
 
 
-def pods_select(rewards: torch.Tensor, group_size: int, keep: int) -> torch.Tensor:
-    """PODS max-variance down-sampling: per group, the ``keep`` rows whose rewards vary most.
-
-    For sorted rewards the max-variance subset of size m takes the k largest and the m−k smallest
-    for some k (Xu et al. 2025, arXiv 2504.13818, Lemma 1); k is searched for all groups at once.
-    Each group is first divided by its largest |reward| (the argmax of a variance is scale-free), so
-    rewards near the float range (1e300) cannot overflow the squares. Returns a boolean mask over rows.
-    """
-    g = rewards.reshape(-1, group_size).to(torch.float64)
-    scale = g.abs().amax(1, keepdim=True)
-    g = g / torch.where(scale > 0, scale, torch.ones_like(scale))
-    order = torch.argsort(g, dim=1, descending=True, stable=True)
-    s = torch.gather(g, 1, order)  # descending
-    m = keep
-    zero = torch.zeros(g.shape[0], 1, dtype=g.dtype)
-    top = torch.cat([zero, s.cumsum(1)], 1)  # top[:, k] = sum of the k largest
-    top2 = torch.cat([zero, (s * s).cumsum(1)], 1)
-    rs = s.flip(1)  # ascending
-    bot = torch.cat([zero, rs.cumsum(1)], 1)
-    bot2 = torch.cat([zero, (rs * rs).cumsum(1)], 1)
-    k = torch.arange(m + 1)
-    total = top[:, k] + bot[:, m - k]
-    total2 = top2[:, k] + bot2[:, m - k]
-    var = total2 / m - (total / m) ** 2
-    best_k = var.argmax(1, keepdim=True)  # (groups, 1)
-    pos = torch.arange(group_size).unsqueeze(0)
-    keep_sorted = (pos < best_k) | (pos >= group_size - (m - best_k))
-    mask = torch.zeros_like(keep_sorted)
-    mask.scatter_(1, order, keep_sorted)
-    return mask.reshape(-1)
-
-
-def _pods_advantages(rewards: torch.Tensor, group_size: int, mask: torch.Tensor) -> torch.Tensor:
-    """GRPO advantages recomputed over the kept rows of each group, TRL's convention (unbiased std,
-    eps = 1e-4), by :func:`costaware.grpo.advantages.group_advantages`; dropped rows get 0."""
-    keep = int(mask[:group_size].sum())  # PODS keeps the same number of rows in every group
-    kept = rewards.reshape(-1, group_size)[mask.reshape(-1, group_size)]
-    adv = group_advantages(kept, keep, eps=1e-4).to(torch.float64)
-    if not torch.isfinite(adv).all():
-        i = int(torch.nonzero(~torch.isfinite(adv))[0])
-        raise ValueError(
-            f"rewards give a non-finite PODS advantage at kept row {i} (rewards too large to centre "
-            f"and scale, e.g. {float(kept[i])!r}); rescale the rewards"
-        )
-    out = torch.zeros(rewards.numel(), dtype=torch.float64)
-    out[mask] = adv
-    return out.to(torch.float32)
-
-
 def _numpy_rng(gen: torch.Generator | None) -> np.random.Generator:
     """A numpy generator seeded from the torch one, so that a seeded torch generator fixes the plan."""
     return np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=gen)))
@@ -227,29 +170,6 @@ def _split_unweighted(rows: torch.Tensor, costs: torch.Tensor, num_minibatches: 
 
 
 
-def _drawing_probs(
-    config: SamplingConfig, g: np.ndarray, c: np.ndarray
-) -> tuple[np.ndarray, float | None, float | None]:
-    """p of a drawing method, with the β and α it used (None where the method has none).
-
-    β = 0 keeps the registry's p ∝ |A|/√c expression (so the paper's plans are unchanged bit for bit);
-    β ≠ 0 uses :func:`costaware.grpo.proxy.proxy_probs`, p ∝ |A|·c^(β−½) in log space.
-    """
-    if config.method not in PROXY_METHODS:
-        return DISTRIBUTIONS[config.method](g, c, float(config.alpha)), None, None
-    beta = config.beta
-    if beta == 0.0:
-        base = DISTRIBUTIONS["p_star"](g, c, 0.0)
-    else:
-        base = _proxy_probs(g, c, beta, 0.0)
-    if config.method == "p_star":
-        return base, beta, 0.0
-    alpha = float(config.alpha)
-    if config.adaptive_alpha_max_weight is not None:
-        alpha = _adaptive_alpha(base, float(config.adaptive_alpha_max_weight), alpha, ALPHA_AUTO_MAX)
-    return dist._smoothed(base, alpha), beta, float(alpha)
-
-
 def plan_minibatches(
     advantages: Any,
     costs: Any,
@@ -269,8 +189,10 @@ def plan_minibatches(
         costs: (N,) per-sequence costs c_i > 0, in tokens (prompt + response).
         num_minibatches: optimiser steps the baseline takes on this pool.
         minibatch_size: draws per mini-batch; defaults to N // num_minibatches (the baseline's).
-        config: the sampling method and its options.
-        rewards, group_size: needed by ``pods`` (rows of one group contiguous).
+        config: the sampling method and its options; the plan calls its method object
+            (``config.rule``, :mod:`costaware.grpo.methods`) for p or for the rows.
+        rewards, group_size: needed by a method that ``needs_groups`` (``pods``, ``cost_pods``; rows of
+            one group contiguous).
         generator: drives every random choice, so a seeded generator gives the same plan.
         keep_zero_pool: the loss has terms with a gradient on every row (a KL penalty, an entropy
             bonus), so a pool whose advantages are all zero still has an expected update. A
@@ -301,6 +223,22 @@ def plan_minibatches(
             raise ValueError(f"num_minibatches must be <= the pool's N={n} rows, got {num_minibatches}")
         minibatch_size = n // num_minibatches
     minibatch_size = integer(minibatch_size, "minibatch_size", minimum=1, maximum=MAX_DRAWS // num_minibatches)
+    if not isinstance(keep_zero_pool, bool):
+        raise TypeError(f"keep_zero_pool must be True or False, got {keep_zero_pool!r}")
+    method = config.rule
+    r = None
+    if method.needs_groups:
+        if rewards is None or group_size is None:
+            raise ValueError(f"method {config.method!r} needs rewards and group_size")
+        r = _as_vector(rewards, "rewards", torch.float64)
+        if r.shape != adv.shape:
+            raise ValueError(f"rewards has {r.numel()} rows but advantages has {n}")
+        if (
+            isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer))
+            or group_size < 2 or n % group_size
+        ):
+            raise ValueError(f"group_size must be an integer >= 2 dividing N={n}, got {group_size!r}")
+        group_size = int(group_size)
     # numpy from here on (torch views of the same memory where a torch op needs them): a torch op on
     # 65,536 rows costs several times its numpy twin, and the plan's goal is < 5 ms at that size
     c_np = np.maximum(np.round(cost_np), 1.0).astype(np.int64)  # a fractional cost still feeds one token
@@ -314,49 +252,21 @@ def plan_minibatches(
         tokens_plain=int(c_np.sum()),
         tokens_nonzero=int(c_np[nonzero_np].sum()),
     )
+    # From here on every input is checked: the method's kernels and the weight, alias and draw kernels
+    # below check nothing again (one plan used to validate the same p five times).
+    keep_zero = keep_zero_pool and method.full_support
+    if not method.plain and not nonzero.any() and not keep_zero:
+        return Plan((), probs=None, advantages=adv, skipped="every advantage in the pool is zero", **common)
 
-    if config.method == "none":
-        perm = torch.randperm(n, generator=generator)
-        return Plan(_split_unweighted(perm, cost_i, num_minibatches), probs=None, advantages=adv,
-                    skipped=None, **common)
-
-    if not isinstance(keep_zero_pool, bool):
-        raise TypeError(f"keep_zero_pool must be True or False, got {keep_zero_pool!r}")
-    keep_zero = keep_zero_pool and config.full_support
-    if not nonzero.any() and not keep_zero:
-        return Plan((), probs=None, advantages=adv, skipped="every advantage in the pool is zero",
-                    **common)
-
-    if config.method == "nonzero":
-        rows = torch.nonzero(nonzero).reshape(-1)
-        rows = rows[torch.randperm(rows.numel(), generator=generator)]
-        return Plan(_split_unweighted(rows, cost_i, num_minibatches), probs=None, advantages=adv,
-                    skipped=None, **common)
-
-    if config.method == "pods":
-        if rewards is None or group_size is None:
-            raise ValueError("method 'pods' needs rewards and group_size")
-        r = _as_vector(rewards, "rewards", torch.float64)
-        if r.shape != adv.shape:
-            raise ValueError(f"rewards has {r.numel()} rows but advantages has {n}")
-        if (
-            isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer))
-            or group_size < 2 or n % group_size
-        ):
-            raise ValueError(f"group_size must be an integer >= 2 dividing N={n}, got {group_size!r}")
-        group_size = int(group_size)
-        keep = int(config.pods_keep or group_size // 2)
-        if keep > group_size:
-            raise ValueError(f"pods_keep must be <= group_size={group_size}, got {keep}")
-        mask = pods_select(r, group_size, keep)
-        new_adv = _pods_advantages(r, group_size, mask)
-        a_new = new_adv.abs().double()
-        rows = torch.nonzero(mask & (a_new > config.zero_tol * a_new.max())).reshape(-1)
-        if rows.numel() == 0:
-            return Plan((), probs=None, advantages=new_adv, skipped="every kept PODS row has zero advantage",
-                        **common)
-        rows = rows[torch.randperm(rows.numel(), generator=generator)]
-        return Plan(_split_unweighted(rows, cost_i, num_minibatches), probs=None, advantages=new_adv,
+    if not method.weighted:  # a subset, run once, shuffled
+        sel = method.select(RowPool(adv, nonzero, cost_np, r, group_size, float(config.zero_tol)))
+        if sel.skipped is not None:
+            return Plan((), probs=None, advantages=sel.advantages, skipped=sel.skipped, **common)
+        if sel.rows is None:  # every row: the permutation itself
+            rows = torch.randperm(n, generator=generator)
+        else:
+            rows = sel.rows[torch.randperm(sel.rows.numel(), generator=generator)]
+        return Plan(_split_unweighted(rows, cost_i, num_minibatches), probs=None, advantages=sel.advantages,
                     skipped=None, **common)
 
     # Drawing methods: p from the proxy |A| (zero below the tolerance, optionally noised) and the costs.
@@ -367,12 +277,8 @@ def plan_minibatches(
         if not (proxy > 0).any() and not keep_zero:
             return Plan((), probs=None, advantages=adv, skipped="the noised proxy is zero on every row",
                         **common)
-    # From here on every input is checked: the kernels below (p, weights, alias table, draws) check
-    # nothing again (one plan used to validate the same p five times).
-    if config.method == "p_smooth" and not (proxy > 0).any():  # p* has no mass: the uniform part alone
-        p, beta, alpha = np.full(n, 1.0 / n), config.beta, float(config.alpha)
-    else:
-        p, beta, alpha = _drawing_probs(config, proxy, cost_np)
+    drawn = method.probs(proxy, cost_np, config.beta)
+    p, beta, alpha = drawn.p, drawn.beta, drawn.alpha
     try:
         w = dist._all_weights(p, config.weights)
     except ValueError as exc:  # name what the caller can change

@@ -23,12 +23,13 @@ from trl import GRPOConfig
 from costaware._checks import integer
 from costaware.generation.kv_sampler import SamplingParams
 from costaware.grpo.config import METHODS, PROXIES, SamplingConfig, paper_proxy_warning, resolve_proxy
-from costaware.grpo.factors import NORMALISERS, TRL_LOSS_FAMILY
+from costaware.grpo.factors import NORMALISERS
+from costaware.grpo.methods import method_from_name
 from costaware.grpo.proxy import loss_family
+from costaware.integrations.trl.losses import SUPPORTED_LOSS_TYPES
 
 __all__ = ["AUTO_METHOD", "CostAwareGRPOConfig", "SUPPORTED_LOSS_TYPES", "resolve_method"]
 
-SUPPORTED_LOSS_TYPES = tuple(TRL_LOSS_FAMILY)
 LOGPROB_ROWS = ("fed", "all")
 GENERATION_ENGINES = ("transformers", "kv")
 
@@ -60,9 +61,11 @@ def resolve_method(method: str, *, loss_type: str, beta: float = 0.0) -> str:
     >>> resolve_method("auto", loss_type="grpo"), resolve_method("auto", loss_type="dapo")
     ('p_star', 'nonzero')
     """
-    if method not in ("auto", *METHODS):
-        raise ValueError(f"cost_aware_method must be 'auto' or one of {METHODS}, got {method!r}")
     if method != "auto":
+        try:
+            method_from_name(method)  # the one parser of method names
+        except ValueError:
+            raise ValueError(f"cost_aware_method must be 'auto' or one of {METHODS}, got {method!r}") from None
         return method
     if beta != 0.0:
         raise ValueError(
@@ -236,7 +239,7 @@ class CostAwareGRPOConfig(GRPOConfig):
         message = paper_proxy_warning(self.cost_aware_proxy, loss_type=self.loss_type, method=method)
         if message is not None:  # only when chosen explicitly: 'auto' resolves to 'calibrated' here
             warnings.warn(message, UserWarning, stacklevel=3)
-        drawing = method != "none"
+        drawing = not sampling.rule.plain
         if drawing and (self.entropy_coef != 0.0 or self.use_adaptive_entropy):
             raise ValueError(
                 f"entropy_coef={self.entropy_coef!r} (use_adaptive_entropy={self.use_adaptive_entropy!r}): the "

@@ -53,7 +53,7 @@ class FedLogprobsMixin:
     def _deferred_logprobs(self) -> frozenset[str]:
         """The passes run on the fed rows instead of TRL's whole batch (vLLM's IS correction needs every
         row's old log-probs; GRPO feeds every row)."""
-        if self.args.cost_aware_logprob_rows != "fed" or self.sampling.method == "none":
+        if self.args.cost_aware_logprob_rows != "fed" or self.sampling.rule.plain:
             return frozenset()
         vllm_is = self.use_vllm and self.vllm_importance_sampling_correction
         return self._needed_logprobs() - ({OLD} if vllm_is else set())

@@ -43,8 +43,9 @@ import numpy as np
 import torch
 from trl import GRPOTrainer
 
+from costaware.grpo.beta import BetaCalibrator, BetaFit, _from_stats
 from costaware.grpo.diagnostics import proxy_fidelity
-from costaware.grpo.proxy import BetaCalibrator, BetaFit, _from_stats, predicted_j_ratios
+from costaware.grpo.proxy import predicted_j_ratios
 from costaware.grpo.shard import rank_offsets
 from costaware.integrations.trl.batch import index_rows, trim_padding
 

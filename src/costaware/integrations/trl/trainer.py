@@ -7,12 +7,13 @@ Where stock TRL shuffles the batch and cuts it into ``steps_per_generation`` chu
 
 1. gathers every process's advantages, costs (:func:`~costaware.grpo.advantages.sequence_costs_from_masks`),
    completion lengths and rewards, so that every process holds the global pool;
-2. draws one global plan (:func:`~costaware.grpo.plan.plan_minibatches`) from a seed every process
-   shares (:func:`~costaware.grpo.config.plan_seed`): n_supp and the budgets are global;
-3. shards it (:func:`~costaware.grpo.shard.shard_minibatches`): each drawn row is fed by the process
-   that holds it, and every process feeds the same number of rows in every micro-step (zero-factor
-   padding rows), so TRL's ``accelerator.gather`` of per-row values meets equal shapes;
-4. folds the per-row loss factor (:func:`~costaware.grpo.factors.row_factors`) into ``advantages``.
+2. calls the core's one entry point for a round, :func:`~costaware.grpo.step.plan_round`: one global plan
+   from a seed every process shares (n_supp and the budgets are global), sharded so that each drawn row
+   is fed by the process that holds it and every process feeds the same number of rows in every
+   micro-step (zero-factor padding rows, so TRL's ``accelerator.gather`` meets equal shapes), with each
+   fed row's loss factor for the loss type's family (:mod:`~costaware.integrations.trl.losses`) and the
+   round's counts;
+3. folds each fed row's loss factor into ``advantages``.
 
 Why folding into ``advantages`` is exact (read from TRL 1.16 ``_compute_loss``): for a factor f >= 0,
 every policy term is positively homogeneous in A — ``-min(ρA, clip(ρ)A)`` (grpo, bnpo, dr_grpo,
@@ -70,7 +71,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -78,38 +79,26 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 
+import costaware.integrations.trl.measure as measure
 from costaware.grpo.accounting import METRIC_PREFIX, Counters, StepCounts, load_counters, save_counters
 from costaware.grpo.advantages import sequence_costs_from_masks
-from costaware.grpo.config import SUBSET, plan_seed
 from costaware.grpo.diagnostics import per_sequence_grad_norms
-from costaware.grpo.factors import TRL_LOSS_FAMILY, global_tokens, row_factors, step_normalisers
-from costaware.grpo.plan import Plan, plan_minibatches
-from costaware.grpo.shard import ShardStep, rank_offsets, shard_minibatches
-from costaware.integrations.trl import measure
+from costaware.grpo.shard import rank_offsets
+from costaware.grpo.step import GlobalPool, Round, plan_round
 from costaware.integrations.trl.batch import MULTIMODAL, index_rows, loss_mask, trim_padding
 from costaware.integrations.trl.callbacks import TokenBudget
 from costaware.integrations.trl.config import CostAwareGRPOConfig
 from costaware.integrations.trl.logprobs import FedLogprobsMixin
+from costaware.integrations.trl.losses import TRL_LOSS_FAMILY, reduce_like_trl
 from costaware.integrations.trl.rollout import KVRolloutMixin
 from costaware.integrations.trl.zvf import GenerationMixin
 
-__all__ = ["CALIBRATOR_FILE", "CostAwareGRPOTrainer", "GlobalPool"]
+__all__ = ["CALIBRATOR_FILE", "CostAwareGRPOTrainer", "GlobalPool"]  # GlobalPool: the core's, re-exported
 
 CALIBRATOR_FILE = measure.CALIBRATOR_FILE  # beside accounting's STATE_FILE in each checkpoint
 
 _WEIGHT_KEY = "cost_aware_weight"  # (k,) per-row loss factor folded into advantages
 _SKIP_KEY = "cost_aware_skip"
-
-
-@dataclass(frozen=True)
-class GlobalPool:
-    """Every process's rows of one generation batch, concatenated in process order."""
-
-    advantages: torch.Tensor  # (N,) float32
-    costs: torch.Tensor  # (N,) int64, prompt + completion tokens
-    lengths: torch.Tensor  # (N,) float64, completion tokens the loss counts
-    rewards: torch.Tensor  # (N,) float64
-    rank_sizes: tuple[int, ...]
 
 
 class _OptimizerTimer(TrainerCallback):
@@ -195,22 +184,17 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, KVRolloutMixin, GR
         if adv.ndim != 1:
             raise ValueError(f"advantages must be (N,) one per row, got shape {tuple(adv.shape)}")
         spg, procs, rank = self.args.steps_per_generation, self.accelerator.num_processes, self.accelerator.process_index
-        n = adv.shape[0]
         pool = self._gather_pool(batch, rewards)
         sampling, cal = self.sampling, self.cost_aware_calibrator
         if cal is not None:  # β from the rounds so far (the same on every process)
             sampling = replace(sampling, proxy_beta=cal.beta)
-        plan = plan_minibatches(
-            pool.advantages,
-            pool.costs,
-            num_minibatches=spg,
+        rnd = plan_round(
+            pool, sampling, seed=int(self.args.seed), step=int(self.cost_aware_counters.generations),
+            family=TRL_LOSS_FAMILY[self.loss_type], num_steps=spg,
             minibatch_size=self.args.per_device_train_batch_size * procs,  # the baseline's rows per step
-            config=sampling,
-            rewards=pool.rewards if self.sampling.method == "pods" else None,
-            group_size=self.num_generations,
-            generator=torch.Generator().manual_seed(plan_seed(int(self.args.seed), int(self.cost_aware_counters.generations))),
-        )
-        offset = int(rank_offsets(pool.rank_sizes)[rank])
+            normaliser=self.args.cost_aware_normaliser, epochs=self.num_iterations, group_size=self.num_generations,
+        )  # fmt: skip
+        plan, offset = rnd.plan, int(rank_offsets(pool.rank_sizes)[rank])
         metrics = self._metrics["train"]
         for key in ("beta", "alpha"):
             if plan.meta.get(key) is not None:
@@ -219,69 +203,36 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, KVRolloutMixin, GR
         interval = self.args.cost_aware_diagnostics_interval
         if interval and self.cost_aware_counters.generations % interval == 0:
             measure.diagnostics(self, batch, plan, pool, offset)
-        iters = self.num_iterations
-        if self.sampling.method == "none" and n == self.args.per_device_train_batch_size * spg:
-            # exactly stock TRL's split (same global RNG draw, same chunks)
-            total = pool.advantages.numel()
-            self._account(StepCounts(
-                tokens=plan.tokens_plain * iters, tokens_plain=plan.tokens_plain * iters,
-                tokens_nonzero=plan.tokens_nonzero * iters, rows_drawn=total * iters, rows_fed=total * iters,
-                rows_unique=total,
-            ))
+        if sampling.rule.plain and adv.shape[0] == self.args.per_device_train_batch_size * spg:
+            # exactly stock TRL's split (same global RNG draw, same chunks): no padding rows are fed
+            self._account(replace(rnd.counts, rows_padding=0.0, tokens_padding=0.0))
             missing = self._missing_logprobs(batch)  # scored under a method that deferred them: every row
             if missing:
                 batch = {**batch, **self._all_row_logprobs(batch, missing)}
             return split_tensor_dict(shuffle_sequence_dict(batch), spg)
-        offsets = rank_offsets(pool.rank_sizes)
-        # each process pads with its cheapest row: exact whatever the row, and the least compute
-        pad_rows = [int(torch.argmin(pool.costs[offsets[r] : offsets[r + 1]])) for r in range(procs)]
-        steps = shard_minibatches(plan.minibatches, pool.rank_sizes, spg, pad_rows)
         deferred = self._missing_logprobs(batch)
         if deferred:  # TRL's passes were skipped while scoring: run them on the fed rows (a new dict: the
-            batch = {**batch, **self._fed_logprobs(batch, steps, pad_rows, deferred)}  # caller's is left as it was)
-        micro = self._weighted_minibatches(batch, plan, pool, steps[rank])
-        num_pad = pad_tokens = 0
-        if procs > 1 or plan.minibatches:  # one process feeds nothing for an empty step
-            for r, per_rank in enumerate(steps):
-                k = sum(int(s.padding.sum()) for s in per_rank if procs > 1 or not bool(s.padding.all()))
-                num_pad += k
-                pad_tokens += k * int(pool.costs[int(offsets[r]) + pad_rows[r]])
-        self._account(StepCounts(
-            tokens=plan.tokens * iters, tokens_plain=plan.tokens_plain * iters,
-            tokens_nonzero=plan.tokens_nonzero * iters, rows_drawn=plan.rows_drawn * iters,
-            rows_fed=plan.rows_fed * iters, rows_unique=plan.rows_unique, rows_padding=num_pad * iters,
-            tokens_padding=pad_tokens * iters, skipped=float(plan.skipped is not None),
-        ))
+            batch = {**batch, **self._fed_logprobs(batch, rnd.shards, list(rnd.pad_rows), deferred)}  # caller's
+        micro = self._weighted_minibatches(batch, rnd, rank)  # is left as it was)
+        self._account(rnd.counts)
         return micro
 
-    def _weighted_minibatches(
-        self, batch: dict[str, Any], plan: Plan, pool: GlobalPool, steps: tuple[ShardStep, ...]
-    ) -> list[dict[str, Any]]:
-        """This process's rows of every step, with the loss factor folded into ``advantages``."""
-        n = batch["advantages"].shape[0]
-        procs = self.accelerator.num_processes
-        lengths = loss_mask(batch).sum(1).double().cpu()  # completion tokens the loss counts, per local row
-        norms = step_normalisers(
-            plan.minibatches, pool.lengths, normaliser=self.args.cost_aware_normaliser,
-            pool_rows=pool.advantages.numel(), num_steps=len(steps), subset=plan.method in SUBSET,
-        )
-        family = TRL_LOSS_FAMILY[self.loss_type]
-        num_items = torch.tensor(global_tokens(norms), device=self.accelerator.device)
+    def _weighted_minibatches(self, batch: dict[str, Any], rnd: Round, rank: int) -> list[dict[str, Any]]:
+        """This process's rows of every step, with the round's loss factor folded into ``advantages``."""
+        n, procs = batch["advantages"].shape[0], self.accelerator.num_processes
+        global_tokens = TRL_LOSS_FAMILY[self.loss_type] == "global_tokens"
+        num_items = torch.tensor(rnd.global_tokens, device=self.accelerator.device)
         micro: list[dict[str, Any]] = []
-        for step, norm in zip(steps, norms, strict=True):
-            if procs == 1 and bool(step.padding.all()):
+        for step in rnd.steps[rank]:
+            if procs == 1 and bool(step.shard.padding.all()):
                 micro.append({_SKIP_KEY: True})  # no forward: nothing to keep in step with
                 continue
-            sub = index_rows(batch, step.rows, n)
-            factor = row_factors(
-                family, step.weights, lengths[step.rows], num_ranks=procs, draws=norm.draws, tokens=norm.tokens
-            )
-            if family == "global_tokens":
+            sub = index_rows(batch, step.shard.rows, n)
+            if global_tokens:
                 sub["num_items_in_batch"] = num_items
-            adv = torch.where(step.padding, 0.0, plan.advantages[step.global_rows.clamp(min=0)].double())
             device, dtype = sub["advantages"].device, sub["advantages"].dtype
-            sub[_WEIGHT_KEY] = factor.to(device, dtype)
-            sub["advantages"] = adv.to(device, dtype) * sub[_WEIGHT_KEY]
+            sub[_WEIGHT_KEY] = step.factors.to(device, dtype)
+            sub["advantages"] = step.advantages.to(device, dtype) * sub[_WEIGHT_KEY]
             if self.pad_to_multiple_of is None:
                 sub = trim_padding(sub)
             micro.append(sub)
@@ -336,26 +287,12 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, KVRolloutMixin, GR
                 log_ratio = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
             kl = kl * torch.exp(log_ratio)
         extra = self.beta * (inputs[_WEIGHT_KEY].to(kl.dtype) - 1.0).unsqueeze(1) * kl
-        return self._aggregate(extra, mask, inputs)
-
-    def _aggregate(self, per_token: torch.Tensor, mask: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:
-        """TRL 1.16's reduction of a per-token loss for ``self.loss_type`` (``_compute_loss``, train mode)."""
-        ga = self.current_gradient_accumulation_steps if self.model.training else 1.0
-        lt = self.loss_type
-        if lt in ("grpo", "sapo"):
-            return ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / ga
-        if lt == "bnpo":
-            return (per_token * mask).sum() / mask.sum().clamp(min=1.0) / ga
-        if lt == "dr_grpo":
-            return (per_token * mask).sum() / (per_token.size(0) * self.max_completion_length) / ga
-        if lt == "luspo":
-            return (per_token * mask).sum(-1).mean() / ga
-        normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
-        if self.model.training:
-            normalizer = (
-                normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
-            )
-        return (per_token * mask).sum() / normalizer
+        return reduce_like_trl(
+            self.loss_type, extra, mask, max_completion_length=self.max_completion_length,
+            grad_accum=self.current_gradient_accumulation_steps, num_items=inputs.get("num_items_in_batch"),
+            num_processes=self.accelerator.num_processes, steps_per_generation=self.args.steps_per_generation,
+            training=self.model.training,
+        )  # fmt: skip
 
     # -- accounting, logging, checkpoints -----------------------------------------------------------
     def training_step(self, model, inputs, num_items_in_batch=None):  # type: ignore[override]

@@ -6,13 +6,16 @@
 >>> CostAwareConfig.from_mapping({"alpha": 2.0})
 Traceback (most recent call last):
 ...
-ValueError: algorithm.cost_aware.alpha must be in [0, 1], got 2.0
+ValueError: algorithm.cost_aware.alpha must be 0 or lie in [1e-300, 1], got 2.0
+>>> CostAwareConfig.from_mapping({"method": "nonzero"})
+Traceback (most recent call last):
+...
+ValueError: algorithm.cost_aware.method must be one of ('none', 'p_star', 'p_smooth', 'inv_sqrt_cost', 'variance', 'uniform'), got 'nonzero' (not offered in verl: it keeps a variable number of rows per mini-batch, and verl's workers cut fixed-size mini-batches; algorithm.filter_groups (DAPO) is verl's way to drop zero-advantage groups)
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
@@ -31,17 +34,22 @@ VERL_LOSS_FAMILY = {
     "seq-mean-token-sum-norm": "row_mean",  # / rows / loss_scale_factor (a constant)
     "token-sum": "global_tokens",  # no normaliser
 }
+WEIGHTS_KEY = "cost_aware_weights"  # per-token copy of the row factor, read by ``patch.weighted_ppo_loss``
 logger = logging.getLogger(__name__)
 
-# Methods whose plan fills every mini-batch the baseline runs with exactly minibatch_size rows: verl's
-# workers split the actor batch into fixed-size mini-batches (ppo_mini_batch_size * rollout.n), so only
-# these fit. 'nonzero' and 'pods' give variable-size mini-batches; DAPO filtering
-# (algorithm.filter_groups) is verl's own way to drop zero-advantage groups.
-VERL_METHODS = ("none", "p_star", "p_smooth", "inv_sqrt_cost", "variance", "uniform")
-_REJECTED = {
-    "nonzero": "it keeps a variable number of rows per mini-batch; use algorithm.filter_groups (DAPO) instead",
-    "pods": "it keeps a variable number of rows per mini-batch",
-}
+
+def verl_methods() -> tuple[str, ...]:
+    """The methods whose every step has the baseline's size: verl's workers cut the actor batch into
+    fixed-size mini-batches (ppo_mini_batch_size * rollout.n), so only these fit."""
+    from costaware.grpo.methods import method_names
+
+    return method_names(lambda m: m.fixed_size)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "VERL_METHODS":  # derived from the core's registry, on first use (this module stays cheap)
+        return verl_methods()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -90,27 +98,13 @@ class CostAwareConfig:
     logprob_rows: str = "fed"
 
     def __post_init__(self) -> None:
+        # verl's own fields here; the sampling fields are checked by the core's SamplingConfig, built below
         for name in ("enable", "merge_duplicates", "balance_dp"):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise ValueError(f"{CONFIG_KEY}.{name} must be true or false, got {value!r}")
-        if not isinstance(self.method, str) or self.method not in VERL_METHODS:
-            why = _REJECTED.get(self.method) if isinstance(self.method, str) else None
-            extra = f" (not offered in verl: {why})" if why else ""
-            raise ValueError(f"{CONFIG_KEY}.method must be one of {VERL_METHODS}, got {self.method!r}{extra}")
-        for name, low, high in (("alpha", 0.0, 1.0), ("proxy_noise", 0.0, math.inf)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-                raise ValueError(f"{CONFIG_KEY}.{name} must be a finite number, got {value!r}")
-            if not low <= value <= high:
-                bounds = f"[{low:g}, {high:g}]" if math.isfinite(high) else f">= {low:g}"
-                raise ValueError(
-                    f"{CONFIG_KEY}.{name} must be {'in ' if math.isfinite(high) else ''}{bounds}, got {value!r}"
-                )
         if self.logprob_rows not in ("fed", "all"):
             raise ValueError(f"{CONFIG_KEY}.logprob_rows must be 'fed' or 'all', got {self.logprob_rows!r}")
-        if self.weights not in ("centred", "raw"):
-            raise ValueError(f"{CONFIG_KEY}.weights must be 'centred' or 'raw', got {self.weights!r}")
         if self.merge_duplicates:
             raise ValueError(
                 f"{CONFIG_KEY}.merge_duplicates=true is not supported in verl, got {self.merge_duplicates!r}: "
@@ -130,31 +124,33 @@ class CostAwareConfig:
             )
         if not isinstance(self.proxy, str) or self.proxy not in VERL_PROXIES:
             raise ValueError(f"{CONFIG_KEY}.proxy must be one of {VERL_PROXIES}, got {self.proxy!r}")
-        for name in ("proxy_beta", "adaptive_alpha_max_weight"):
-            value = getattr(self, name)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
-            ):
-                raise ValueError(f"{CONFIG_KEY}.{name} must be a finite number or null, got {value!r}")
-        self.sampling_config()  # the core checks the proxy options (beta bounds, method, weight > 1)
+        rule = self.sampling_config().rule  # the core checks method, alpha, noise, weights, proxy options
+        if not rule.fixed_size:
+            raise ValueError(
+                f"{CONFIG_KEY}.method must be one of {verl_methods()}, got {self.method!r} (not offered in verl: it "
+                "keeps a variable number of rows per mini-batch, and verl's workers cut fixed-size mini-batches; "
+                "algorithm.filter_groups (DAPO) is verl's way to drop zero-advantage groups)"
+            )
+        object.__setattr__(self, "_rule", rule)  # not a field: equality and repr unchanged
 
     def resolved(self, loss_agg_mode: str = DEFAULT_LOSS_AGG_MODE) -> CostAwareConfig:
-        """This config with ``proxy`` and ``proxy_beta`` fixed for the actor's ``loss_agg_mode``."""
+        """This config with ``proxy`` and ``proxy_beta`` fixed for the actor's ``loss_agg_mode`` (the core's
+        rule, :func:`costaware.grpo.config.resolve_proxy`, for an engine that cannot fit β online)."""
+        proxy, beta = self._proxy(loss_agg_mode)
+        return replace(self, proxy=proxy, proxy_beta=None if proxy == "advantage" else beta)
+
+    def _proxy(self, loss_agg_mode: str) -> tuple[str, float]:
         from costaware.grpo.config import resolve_proxy
 
-        proxy = self.proxy
-        if proxy == "auto":
-            from costaware.grpo.config import PROXY_METHODS
-            from costaware.grpo.proxy import loss_family
+        try:
+            return resolve_proxy(self.proxy, self.proxy_beta, loss_type=loss_agg_mode, method=self.method, fitted=False)
+        except ValueError as exc:
+            raise ValueError(f"{CONFIG_KEY}.{exc}") from None
 
-            token_sum = loss_family(loss_agg_mode).name == "token_sum"
-            proxy = "length_aware" if token_sum and self.method in PROXY_METHODS else "advantage"
-            if self.proxy_beta is not None:
-                raise ValueError(
-                    f"{CONFIG_KEY}.proxy_beta={self.proxy_beta!r} with proxy=auto; set proxy=length_aware"
-                )
-        proxy, beta = resolve_proxy(proxy, self.proxy_beta, loss_type=loss_agg_mode, method=self.method)
-        return replace(self, proxy=proxy, proxy_beta=None if proxy == "advantage" else beta)
+    @property
+    def rule(self) -> Any:
+        """The core's method object (:mod:`costaware.grpo.methods`) ``method`` names."""
+        return self._rule  # type: ignore[attr-defined]
 
     @property
     def full_support(self) -> bool:
@@ -163,9 +159,7 @@ class CostAwareConfig:
         Needed whenever the loss has terms with a gradient on zero-advantage rows (KL to the reference,
         entropy): those rows must be drawable for the weighted terms to be unbiased.
         """
-        return self.method in ("none", "uniform", "inv_sqrt_cost") or (
-            self.method == "p_smooth" and self.alpha > 0
-        )
+        return self.rule.full_support
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any] | None) -> CostAwareConfig:
@@ -190,30 +184,29 @@ class CostAwareConfig:
         return cls(**values)
 
     def sampling_config(self, loss_agg_mode: str = DEFAULT_LOSS_AGG_MODE) -> Any:
-        """The engine-neutral ``costaware.grpo.plan.SamplingConfig`` this maps to (budget='rows').
+        """The engine-neutral ``costaware.grpo.config.SamplingConfig`` this maps to (budget='rows').
 
         ``proxy=auto`` is resolved for ``loss_agg_mode`` (:meth:`resolved`; :func:`read_trainer_config`
         resolves it with the actor's own mode, so the default here only serves a config built by hand).
+        Errors name the ``algorithm.cost_aware`` field.
         """
-        from costaware.grpo.plan import SamplingConfig
+        from costaware.grpo.config import SamplingConfig
 
-        cfg = self.resolved(loss_agg_mode) if self.proxy == "auto" else self
-        proxy, beta = cfg.proxy, cfg.proxy_beta
-        if proxy == "length_aware" and beta is None:
-            from costaware.grpo.proxy import loss_family
-
-            beta = loss_family(loss_agg_mode).prior_beta
-        return SamplingConfig(
-            method=self.method,
-            alpha=self.alpha,
-            proxy_noise=self.proxy_noise,
-            weights=self.weights,
-            merge_duplicates=False,
-            budget="rows",
-            proxy=proxy,
-            proxy_beta=beta,
-            adaptive_alpha_max_weight=self.adaptive_alpha_max_weight,
-        )
+        proxy, beta = self._proxy(loss_agg_mode)
+        try:
+            return SamplingConfig(
+                method=self.method,
+                alpha=self.alpha,
+                proxy_noise=self.proxy_noise,
+                weights=self.weights,
+                merge_duplicates=False,
+                budget="rows",
+                proxy=proxy,
+                proxy_beta=None if proxy == "advantage" else beta,
+                adaptive_alpha_max_weight=self.adaptive_alpha_max_weight,
+            )
+        except ValueError as exc:
+            raise ValueError(f"{CONFIG_KEY}.{exc}") from None
 
 
 def _get(node: Any, dotted: str, default: Any = None) -> Any:

@@ -43,7 +43,7 @@ def _get(node: Any, dotted: str, default: Any = None) -> Any:
 def deferrable(trainer: Any, cfg: Any, has_rollout_log_probs: bool) -> bool:
     """True when this batch's passes may wait for the plan (see the module docstring)."""
     config = trainer.config
-    if cfg.logprob_rows != "fed" or cfg.method == "none":
+    if cfg.logprob_rows != "fed" or cfg.rule.plain:
         return False
     if _get(config, "algorithm.use_kl_in_reward", False):
         return False
@@ -122,7 +122,7 @@ def patch_logprob_passes_v1(cls: type, mark: Any) -> None:
     deferred, they write nothing and return the batch."""
     import functools
 
-    from costaware.integrations.verl.patch import PATCH_MARK, _config
+    from costaware.integrations.verl.state import PATCH_MARK, _config
 
     old, ref = getattr(cls, "_compute_old_log_prob", None), getattr(cls, "_compute_ref_log_prob", None)
     if old is None or ref is None or getattr(old, PATCH_MARK, False):
@@ -154,7 +154,7 @@ def patch_logprob_passes(cls: type, mark: Any) -> None:
     """Wrap ``_compute_old_log_prob`` and ``_compute_ref_log_prob`` of trainer v0 (idempotent)."""
     import functools
 
-    from costaware.integrations.verl.patch import PATCH_MARK, _config
+    from costaware.integrations.verl.state import PATCH_MARK, _config
 
     old, ref = getattr(cls, "_compute_old_log_prob", None), getattr(cls, "_compute_ref_log_prob", None)
     if old is None or ref is None or getattr(old, PATCH_MARK, False):

@@ -2,7 +2,8 @@
 v1 metrics aggregator.
 
 Applied by the import hook (``_hook.TARGETS``); cheap to import (stdlib only, the rest is imported inside
-the functions). Each trainer wrapper reads ``algorithm.cost_aware`` once per trainer and calls the
+the functions). The trainer state the wrappers share lives in ``state``, so that this module, ``v1``,
+``resample`` and ``logprobs`` import it and not each other. Each trainer wrapper reads ``algorithm.cost_aware`` once per trainer and calls the
 original unchanged when the key is absent or ``enable=false``.
 
 Learning-rate schedule: verl's actor worker steps its LR scheduler once per ``update_actor`` call (on the
@@ -21,96 +22,19 @@ import os
 import time
 from typing import Any
 
+from costaware.integrations.verl.config import WEIGHTS_KEY
+from costaware.integrations.verl.state import (
+    PATCH_MARK,
+    TokenBudgetReached,
+    _budget_spent,
+    _config,
+    _counters,
+    _mark,
+    _minibatch_size,
+    _record,
+)
+
 logger = logging.getLogger(__name__)
-PATCH_MARK = "__costaware_cost_aware__"
-WEIGHTS_KEY = "cost_aware_weights"  # per-token copy of the row factor, read by ``weighted_ppo_loss``
-_UNSET = object()
-
-
-def _mark(wrapper: Any) -> Any:
-    setattr(wrapper, PATCH_MARK, True)
-    return wrapper
-
-
-# ------------------------------------------------------------------------------------ trainer state
-
-
-def _config(trainer: Any) -> Any:
-    """Validated CostAwareConfig of this trainer, or None (cached on the instance)."""
-    cached = trainer.__dict__.get("_cost_aware_config", _UNSET)
-    if cached is _UNSET:
-        from costaware.integrations.verl.config import read_trainer_config
-
-        cached = read_trainer_config(trainer.config)
-        trainer.__dict__["_cost_aware_config"] = cached
-        if cached is not None:
-            logger.warning("costaware: Cost-Aware GRPO enabled in verl with %s", cached)
-    return cached
-
-
-def _counters(trainer: Any) -> Any:
-    from costaware.grpo.accounting import Counters
-
-    counters = trainer.__dict__.get("_cost_aware_counters")
-    if counters is None:
-        counters = trainer.__dict__["_cost_aware_counters"] = Counters()
-    return counters
-
-
-def _record(trainer: Any, stats: dict[str, float], seconds: float) -> dict[str, float]:
-    """Add one pool to the trainer's counters; the metrics to log (totals, this pool, weight summary).
-
-    The trainer process sees the whole actor batch, so these counts are already global (every rank's).
-    """
-    from costaware.grpo.accounting import StepCounts
-
-    step = StepCounts(
-        tokens=stats["tokens"],
-        tokens_plain=stats["tokens_plain"],
-        tokens_nonzero=stats["tokens_nonzero"],
-        rows_drawn=stats["rows_drawn"],
-        rows_fed=stats["rows_drawn"],  # verl never merges duplicates: every draw is fed
-        rows_unique=stats["rows_unique"],
-        skipped=stats["skipped"],
-        po_seconds=seconds,
-    )
-    counters = _counters(trainer)
-    counters.add(step)
-    metrics = counters.metrics(step)
-    if "weight_mean" in stats:
-        metrics["cost_aware/weights/mean"] = stats["weight_mean"]
-        metrics["cost_aware/weights/max"] = stats["weight_largest"]
-    return metrics
-
-
-def _minibatch_size(trainer: Any) -> int:
-    config = trainer.config
-    return int(config.actor_rollout_ref.actor.ppo_mini_batch_size) * int(config.actor_rollout_ref.rollout.n)
-
-
-def _dp_size_v1(trainer: Any) -> int:
-    worker_group = trainer.actor_rollout_wg
-    if "actor" not in worker_group._dispatch_info:
-        worker_group._dispatch_info["actor"] = worker_group._query_dispatch_info("actor")
-    return max(worker_group._dispatch_info["actor"]) + 1
-
-
-class TokenBudgetReached(Exception):
-    """Raised at the start of the step after the PO-token budget was reached; the wrapped ``fit`` returns."""
-
-
-def _budget_spent(trainer: Any) -> bool:
-    """True once ``token_budget`` (> 0) PO tokens have been fed (logged once when first seen)."""
-    budget = _config(trainer).token_budget
-    if not budget or _counters(trainer).tokens < budget:
-        return False
-    if not trainer.__dict__.get("_cost_aware_budget_logged"):
-        trainer.__dict__["_cost_aware_budget_logged"] = True
-        logger.warning(
-            "costaware: %s PO tokens reached the token_budget %s at step %s; training stops",
-            _counters(trainer).tokens, budget, trainer.global_steps,
-        )
-    return True
 
 
 # ---------------------------------------------------------------------------------------- trainer v0
@@ -122,7 +46,7 @@ def update_actor_v0(trainer: Any, batch: Any, original: Any) -> Any:
 
     from costaware.integrations.verl.config import actor_loss
     from costaware.integrations.verl.logprobs import DEFERRED, fill_fed_logprobs
-    from costaware.integrations.verl.resample import resample_dataproto, step_generator
+    from costaware.integrations.verl.resample import resample_dataproto
 
     cfg = _config(trainer)
     deferred = trainer.__dict__.pop(DEFERRED, set())  # log-prob passes waiting for the plan
@@ -136,20 +60,21 @@ def update_actor_v0(trainer: Any, batch: Any, original: Any) -> Any:
         cfg,
         minibatch_size=_minibatch_size(trainer),
         dp_size=dp_size,
-        generator=step_generator(cfg.seed, trainer.global_steps),
+        seed=cfg.seed,
+        step=trainer.global_steps,
         loss_agg_mode=mode,
         regularised=regularised,
     )
     if result.skipped is not None:
         logger.warning("costaware: step %s skips the actor update: %s", trainer.global_steps, result.skipped)
-        metrics = _record(trainer, result.stats, time.perf_counter() - start)
+        metrics = _record(trainer, result, time.perf_counter() - start)
         return DataProto.from_single_dict(data={}, meta_info={"metrics": metrics})
     passes = {}
     if deferred:
         originals = type(trainer)._cost_aware_logprob_passes
         passes = fill_fed_logprobs(trainer, batch, result.batch, result.indices, deferred, dp_size, originals)
     output = original(trainer, result.batch)
-    output.meta_info["metrics"].update(_record(trainer, result.stats, time.perf_counter() - start))
+    output.meta_info["metrics"].update(_record(trainer, result, time.perf_counter() - start))
     output.meta_info["metrics"].update(passes)
     return output
 

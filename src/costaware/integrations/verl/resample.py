@@ -15,8 +15,7 @@ counts are near-equal.
 >>> batch = DataProto.from_dict({
 ...     "attention_mask": mask, "response_mask": mask[:, 3:],
 ...     "advantages": torch.tensor([1., -1, 0, 0, 2, -2, 0, 0])[:, None] * mask[:, 3:]})
->>> res = resample_dataproto(batch, CostAwareConfig(), minibatch_size=4, dp_size=2,
-...                          generator=torch.Generator().manual_seed(0))
+>>> res = resample_dataproto(batch, CostAwareConfig(), minibatch_size=4, dp_size=2, seed=0, step=0)
 >>> len(res.batch), set(res.indices.tolist()) <= {0, 1, 4, 5}
 (8, True)
 """
@@ -28,14 +27,25 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from costaware.grpo.accounting import StepCounts
 from costaware.grpo.advantages import sequence_costs  # c_i = attention_mask.sum(-1), checked > 0
+from costaware.grpo.step import GlobalPool, plan_round
 from costaware.integrations.verl.config import (
     CONFIG_KEY,
     DEFAULT_LOSS_AGG_MODE,
     VERL_LOSS_FAMILY,
+    WEIGHTS_KEY,
     CostAwareConfig,
 )
-from costaware.integrations.verl.patch import WEIGHTS_KEY
+
+# The normaliser each step's factors rescale to (costaware.grpo.factors): "pool", T_j = (pool response
+# tokens) · m / N, a constant. verl divides every mini-batch by one normaliser shared by its rows: its rows
+# (seq-mean-*: m, fixed, so the factor is the importance weight) or its drawn response tokens (token-mean:
+# T_drawn, summed over ranks), which would make each step a ratio estimator, biased by O(1/m); with "pool"
+# the factor is f = w · T_drawn / T_j and the step's loss (1/T_j) Σ_d w_d L_d, whose expectation is the full
+# batch's Σ_i L_i / (pool tokens) (tests/test_verl_unbiased.py checks it through _update_actor, and that
+# "draws", the per-draw normaliser, fails the same check).
+NORMALISER = "pool"
 
 if TYPE_CHECKING:
     from verl import DataProto
@@ -72,37 +82,6 @@ def tag_costs(tags: list[dict]) -> torch.Tensor:
     return costs
 
 
-def loss_factors(
-    minibatches: Any, lengths: torch.Tensor, loss_agg_mode: str = DEFAULT_LOSS_AGG_MODE
-) -> torch.Tensor:
-    """(k, m) per-row loss factors for verl from the plan's mini-batches (the one place to change them).
-
-    verl divides every mini-batch loss by one normaliser shared by all its rows: its rows
-    (``seq-mean-*``: m, fixed, so the factor is the importance weight) or its response tokens
-    (``token-mean``: the drawn rows' tokens T_drawn, summed over ranks). A drawn T_drawn makes the step a
-    ratio estimator, biased by O(1/m). The factor therefore rescales each step to the core's "pool"
-    normaliser, T_j = (pool response tokens) · m / N, a constant: f = w · T_drawn / T_j, so that the
-    step's loss is (1/T_j) Σ_d w_d L_d, whose expectation is the full batch's Σ_i L_i / (pool tokens)
-    (``costaware.grpo.factors``; ``tests/test_verl_unbiased.py`` checks it through ``_update_actor``).
-    """
-    from costaware.grpo.factors import row_factors, step_normalisers
-
-    family = VERL_LOSS_FAMILY[loss_agg_mode]
-    lengths = lengths.to(torch.float64)
-    norms = step_normalisers(
-        minibatches, lengths, normaliser="pool", pool_rows=int(lengths.numel()), num_steps=len(minibatches)
-    )
-    return torch.stack([
-        row_factors(family, mb.weights, lengths[mb.indices], num_ranks=1, draws=nm.draws, tokens=nm.tokens)
-        for mb, nm in zip(minibatches, norms, strict=True)
-    ]).to(torch.float32)  # fmt: skip
-
-
-def step_generator(seed: int, step: int) -> torch.Generator:
-    """Generator for training step ``step``: independent of how many steps this process has run."""
-    return torch.Generator().manual_seed(int(seed) * 1_000_003 + int(step))
-
-
 def _balanced_rank_order(costs: torch.Tensor, dp_size: int) -> torch.Tensor:
     """(k, m) costs -> (k, m) permutation putting rank 0's m/dp rows first, then rank 1's, ...
 
@@ -125,10 +104,11 @@ class ResampleResult:
 
     indices: (N,) rows of the original batch, in the order verl must receive them (None when skipped).
     weights: (N,) float32 importance weight of each draw (the plan's, 1/(n_supp p_i) or 1/(N p_i)).
-    factors: (N,) float32 per-row loss factor verl multiplies in (:func:`loss_factors`: the weight, times
-        the step's drawn-to-pool token ratio under ``token-mean``).
+    factors: (N,) float32 per-row loss factor verl multiplies in (the core's, for the ``loss_agg_mode``'s
+        family with :data:`NORMALISER`: the weight, times the step's drawn-to-pool token ratio under
+        ``token-mean``).
     batch: the resampled DataProto with ``rollout_is_weights`` set (None when skipped or not built).
-    stats: per-step numbers for the metrics (tokens, tokens_plain, tokens_nonzero, rows_drawn, ...).
+    counts: the round's accounting (:class:`~costaware.grpo.accounting.StepCounts`, ``po_seconds`` 0).
     skipped: why no update runs (every advantage is zero), else None.
     """
 
@@ -136,7 +116,7 @@ class ResampleResult:
     weights: torch.Tensor | None
     factors: torch.Tensor | None
     batch: Any
-    stats: dict[str, float]
+    counts: StepCounts
     skipped: str | None
 
 
@@ -147,7 +127,8 @@ def plan_resampling(
     *,
     minibatch_size: int,
     dp_size: int,
-    generator: torch.Generator,
+    seed: int,
+    step: int,
     lengths: torch.Tensor | None = None,
     loss_agg_mode: str = DEFAULT_LOSS_AGG_MODE,
     regularised: bool = False,
@@ -156,11 +137,12 @@ def plan_resampling(
 
     The number of draws equals the batch length N (the baseline's num_minibatches * minibatch_size), so
     verl runs the same number of optimizer steps on mini-batches of the same size. ``lengths`` are the
-    rows' response tokens (the ``token-mean`` normaliser counts them; default: ``costs``).
+    rows' response tokens (the ``token-mean`` normaliser counts them; default: ``costs``). The round is the
+    core's (:func:`costaware.grpo.step.plan_round`), drawn from ``plan_seed(seed, step)``, on one "rank"
+    holding the whole batch: verl's normalisers are global, so the factors are those of one rank.
     ``regularised``: the loss has a KL or entropy term, so a pool whose advantages are all zero is
     still drawn (by a full-support method) instead of skipped.
     """
-    from costaware.grpo.plan import plan_minibatches
 
     n = int(advantages.shape[0])
     for name, value in (("minibatch_size", minibatch_size), ("dp_size", dp_size)):
@@ -184,32 +166,23 @@ def plan_resampling(
             f"data-parallel size {dp_size}"
         )
     num_minibatches = n // minibatch_size
-    plan = plan_minibatches(
-        advantages.to(torch.float32),
-        costs,
-        num_minibatches=num_minibatches,
-        minibatch_size=minibatch_size,
-        config=config.sampling_config(loss_agg_mode),
-        generator=generator,
-        keep_zero_pool=regularised,
-    )
-    stats: dict[str, float] = {
-        "tokens_plain": float(plan.tokens_plain),
-        "tokens_nonzero": float(plan.tokens_nonzero),
-        "skipped": float(plan.skipped is not None),
-    }
-    if plan.skipped is not None:
-        stats.update(tokens=0.0, rows_drawn=0.0, rows_unique=0.0)
-        return ResampleResult(None, None, None, None, stats, plan.skipped)
-    sizes = [int(mb.indices.numel()) for mb in plan.minibatches]
-    if len(sizes) != num_minibatches or any(size != minibatch_size for size in sizes):
-        raise RuntimeError(  # VERL_METHODS only holds methods that fill every mini-batch
+    rnd = plan_round(
+        GlobalPool(advantages.to(torch.float32), costs, lengths.to(torch.float64)),
+        config.sampling_config(loss_agg_mode), seed=seed, step=step, family=VERL_LOSS_FAMILY[loss_agg_mode],
+        num_steps=num_minibatches, minibatch_size=minibatch_size, normaliser=NORMALISER, keep_zero_pool=regularised,
+    )  # fmt: skip
+    if rnd.plan.skipped is not None:
+        return ResampleResult(None, None, None, None, rnd.counts, rnd.plan.skipped)
+    steps = rnd.steps[0]  # one rank: its steps are the plan's mini-batches, rows in the plan's order
+    sizes = [int(s.shard.rows.numel()) for s in steps]
+    if any(size != minibatch_size for size in sizes):
+        raise RuntimeError(  # the config only admits methods whose every step has the baseline's size
             f"{CONFIG_KEY}.method={config.method!r} gave mini-batch sizes {sizes}, verl needs "
             f"{num_minibatches} x {minibatch_size}"
         )
-    index = torch.stack([mb.indices.to(torch.int64) for mb in plan.minibatches])  # (k, m)
-    weight = torch.stack([mb.weights.to(torch.float32) for mb in plan.minibatches])
-    factor = loss_factors(plan.minibatches, lengths, loss_agg_mode)
+    index = torch.stack([s.shard.rows for s in steps])  # (k, m)
+    weight = torch.stack([s.shard.weights for s in steps]).to(torch.float32)
+    factor = torch.stack([s.factors for s in steps]).to(torch.float32)
     if config.balance_dp and dp_size > 1:
         perm = _balanced_rank_order(costs[index].to(torch.float64), dp_size)
         index, weight, factor = (torch.gather(t, 1, perm) for t in (index, weight, factor))
@@ -218,14 +191,7 @@ def plan_resampling(
     index, weight, factor = (
         t.view(num_minibatches, dp_size, per_rank).transpose(0, 1).reshape(-1) for t in (index, weight, factor)
     )
-    stats.update(
-        tokens=float(costs[index].sum()),
-        rows_drawn=float(index.numel()),
-        rows_unique=float(torch.unique(index).numel()),
-        weight_mean=float(weight.mean()),
-        weight_largest=float(weight.max()),
-    )
-    return ResampleResult(index, weight, factor, None, stats, None)
+    return ResampleResult(index, weight, factor, None, rnd.counts, None)
 
 
 def weighted_rollout_is_weights(
@@ -247,7 +213,8 @@ def resample_dataproto(
     *,
     minibatch_size: int,
     dp_size: int,
-    generator: torch.Generator,
+    seed: int,
+    step: int,
     loss_agg_mode: str = DEFAULT_LOSS_AGG_MODE,
     regularised: bool = False,
 ) -> ResampleResult:
@@ -272,7 +239,8 @@ def resample_dataproto(
         config,
         minibatch_size=minibatch_size,
         dp_size=dp_size,
-        generator=generator,
+        seed=seed,
+        step=step,
         lengths=td["response_mask"].sum(-1),
         loss_agg_mode=loss_agg_mode,
         regularised=regularised,
@@ -289,4 +257,4 @@ def resample_dataproto(
     new.meta_info = dict(batch.meta_info)  # select_idxs shares the dict with the source batch
     if "global_token_num" in new.meta_info:
         new.meta_info["global_token_num"] = costs[result.indices].tolist()
-    return ResampleResult(result.indices, result.weights, result.factors, new, result.stats, None)
+    return ResampleResult(result.indices, result.weights, result.factors, new, result.counts, None)

@@ -6,14 +6,8 @@ import logging
 import time
 from typing import Any
 
-from costaware.integrations.verl.patch import (
-    WEIGHTS_KEY,
-    _budget_spent,
-    _config,
-    _dp_size_v1,
-    _minibatch_size,
-    _record,
-)
+from costaware.integrations.verl.config import WEIGHTS_KEY
+from costaware.integrations.verl.state import _budget_spent, _config, _dp_size_v1, _minibatch_size, _record
 
 logger = logging.getLogger("costaware.integrations.verl.patch")
 
@@ -33,7 +27,7 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
 
     from costaware.integrations.verl.config import actor_loss
     from costaware.integrations.verl.logprobs import DEFERRED, pad_multiple
-    from costaware.integrations.verl.resample import plan_resampling, step_generator, tag_costs
+    from costaware.integrations.verl.resample import plan_resampling, tag_costs
     from costaware.integrations.verl.transfer import (
         duplicate_key_plan,
         nested_row_means,
@@ -55,16 +49,15 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
         cfg,
         minibatch_size=_minibatch_size(trainer),
         dp_size=_dp_size_v1(trainer),
-        generator=step_generator(
-            cfg.seed, trainer.global_steps * 1_000 + getattr(trainer, "local_trigger_step", 0)
-        ),
+        seed=cfg.seed,  # the core's plan_seed; several triggers per step (separate_async) get their own
+        step=trainer.global_steps * 1_000 + getattr(trainer, "local_trigger_step", 0),
         lengths=nested_row_sums(data["response_mask"]),
         loss_agg_mode=mode,
         regularised=regularised,
     )
     if result.skipped is not None:
         logger.warning("costaware: step %s skips the actor update: %s", trainer.global_steps, result.skipped)
-        metrics.update(_record(trainer, result.stats, time.perf_counter() - start))
+        metrics.update(_record(trainer, result, time.perf_counter() - start))
         return batch
 
     new_keys, rounds = duplicate_key_plan(batch.keys, result.indices, tag=f"ca{trainer.global_steps}")
@@ -114,7 +107,7 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
     finally:
         if copied:
             tq.kv_clear(keys=copied, partition_id=pid)
-    metrics.update(_record(trainer, result.stats, time.perf_counter() - start))
+    metrics.update(_record(trainer, result, time.perf_counter() - start))
     if _budget_spent(trainer):  # v1's loop runs while global_steps <= total_training_steps
         trainer.total_training_steps = trainer.global_steps
     return batch

@@ -1,0 +1,392 @@
+"""Sampling methods as objects: one small frozen dataclass per variant, each made by a factory.
+
+In the spirit of optax (one factory per variant), a method is built once, from its own options, and
+carries what it is: ``name``, and the flags below. The plan (:func:`costaware.grpo.plan.plan_minibatches`)
+asks it for its part and reads no method name:
+
+* a *drawing* method (``weighted``) draws rows i.i.d. from a distribution p, with replacement, and
+  applies importance weights; :meth:`Drawing.probs` gives p from the proxy |A| and the costs;
+* a *subset* method runs a subset of the pool once, unweighted; :meth:`Subset.select` gives the rows.
+
+Flags: ``full_support`` (every row can reach the loss, as a KL term needs); ``uses_proxy`` (p is built
+from the gradient-norm proxy G ≈ |A|·c^β, so β applies); ``uses_costs`` (the choice depends on the
+sequence costs: the cost-aware methods); ``weighted``; ``fixed_size`` (every step has the baseline's
+size, as verl's fixed mini-batches need); ``needs_groups`` (needs rewards and the group size);
+``biased`` (its expected update is not the pool's gradient up to a constant factor); ``plain`` (GRPO's
+own plan: every row once, never skipped).
+
+On bias: ``nonzero`` drops the rows with A = 0, whose policy gradient is zero, so its expected step is
+(1/n_supp) Σ_{A≠0} ∇ℓ_i, the same as centred p*'s and GRPO's times N/n_supp: the direction is unbiased
+(``biased`` is False; like p*, it loses the KL gradient of zero-advantage rows, which ``full_support``
+says). ``pods`` and ``cost_pods`` drop rows with A ≠ 0 and recompute the advantages over the rows
+they keep, so their expectation is another vector: ``biased`` is True.
+
+Names exist only at the edges (config files, CLI, report labels): :func:`method_from_name` is the one
+parser, and :data:`METHODS` the names it knows.
+
+>>> p_smooth(0.1).full_support, p_star().full_support, p_star().uses_costs, pods().biased
+(True, False, True, True)
+>>> method_from_name("p_smooth", alpha=0.0, keep=3)        # options a method does not take are ignored
+PSmooth(alpha=0.0, adaptive_max_weight=None)
+>>> [m for m in METHODS if method_from_name(m).fixed_size]   # what verl's fixed mini-batches can take
+['none', 'p_star', 'p_smooth', 'inv_sqrt_cost', 'variance', 'uniform']
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from costaware import distributions as dist
+from costaware.grpo.pods import cost_pods_select, pods_advantages, pods_select
+from costaware.grpo.proxy import _adaptive_alpha, _proxy_probs
+
+__all__ = [
+    "ALPHA_AUTO_MAX", "METHODS", "REGISTRY", "SamplingMethod", "Drawing", "Subset", "RowPool", "Selection",
+    "Probs", "method_from_name", "method_names", "none", "p_star", "p_smooth", "inv_sqrt_cost", "variance", "uniform",
+    "nonzero", "pods", "cost_pods", "check_alpha", "check_keep", "check_max_weight",
+]
+
+# Adaptive smoothing never mixes in more than this much uniform: beyond it p_smooth is mostly uniform.
+ALPHA_AUTO_MAX = 0.5
+# The smallest α > 0: a zero-advantage row's importance weight is about 1/α, which must fit float64.
+MIN_ALPHA = 1e-300
+
+
+def _real(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def check_alpha(alpha: Any, name: str = "alpha") -> float:
+    """α of p_smooth: 0, or in [:data:`MIN_ALPHA`, 1]."""
+    if not (_real(alpha) and (alpha == 0.0 or MIN_ALPHA <= alpha <= 1.0)):
+        raise ValueError(f"{name} must be 0 or lie in [{MIN_ALPHA}, 1], got {alpha!r}")
+    return float(alpha)
+
+
+def check_keep(keep: Any, name: str = "keep") -> int | None:
+    """Rows kept per group: a positive integer, or None (half the group)."""
+    if keep is not None and (isinstance(keep, bool) or not isinstance(keep, (int, np.integer)) or keep < 1):
+        raise ValueError(f"{name} must be a positive integer or None, got {keep!r}")
+    return None if keep is None else int(keep)
+
+
+def check_max_weight(w: Any, alpha: float, name: str = "adaptive_max_weight") -> float | None:
+    """W of adaptive smoothing: None, or a finite number > 1 (with the floor α <= :data:`ALPHA_AUTO_MAX`)."""
+    if w is None:
+        return None
+    if not (_real(w) and w > 1.0):
+        raise ValueError(f"{name} must be a finite number > 1 or None, got {w!r}")
+    if alpha > ALPHA_AUTO_MAX:
+        raise ValueError(f"alpha={alpha!r} is the floor of adaptive smoothing and must be <= {ALPHA_AUTO_MAX}")
+    return float(w)
+
+
+@dataclass(frozen=True)
+class RowPool:
+    """The checked pool a subset method reads (built once by the plan).
+
+    advantages: (N,) float32; signal: (N,) bool, |A| above the zero tolerance; costs: (N,) float64 > 0;
+    rewards: (N,) float64 (None unless the method ``needs_groups``); group_size: rows per group, each
+    group contiguous (None unless ``needs_groups``); zero_tol: the plan's tolerance.
+    """
+
+    advantages: torch.Tensor
+    signal: torch.Tensor
+    costs: np.ndarray
+    rewards: torch.Tensor | None
+    group_size: int | None
+    zero_tol: float
+
+
+@dataclass(frozen=True)
+class Selection:
+    """A subset method's rows (ascending, each run once; None: every row of the pool, which spares a
+    65,536-row gather), the advantages the loss uses, or why none are run."""
+
+    rows: torch.Tensor | None
+    advantages: torch.Tensor
+    skipped: str | None = None
+
+
+@dataclass(frozen=True)
+class Probs:
+    """A drawing method's p, with the β and α it used (None where the method has none)."""
+
+    p: np.ndarray
+    beta: float | None
+    alpha: float | None
+
+
+@dataclass(frozen=True)
+class SamplingMethod(ABC):
+    """What every method carries (see the module docstring for the flags)."""
+
+    name: ClassVar[str]
+    weighted: ClassVar[bool] = False
+    fixed_size: ClassVar[bool] = True
+    full_support: ClassVar[bool] = False
+    uses_proxy: ClassVar[bool] = False
+    uses_costs: ClassVar[bool] = False
+    needs_groups: ClassVar[bool] = False
+    biased: ClassVar[bool] = False
+    plain: ClassVar[bool] = False
+
+
+class Drawing(SamplingMethod):
+    """Draws rows i.i.d. from p with replacement; each drawn row's loss carries its importance weight."""
+
+    weighted: ClassVar[bool] = True
+
+    @abstractmethod
+    def probs(self, proxy: np.ndarray, costs: np.ndarray, beta: float) -> Probs:
+        """p for checked inputs: ``proxy`` float64 >= 0 (with an entry > 0 unless ``full_support``),
+        ``costs`` float64 > 0 of equal length, β the proxy's exponent (used when ``uses_proxy``)."""
+
+
+class Subset(SamplingMethod):
+    """Runs a subset of the pool once, unweighted: its steps hold fewer rows than the baseline's."""
+
+    fixed_size: ClassVar[bool] = False
+
+    @abstractmethod
+    def select(self, pool: RowPool) -> Selection:
+        """The rows to run, from a checked pool."""
+
+
+# -- drawing methods ------------------------------------------------------------------------------
+
+
+def _proxy_base(g: np.ndarray, c: np.ndarray, beta: float) -> np.ndarray:
+    # β = 0 keeps the paper's p ∝ |A|/√c expression, so the paper's plans are unchanged bit for bit
+    return dist._optimal(g, c) if beta == 0.0 else _proxy_probs(g, c, beta, 0.0)
+
+
+@dataclass(frozen=True)
+class PStar(Drawing):
+    """The paper's p* ∝ G/√c with the proxy G = |A|·c^β (β = 0: |A|); rows with A = 0 get p = 0."""
+
+    name: ClassVar[str] = "p_star"
+    uses_proxy: ClassVar[bool] = True
+    uses_costs: ClassVar[bool] = True
+
+    def probs(self, proxy: np.ndarray, costs: np.ndarray, beta: float) -> Probs:
+        return Probs(_proxy_base(proxy, costs, beta), beta, 0.0)
+
+
+@dataclass(frozen=True)
+class PSmooth(Drawing):
+    """(1 − α)p* + α·uniform; with ``adaptive_max_weight`` W the smallest α in [alpha, ALPHA_AUTO_MAX]
+    keeping every raw weight of a row with A ≠ 0 at most W (:func:`costaware.grpo.proxy.adaptive_alpha`)."""
+
+    name: ClassVar[str] = "p_smooth"
+    uses_proxy: ClassVar[bool] = True
+    uses_costs: ClassVar[bool] = True
+    alpha: float = 0.01
+    adaptive_max_weight: float | None = None
+
+    @property
+    def full_support(self) -> bool:  # type: ignore[override]
+        return self.alpha > 0
+
+    def probs(self, proxy: np.ndarray, costs: np.ndarray, beta: float) -> Probs:
+        if not (proxy > 0).any():  # p* has no mass (a pool kept for its KL term): the uniform part alone
+            return Probs(np.full(proxy.size, 1.0 / proxy.size), beta, self.alpha)
+        base = _proxy_base(proxy, costs, beta)
+        alpha = self.alpha
+        if self.adaptive_max_weight is not None:
+            alpha = _adaptive_alpha(base, self.adaptive_max_weight, alpha, ALPHA_AUTO_MAX)
+        return Probs(dist._smoothed(base, alpha), beta, float(alpha))
+
+
+@dataclass(frozen=True)
+class InvSqrtCost(Drawing):
+    """p ∝ 1/√c: the optimum when every G is replaced by 1 (the paper's G ≡ 1 ablation)."""
+
+    name: ClassVar[str] = "inv_sqrt_cost"
+    full_support: ClassVar[bool] = True
+    uses_costs: ClassVar[bool] = True
+
+    def probs(self, proxy: np.ndarray, costs: np.ndarray, beta: float) -> Probs:
+        return Probs(dist._inverse_sqrt_cost(costs), None, None)
+
+
+@dataclass(frozen=True)
+class Variance(Drawing):
+    """p ∝ |A|: the variance-minimising, cost-blind distribution."""
+
+    name: ClassVar[str] = "variance"
+
+    def probs(self, proxy: np.ndarray, costs: np.ndarray, beta: float) -> Probs:
+        return Probs(dist._variance(proxy), None, None)
+
+
+@dataclass(frozen=True)
+class Uniform(Drawing):
+    """p = 1/N: GRPO's rows drawn with replacement (weights 1)."""
+
+    name: ClassVar[str] = "uniform"
+    full_support: ClassVar[bool] = True
+
+    def probs(self, proxy: np.ndarray, costs: np.ndarray, beta: float) -> Probs:
+        return Probs(np.full(proxy.size, 1.0 / proxy.size), None, None)
+
+
+# -- subset methods --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plain(Subset):
+    """GRPO: every row once, shuffled; a pool whose advantages are all zero is still run."""
+
+    name: ClassVar[str] = "none"
+    fixed_size: ClassVar[bool] = True
+    full_support: ClassVar[bool] = True
+    plain: ClassVar[bool] = True
+
+    def select(self, pool: RowPool) -> Selection:
+        return Selection(None, pool.advantages)
+
+
+@dataclass(frozen=True)
+class Nonzero(Subset):
+    """GRPO's rows with A ≠ 0, each once (``zero_tol`` decides what counts as zero)."""
+
+    name: ClassVar[str] = "nonzero"
+
+    def select(self, pool: RowPool) -> Selection:
+        return Selection(torch.nonzero(pool.signal).reshape(-1), pool.advantages)
+
+
+@dataclass(frozen=True)
+class _GroupSubset(Subset):
+    """Keeps ``keep`` rows of every group (default half of it), then recomputes the advantages over them."""
+
+    needs_groups: ClassVar[bool] = True
+    biased: ClassVar[bool] = True
+    keep: int | None = None
+
+    @abstractmethod
+    def _mask(self, pool: RowPool, group_size: int, keep: int) -> torch.Tensor:
+        """(N,) bool: the kept rows."""
+
+    def select(self, pool: RowPool) -> Selection:
+        assert pool.rewards is not None and pool.group_size is not None  # the plan checks needs_groups
+        group_size = pool.group_size
+        keep = self.keep or group_size // 2
+        if keep > group_size:
+            raise ValueError(f"pods_keep must be <= group_size={group_size}, got {keep}")
+        mask = self._mask(pool, group_size, keep)
+        adv = pods_advantages(pool.rewards, group_size, mask)
+        a = adv.abs().double()
+        rows = torch.nonzero(mask & (a > pool.zero_tol * a.max())).reshape(-1)
+        skipped = None if rows.numel() else f"every kept {self.name} row has zero advantage"
+        return Selection(rows, adv, skipped)
+
+
+@dataclass(frozen=True)
+class Pods(_GroupSubset):
+    """PODS: per group, the ``keep`` rows whose rewards vary most (:func:`costaware.grpo.pods.pods_select`)."""
+
+    name: ClassVar[str] = "pods"
+
+    def _mask(self, pool: RowPool, group_size: int, keep: int) -> torch.Tensor:
+        return pods_select(pool.rewards, group_size, keep)
+
+
+@dataclass(frozen=True)
+class CostPods(_GroupSubset):
+    """Cost-aware PODS: per group, the ``keep`` rows with the most reward variance per PO token
+    (:func:`costaware.grpo.pods.cost_pods_select`, which states the objective)."""
+
+    name: ClassVar[str] = "cost_pods"
+    uses_costs: ClassVar[bool] = True
+
+    def _mask(self, pool: RowPool, group_size: int, keep: int) -> torch.Tensor:
+        return cost_pods_select(pool.rewards, torch.from_numpy(pool.costs), group_size, keep)
+
+
+# -- factories (the public way to build a method) -------------------------------------------------
+
+
+def none() -> Plain:
+    """Plain GRPO: every row once, shuffled."""
+    return Plain()
+
+
+def p_star() -> PStar:
+    """The paper's p* ∝ |A|/√c (or |A|·c^(β−½) with a length-aware proxy)."""
+    return PStar()
+
+
+def p_smooth(alpha: float = 0.01, adaptive_max_weight: float | None = None) -> PSmooth:
+    """(1 − α)p* + α·uniform; α > 0 gives every row p > 0. ``adaptive_max_weight``: choose α per pool."""
+    alpha = check_alpha(alpha)
+    return PSmooth(alpha, check_max_weight(adaptive_max_weight, alpha))
+
+
+def inv_sqrt_cost() -> InvSqrtCost:
+    """p ∝ 1/√c (G ≡ 1)."""
+    return InvSqrtCost()
+
+
+def variance() -> Variance:
+    """p ∝ |A| (cost-blind)."""
+    return Variance()
+
+
+def uniform() -> Uniform:
+    """p = 1/N with replacement."""
+    return Uniform()
+
+
+def nonzero() -> Nonzero:
+    """The rows with A ≠ 0, each once."""
+    return Nonzero()
+
+
+def pods(keep: int | None = None) -> Pods:
+    """PODS max-variance down-sampling, ``keep`` rows per group (default half the group). Biased."""
+    return Pods(check_keep(keep))
+
+
+def cost_pods(keep: int | None = None) -> CostPods:
+    """Cost-aware PODS: ``keep`` rows per group maximising reward variance per PO token. Biased."""
+    return CostPods(check_keep(keep))
+
+
+# name -> factory: the one place a method name meets its object
+REGISTRY: dict[str, Callable[..., SamplingMethod]] = {
+    "none": none, "p_star": p_star, "p_smooth": p_smooth, "inv_sqrt_cost": inv_sqrt_cost,
+    "variance": variance, "uniform": uniform, "nonzero": nonzero, "pods": pods, "cost_pods": cost_pods,
+}  # fmt: skip
+METHODS: tuple[str, ...] = tuple(REGISTRY)
+_OPTIONS = ("alpha", "adaptive_max_weight", "keep")
+_TAKES = {name: frozenset(inspect.signature(f).parameters) for name, f in REGISTRY.items()}
+
+
+def method_names(where: Callable[[SamplingMethod], bool]) -> tuple[str, ...]:
+    """The names of the methods (built with default options) for which ``where`` holds, for messages and
+    engine lists: ``method_names(lambda m: m.fixed_size)`` is what verl offers."""
+    return tuple(name for name, factory in REGISTRY.items() if where(factory()))
+
+
+def method_from_name(name: str, **options: Any) -> SamplingMethod:
+    """The method called ``name`` (one of :data:`METHODS`), built with the ``options`` its factory takes.
+
+    ``options`` may hold ``alpha``, ``adaptive_max_weight`` and ``keep``; a config holds every method's
+    options, so those the method does not take are ignored.
+    """
+    if not (isinstance(name, str) and name in REGISTRY):
+        raise ValueError(f"method must be one of {METHODS}, got {name!r}")
+    unknown = sorted(set(options) - set(_OPTIONS))
+    if unknown:
+        raise TypeError(f"method options must be among {_OPTIONS}, got {unknown}")
+    return REGISTRY[name](**{k: v for k, v in options.items() if k in _TAKES[name]})

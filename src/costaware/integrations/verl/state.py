@@ -1,0 +1,90 @@
+"""What the verl wrappers keep on a trainer: its validated config, its counters, the token budget.
+
+Shared by trainer v0 (``patch``), trainer v1 (``v1``) and the log-prob passes (``logprobs``), so that none
+of them imports another's module: the import graph has no cycle. Cheap to import (stdlib only).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+# the wrappers log under the patch module's name, as they always did
+logger = logging.getLogger("costaware.integrations.verl.patch")
+PATCH_MARK = "__costaware_cost_aware__"
+_UNSET = object()
+
+
+def _mark(wrapper: Any) -> Any:
+    setattr(wrapper, PATCH_MARK, True)
+    return wrapper
+
+
+def _config(trainer: Any) -> Any:
+    """Validated CostAwareConfig of this trainer, or None (cached on the instance)."""
+    cached = trainer.__dict__.get("_cost_aware_config", _UNSET)
+    if cached is _UNSET:
+        from costaware.integrations.verl.config import read_trainer_config
+
+        cached = read_trainer_config(trainer.config)
+        trainer.__dict__["_cost_aware_config"] = cached
+        if cached is not None:
+            logger.warning("costaware: Cost-Aware GRPO enabled in verl with %s", cached)
+    return cached
+
+
+def _counters(trainer: Any) -> Any:
+    from costaware.grpo.accounting import Counters
+
+    counters = trainer.__dict__.get("_cost_aware_counters")
+    if counters is None:
+        counters = trainer.__dict__["_cost_aware_counters"] = Counters()
+    return counters
+
+
+def _record(trainer: Any, result: Any, seconds: float) -> dict[str, float]:
+    """Add one pool (a ``resample.ResampleResult``) to the trainer's counters; the metrics to log
+    (totals, this pool, the weights' summary).
+
+    The trainer process sees the whole actor batch, so the round's counts are already global (every rank's).
+    """
+    from dataclasses import replace
+
+    step = replace(result.counts, po_seconds=seconds)
+    counters = _counters(trainer)
+    counters.add(step)
+    metrics = counters.metrics(step)
+    if result.weights is not None:
+        metrics["cost_aware/weights/mean"] = float(result.weights.mean())
+        metrics["cost_aware/weights/max"] = float(result.weights.max())
+    return metrics
+
+
+def _minibatch_size(trainer: Any) -> int:
+    config = trainer.config
+    return int(config.actor_rollout_ref.actor.ppo_mini_batch_size) * int(config.actor_rollout_ref.rollout.n)
+
+
+def _dp_size_v1(trainer: Any) -> int:
+    worker_group = trainer.actor_rollout_wg
+    if "actor" not in worker_group._dispatch_info:
+        worker_group._dispatch_info["actor"] = worker_group._query_dispatch_info("actor")
+    return max(worker_group._dispatch_info["actor"]) + 1
+
+
+class TokenBudgetReached(Exception):
+    """Raised at the start of the step after the PO-token budget was reached; the wrapped ``fit`` returns."""
+
+
+def _budget_spent(trainer: Any) -> bool:
+    """True once ``token_budget`` (> 0) PO tokens have been fed (logged once when first seen)."""
+    budget = _config(trainer).token_budget
+    if not budget or _counters(trainer).tokens < budget:
+        return False
+    if not trainer.__dict__.get("_cost_aware_budget_logged"):
+        trainer.__dict__["_cost_aware_budget_logged"] = True
+        logger.warning(
+            "costaware: %s PO tokens reached the token_budget %s at step %s; training stops",
+            _counters(trainer).tokens, budget, trainer.global_steps,
+        )
+    return True
