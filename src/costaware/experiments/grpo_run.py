@@ -158,6 +158,9 @@ def run_grpo(spec: RunSpec, profile: Profile, sft_dir: Path, workdir: Path) -> d
                       f"{tokens} of {profile.token_budget} PO tokens", RuntimeWarning, stacklevel=1)  # fmt: skip
     counters = {k: float(v) for k, v in trainer.cost_aware_state.items() if isinstance(v, int | float)}
     counters.update(round_cap_hit=float(capped), longest_skipped_run=float(watch.longest))
+    if trainer.prompt_stage is not None:  # prompts the stage looked at, and drew, over the run
+        counters.update(prompts_examined=float(trainer.prompt_stage.examined),
+                        prompts_drawn=float(trainer.prompt_stage.round * trainer.prompt_stage.batch))
     fidelity = tuple(
         ProxyFidelityPoint(step=int(h["step"]), po_tokens=int(h["cost_aware/total/tokens"]),
                            **{k: _finite(h.get(f"cost_aware/{k}")) for k in ("pearson", "chi2", "j_vs_uniform")})

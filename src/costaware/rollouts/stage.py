@@ -39,17 +39,40 @@ from costaware.rollouts.prompts import (
     Greso,
     GresoControl,
     UniformPrompts,
+    cost_aware_prompts,
+    cost_aware_skip,
     fill_prompt_batch,
+    greso,
 )
 from costaware.rollouts.state import PromptState, StateConfig
 from costaware.sampler import CostAwareSampler
 
-__all__ = ["RoundDraw", "PromptStage", "METHODS_IN_ENGINES"]
+__all__ = ["RoundDraw", "PromptStage", "METHODS_IN_ENGINES", "PROMPT_METHODS", "prompt_method"]
 
 # The prompt methods an engine can run through this stage: uniform draws i.i.d. from q = 1/N (use the
 # engine's own sampler for its epoch permutations instead), the two skip rules, and q ∝ Ĝ/√ĉ.
 # Two-stage rollouts need a second generation call inside the round, which the engines do not have.
 METHODS_IN_ENGINES = (UniformPrompts, CostAwarePrompts, CostAwareSkip, Greso)
+# The engines' names for them (a config's ``cost_aware_rollout``), parsed here only.
+PROMPT_METHODS = ("greso", "cost_aware_skip", "cost_aware")
+
+
+def prompt_method(name: str, *, floor: float = 0.1, generation_cost: float = 1.0 / 3.0,
+                  po_rows: str = "nonzero") -> Any:
+    """The prompt method an engine config names: ``greso`` (biased), ``cost_aware_skip`` (biased) or
+    ``cost_aware`` (unbiased, q ∝ Ĝ/√ĉ mixed with uniform at ``floor``); ``po_rows`` says which rows the row
+    plan feeds (``"all"`` under plain GRPO), for the predicted cost.
+
+    >>> prompt_method("cost_aware", floor=0.2).floor
+    0.2
+    """
+    if name == "greso":
+        return greso()
+    if name == "cost_aware_skip":
+        return cost_aware_skip(generation_cost=generation_cost, po_rows=po_rows)
+    if name == "cost_aware":
+        return cost_aware_prompts(floor=floor, generation_cost=generation_cost, po_rows=po_rows)
+    raise ValueError(f"the prompt method must be one of {PROMPT_METHODS}, got {name!r}")
 
 
 @dataclass(frozen=True)

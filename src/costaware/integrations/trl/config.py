@@ -27,6 +27,7 @@ from costaware.grpo.factors import NORMALISERS
 from costaware.grpo.methods import method_from_name
 from costaware.grpo.proxy import loss_family
 from costaware.integrations.trl.losses import SUPPORTED_LOSS_TYPES
+from costaware.rollouts.stage import PROMPT_METHODS, prompt_method
 
 __all__ = ["AUTO_METHOD", "CostAwareGRPOConfig", "SUPPORTED_LOSS_TYPES", "resolve_method"]
 
@@ -198,6 +199,20 @@ class CostAwareGRPOConfig(GRPOConfig):
     cost_aware_zvf_max_rounds: int = field(
         default=4, metadata={"help": "[zvf] Generation rounds at most per batch (the first included)."}
     )
+    # -- [rollouts] ---------------------------------------------------------------------------------
+    cost_aware_rollout: str = field(
+        default="all",
+        metadata={"help": "[rollouts] Which prompts get generated: 'all' (TRL's sampler), 'greso' (GRESO's "
+                  "pre-rollout skip, biased), 'cost_aware_skip' (skip as the predicted G/sqrt(c) falls, biased) or "
+                  "'cost_aware' (q ∝ G/sqrt(c) with prompt weights 1/(N q), unbiased); see costaware.rollouts."},
+    )
+    cost_aware_rollout_floor: float = field(
+        default=0.1, metadata={"help": "[rollouts] 'cost_aware': the uniform share of q, so every weight <= 1/floor."}
+    )
+    cost_aware_generation_cost: float = field(
+        default=1.0 / 3.0,
+        metadata={"help": "[rollouts] A generated token's cost in PO tokens, in the predicted prompt cost."},
+    )
     # -- [diagnostics] ------------------------------------------------------------------------------
     cost_aware_diagnostics_interval: int = field(
         default=0,
@@ -230,6 +245,7 @@ class CostAwareGRPOConfig(GRPOConfig):
             )
         self._check_generation()
         _int_at_least("cost_aware_zvf_max_rounds", self.cost_aware_zvf_max_rounds, 1)
+        self._check_rollout()
         _int_at_least("cost_aware_diagnostics_interval", self.cost_aware_diagnostics_interval, 0)
         _int_at_least("cost_aware_diagnostics_rows", self.cost_aware_diagnostics_rows, 2)
         _int_at_least("cost_aware_warn_after_skips", self.cost_aware_warn_after_skips, 0)
@@ -261,6 +277,18 @@ class CostAwareGRPOConfig(GRPOConfig):
                 "gradient would be lost; use cost_aware_method='p_smooth' with cost_aware_alpha > 0 (full support), "
                 "or beta=0"
             )
+
+    def _check_rollout(self) -> None:
+        if self.cost_aware_rollout not in ("all", *PROMPT_METHODS):
+            raise ValueError(f"cost_aware_rollout must be 'all' or one of {PROMPT_METHODS}, got {self.cost_aware_rollout!r}")
+        prompt_method(self.cost_aware_rollout if self.cost_aware_rollout != "all" else "greso",
+                      floor=self.cost_aware_rollout_floor, generation_cost=self.cost_aware_generation_cost)
+        if self.cost_aware_rollout != "all" and self.cost_aware_zvf:
+            raise ValueError(f"cost_aware_rollout={self.cost_aware_rollout!r} with cost_aware_zvf=True: ZVF's refills "
+                             "generate prompts the prompt stage did not draw; choose one")
+        if self.cost_aware_rollout == "cost_aware" and self.beta != 0.0:
+            raise ValueError(f"cost_aware_rollout='cost_aware' with beta={self.beta!r}: the prompt weight scales the "
+                             "advantages, which the KL term does not see; use beta=0")
 
     @property
     def resolved_method(self) -> str:

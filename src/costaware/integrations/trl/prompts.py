@@ -18,6 +18,8 @@ on the ratio and only A's sign chooses the branch), so this is the row's loss ti
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,9 +27,11 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from costaware.rollouts.stage import PromptStage
+from costaware.rollouts.stage import PromptStage, prompt_method
 
-__all__ = ["PromptStageSampler", "fold_round"]
+__all__ = ["PromptStageSampler", "fold_round", "train_sampler", "build_stage", "STATE_FILE"]
+
+STATE_FILE = "cost_aware_prompt_stage.json"  # in every checkpoint folder, beside the counters
 
 
 class PromptStageSampler(Sampler[int]):
@@ -58,11 +62,13 @@ class PromptStageSampler(Sampler[int]):
         return self.rounds * self.stage.batch * self.group_size * self.repeat_count
 
 
-def fold_round(stage: PromptStage, rewards: torch.Tensor, lengths: torch.Tensor) -> np.ndarray:
+def fold_round(stage: PromptStage, rewards: torch.Tensor, lengths: torch.Tensor,
+               costs: torch.Tensor | None = None) -> np.ndarray:
     """Fold a scored round into the stage; return each global row's prompt factor (rows in draw order).
 
-    ``rewards`` and ``lengths`` are the round's gathered per-row rewards and completion lengths, B·G rows
-    in the order the sampler yielded them (process 0's rows first, as TRL gathers).
+    ``rewards`` and ``lengths`` are the round's gathered per-row rewards (pass/fail, in [0, 1]: the state
+    models a pass rate) and completion lengths, B·G rows in the order the sampler yielded them (process 0's
+    rows first, as TRL gathers); ``costs`` (prompt + completion tokens) give the prompts' lengths.
     """
     d = stage.draw()  # the round in progress
     g = stage.state.config.group_size
@@ -70,9 +76,25 @@ def fold_round(stage: PromptStage, rewards: torch.Tensor, lengths: torch.Tensor)
     if rewards.numel() != b * g or lengths.numel() != b * g:
         raise ValueError(f"the round has {rewards.numel()} rewards and {lengths.numel()} lengths, but its "
                          f"{b} prompts x {g} completions need {b * g} (ZVF or a custom sampler changes the rows)")
-    stage.update(d.prompt_ids, rewards.double().reshape(b, g).clamp(0, 1).numpy(),
-                 lengths.double().reshape(b, g).numpy())
+    prompt_tokens = None if costs is None else (costs.double() - lengths.double()).reshape(b, g)[:, 0].clamp(min=0).numpy()
+    stage.update(d.prompt_ids, rewards.double().reshape(b, g).numpy(), lengths.double().reshape(b, g).numpy(),
+                 prompt_tokens=prompt_tokens)
     return np.repeat(d.factors, g)
+
+
+def build_stage(trainer: Any) -> PromptStage | None:
+    """The trainer's prompt stage from ``cost_aware_rollout`` (None: TRL's own sampler, every prompt generated)."""
+    args = trainer.args
+    if args.cost_aware_rollout == "all":
+        return None
+    if isinstance(trainer.train_dataset, torch.utils.data.IterableDataset) or trainer.train_dataset is None:
+        raise ValueError(f"cost_aware_rollout={args.cost_aware_rollout!r} needs a map-style train_dataset "
+                         "(it draws prompts by index)")
+    method = prompt_method(args.cost_aware_rollout, floor=args.cost_aware_rollout_floor,
+                           generation_cost=args.cost_aware_generation_cost,
+                           po_rows="all" if trainer.sampling.rule.plain else "nonzero")
+    return PromptStage(method, num_prompts=len(trainer.train_dataset), group_size=trainer.num_generations,
+                       prompts_per_round=args.generation_batch_size // trainer.num_generations, seed=int(args.seed))
 
 
 def train_sampler(trainer: Any) -> PromptStageSampler:
@@ -81,3 +103,25 @@ def train_sampler(trainer: Any) -> PromptStageSampler:
     return PromptStageSampler(trainer.prompt_stage, group_size=trainer.num_generations,
                               repeat_count=trainer.num_iterations * args.steps_per_generation,
                               rounds=max(1, int(args.max_steps) // args.steps_per_generation + 1))
+
+
+def save_stage(trainer: Any, folder: str) -> None:
+    """The prompt stage's state into a checkpoint folder (atomic: tmp + replace)."""
+    if trainer.prompt_stage is None:
+        return
+    path = os.path.join(folder, STATE_FILE)
+    with open(path + ".tmp", "w", encoding="utf-8") as fh:
+        json.dump(trainer.prompt_stage.state_dict(), fh)
+    os.replace(path + ".tmp", path)
+
+
+def load_stage(trainer: Any, folder: str) -> None:
+    """Restore the prompt stage from a checkpoint folder; a checkpoint without one is refused by name."""
+    if trainer.prompt_stage is None:
+        return
+    path = os.path.join(folder, STATE_FILE)
+    if not os.path.exists(path):
+        raise ValueError(f"checkpoint {folder!r} has no {STATE_FILE}: it was not saved with cost_aware_rollout="
+                         f"{trainer.args.cost_aware_rollout!r}")
+    with open(path, encoding="utf-8") as fh:
+        trainer.prompt_stage.load_state_dict(json.load(fh))

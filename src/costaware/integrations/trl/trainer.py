@@ -85,6 +85,7 @@ from costaware.grpo.advantages import sequence_costs_from_masks
 from costaware.grpo.diagnostics import per_sequence_grad_norms
 from costaware.grpo.shard import rank_offsets
 from costaware.grpo.step import GlobalPool, Round, plan_round
+from costaware.integrations.trl import prompts
 from costaware.integrations.trl.batch import MULTIMODAL, index_rows, loss_mask, trim_padding
 from costaware.integrations.trl.callbacks import TokenBudget
 from costaware.integrations.trl.config import CostAwareGRPOConfig
@@ -138,6 +139,7 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, KVRolloutMixin, GR
         # (model, loss_fn, rows) -> (k,) exact per-row gradient norms, for the diagnostics; a probe that
         # wants the gradients themselves replaces this attribute (examples/proxy_fidelity_probe.py)
         self.per_row_grad_norms = per_sequence_grad_norms
+        self.prompt_stage = prompts.build_stage(self)  # None: TRL's sampler, every prompt generated
         measure.init_calibration(self)
         self.add_callback(_OptimizerTimer(self))
         self.add_callback(TokenBudget(self))
@@ -185,6 +187,13 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, KVRolloutMixin, GR
             raise ValueError(f"advantages must be (N,) one per row, got shape {tuple(adv.shape)}")
         spg, procs, rank = self.args.steps_per_generation, self.accelerator.num_processes, self.accelerator.process_index
         pool = self._gather_pool(batch, rewards)
+        if self.prompt_stage is not None:  # fold the round into the prompt state; weighted: scale A by 1/(N q)
+            factors = torch.from_numpy(prompts.fold_round(self.prompt_stage, pool.rewards, pool.lengths, pool.costs))
+            if self.prompt_stage.method.weighted:
+                offset, n = int(rank_offsets(pool.rank_sizes)[rank]), adv.shape[0]
+                pool = replace(pool, advantages=(pool.advantages.double() * factors).float())
+                batch = {**batch, "advantages": adv * factors[offset:offset + n].to(adv.device, adv.dtype)}
+                adv = batch["advantages"]
         sampling, cal = self.sampling, self.cost_aware_calibrator
         if cal is not None:  # β from the rounds so far (the same on every process)
             sampling = replace(sampling, proxy_beta=cal.beta)
@@ -312,12 +321,18 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, KVRolloutMixin, GR
                 logs[f"{METRIC_PREFIX}/calibration_share_of_po"] = share
         super().log(logs, start_time)
 
+    def _get_train_sampler(self, dataset=None):  # type: ignore[override]
+        if self.prompt_stage is None:
+            return super()._get_train_sampler(dataset)
+        return prompts.train_sampler(self)
+
     def _save_checkpoint(self, model, trial):  # type: ignore[override]
         super()._save_checkpoint(model, trial)
         if self.args.should_save:
             folder = f"{self._get_output_dir(trial=trial)}/checkpoint-{self.state.global_step}"
             save_counters(self.cost_aware_counters, folder)
             measure.save_calibration(self, folder)
+            prompts.save_stage(self, folder)
 
     def _load_optimizer_and_scheduler(self, checkpoint):  # type: ignore[override]
         super()._load_optimizer_and_scheduler(checkpoint)
@@ -326,3 +341,4 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, KVRolloutMixin, GR
             if saved is not None:
                 self.cost_aware_counters = saved
             measure.load_calibration(self, checkpoint)
+            prompts.load_stage(self, checkpoint)
