@@ -110,3 +110,15 @@ def test_bad_calls_name_the_argument() -> None:
     with pytest.raises(ValueError, match="method"):
         other = _stage(uniform_prompts())
         other.load_state_dict(st.state_dict())
+
+
+@pytest.mark.parametrize("method", METHODS, ids=lambda m: m.name)
+def test_a_checkpoint_taken_after_a_draw_resumes_to_the_same_draw(method) -> None:
+    st = _stage(method)
+    _run(st, 7)
+    drawn = st.draw()  # an engine prefetches the next round, then checkpoints
+    resumed = _stage(method)
+    resumed.load_state_dict(json.loads(json.dumps(st.state_dict())))
+    again = resumed.draw()
+    assert (again.prompt_ids == drawn.prompt_ids).all() and np.allclose(again.factors, drawn.factors)
+    assert resumed.examined == st.examined

@@ -122,6 +122,7 @@ class PromptStage:
         self.control = method.initial if isinstance(method, Greso) else None
         self.examined = 0  # candidates examined over the run
         self.pending: RoundDraw | None = None  # drawn, not yet updated
+        self._before_draw = (0, 0)
 
     # -- streams ------------------------------------------------------------------------------
 
@@ -147,6 +148,7 @@ class PromptStage:
         """The next round's prompts. Drawing again before :meth:`update` returns the same draw."""
         if self.pending is not None:
             return self.pending
+        self._before_draw = (self.cursor, self.examined)  # what a checkpoint taken mid-round saves
         m = self.method
         t = self.round
         if isinstance(m, (Greso, CostAwareSkip)):
@@ -198,9 +200,14 @@ class PromptStage:
     # -- save / restore -----------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Plain JSON: the state, the round, the permutation cursor and GRESO's control."""
-        return {"state": self.state.state_dict(), "round": self.round, "cursor": self.cursor,
-                "examined": self.examined, "method": self.method.name,
+        """Plain JSON: the state, the round, the permutation cursor and GRESO's control.
+
+        A round drawn but not yet updated is saved as not drawn (engines prefetch the next round before
+        they checkpoint): the resumed stage draws it again, the same prompts from the same candidates.
+        """
+        cursor, examined = self._before_draw if self.pending is not None else (self.cursor, self.examined)
+        return {"state": self.state.state_dict(), "round": self.round, "cursor": cursor,
+                "examined": examined, "method": self.method.name,
                 "control": asdict(self.control) if self.control is not None else None}
 
     def load_state_dict(self, saved: dict[str, Any]) -> None:

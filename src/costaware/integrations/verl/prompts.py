@@ -229,13 +229,10 @@ class CostAwarePromptSampler(_Base):
         self.rounds_per_pass = n // self.stage.batch  # verl's dataloader drops the last partial batch
         self._pass_round = 0  # rounds of the current pass handed out (the pending one included)
         self._resume_round: int | None = None
-        self._before_draw: dict[str, Any] | None = None  # the stage as of before the pending round's draw
 
     def __iter__(self) -> Iterator[int]:
         start, self._resume_round = (self._resume_round or 0), None
         for k in range(start, self.rounds_per_pass):
-            if self.stage.pending is None:
-                self._before_draw = self.stage.state_dict()
             ids = self.stage.draw().prompt_ids  # drawn when the round's first index is asked for
             self._pass_round = k + 1
             yield from ids.tolist()
@@ -252,16 +249,13 @@ class CostAwarePromptSampler(_Base):
         self.stage.update(d.prompt_ids, rewards, lengths, prompt_tokens=tokens)
 
     def state_dict(self) -> dict[str, Any]:
-        """The stage (as of before a round drawn but not folded in) and the position in the pass."""
-        pending = self.stage.pending is not None
-        return {"stage": self._before_draw if pending else self.stage.state_dict(), "pass_round": self._pass_round,
-                "pending": pending}
+        """The stage (which saves a round drawn but not folded in as not drawn) and the position in the pass."""
+        return {"stage": self.stage.state_dict(), "pass_round": self._pass_round, "pending": self.stage.pending is not None}
 
     def load_state_dict(self, saved: dict[str, Any]) -> None:
         if not isinstance(saved, dict) or not {"stage", "pass_round", "pending"} <= set(saved):
             raise ValueError(f"saved must be a CostAwarePromptSampler.state_dict(), got {saved!r:.200}")
         self.stage.load_state_dict(saved["stage"])
-        self._before_draw = None
         pos = integer(saved["pass_round"], "saved['pass_round']", minimum=0, maximum=self.rounds_per_pass)
         # a pending round was handed out but never folded in: the dataloader counts it, and the next
         # round asked for draws it again from the restored stage
