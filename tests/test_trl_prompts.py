@@ -76,7 +76,7 @@ def test_a_weighted_stage_scales_each_groups_advantages_by_its_prompt_factor(tmp
             np.full(r.numel(), f))[1])
         captured = []
         split = trainer._split
-        trainer._split = lambda batch, rewards: captured.append(split(batch, rewards)) or captured[-1]
+        trainer._split = lambda batch, rewards, c=captured, s=split: c.append(s(batch, rewards)) or c[-1]
         trainer.train()
         out[name] = torch.cat([mb["advantages"] for mb in captured[0]])
     assert out["one"].abs().sum() > 0
