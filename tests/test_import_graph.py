@@ -25,10 +25,6 @@ PACKAGE = "costaware"
 # area), each with who is fixing it. When an area has no cycle left, its strict xfail below passes, which
 # fails the suite: remove the entry then.
 ALLOWED_CYCLES: dict[str, str] = {
-    "costaware.integrations.verl": "issue 19 item 2: integrations/verl/patch.py <-> resample.py (with logprobs.py "
-                                   "and v1.py through patch.py), being fixed by the grpo/integrations engineer",
-    "costaware.evaluation": "evaluation/data.py <-> hub.py (data.py imports hub_rows lazily, hub.py imports data's "
-                            "types): evaluation/data.py is another engineer's file in issue 19",
 }  # fmt: skip
 # (importer prefix, forbidden import prefixes): a lower layer never reaches up.
 CORE = ("costaware.grpo", "costaware.sgd", "costaware.generation", "costaware.evaluation", "costaware.records",

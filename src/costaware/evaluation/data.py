@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# the file readers live in .files; imported here too, where they were first
 from costaware.evaluation.files import (  # noqa: F401
     SUPPORTED_SUFFIXES,
     read_jsonl_objects,
@@ -40,12 +39,11 @@ from costaware.evaluation.files import (  # noqa: F401
     read_rows,
 )
 
+# the file readers live in .files; imported here too, where they were first
+from costaware.evaluation.hub import DatasetUnavailableError, hub_rows  # noqa: F401  (re-exported; hub needs no data)
+
 QWEN_MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 FIXTURES = Path(__file__).with_name("fixtures")
-
-
-class DatasetUnavailableError(RuntimeError):
-    """The benchmark could not be fetched from the hub (no network): pass a local file instead."""
 
 
 @dataclass(frozen=True)
@@ -257,7 +255,6 @@ def load_benchmark(
     if path is not None:
         rows = read_located_rows(path)
     else:
-        from costaware.evaluation.hub import hub_rows
 
         hub_split = split or spec.split
         rows = [

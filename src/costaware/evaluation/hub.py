@@ -15,10 +15,16 @@ import os
 import socket
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from costaware.evaluation.data import BenchmarkSpec, DatasetUnavailableError
+if TYPE_CHECKING:  # types only: data.py imports this module
+    from costaware.evaluation.data import BenchmarkSpec
+
+
+class DatasetUnavailableError(RuntimeError):
+    """The benchmark could not be fetched from the hub (no network): pass a local file instead."""
+
 
 __all__ = ["hub_reachable", "hub_mode", "hub_rows"]
 
