@@ -104,7 +104,7 @@ EXTRAS = [
     # and the parameters, would differ from one process's); weighted prompts scale the global advantages
     _case("grpo-greso", loss_type="grpo", cost_aware_rollout="greso"),
     _case("dapo-cost_aware_prompts-rank1", zero="rank1", loss_type="dapo", cost_aware_rollout="cost_aware"),
-    _case("grpo-none-cost_aware_skip", loss_type="grpo", cost_aware_method="none", cost_aware_rollout="cost_aware_skip"),
+    _case("grpo-nonzero-cost_aware_skip", loss_type="grpo", cost_aware_method="nonzero", cost_aware_rollout="cost_aware_skip"),
 ]
 DIAGNOSED = [c["name"] for c in EXTRAS if c["config"].get("cost_aware_diagnostics_interval")]
 # method none against stock GRPOTrainer, both on 2 processes: exactly stock's split and loss
