@@ -12,6 +12,7 @@ computed (:class:`TargetVerdict`): ≥ 2× less total cost than GRPO and ≥ 15%
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,10 +66,10 @@ class TargetVerdict:
         if not self.met:
             return f"{name}: **target not met**: " + "; ".join(escape(s) for s in self.shortfalls) + "."
         assert self.vs_baseline is not None and self.vs_best is not None and self.best_peer is not None
-        return (f"{name}: **target met**: total cost to the target {_pct(self.vs_baseline.savings[HEADLINE_AXIS])} "
-                f"below GRPO's (needs ≥ +{100 * MIN_SAVING:.0f}%, 2×) and {_pct(self.vs_best.savings[HEADLINE_AXIS])} "
-                f"below the best peer's, {escape(sec.name(self.best_peer))} (needs ≥ +{100 * MIN_SAVING_OVER_BEST:.0f}%), "
-                f"each CI excluding zero, over {self.seeds} seeds.")
+        return (f"{name}: **target met**: total cost saving {_pct(self.vs_baseline.savings[HEADLINE_AXIS])} over "
+                f"{escape(sec.name(self.vs_baseline.a))} (needs ≥ +{100 * MIN_SAVING:.0f}%, 2×) and "
+                f"{_pct(self.vs_best.savings[HEADLINE_AXIS])} over the best peer, {escape(sec.name(self.best_peer))} "
+                f"(needs ≥ +{100 * MIN_SAVING_OVER_BEST:.0f}%), each CI excluding zero, over {self.seeds} seeds.")
 
     def as_dict(self) -> dict[str, Any]:
         def s(c: Comparison | None) -> Any:
@@ -147,7 +148,10 @@ def evaluate_rollout(sec: Section, baseline: str | Arm = "none", *, target_fract
     return RolloutEvidence(ev, cands, targets, {key: _counts(sec, key) for key in sec.arms}, peer_savings)
 
 
-def _target(sec: Section, ev: E.Evidence, cand: Key, peer_savings: dict[Key, Estimate], comp: Any) -> TargetVerdict:
+def _target(sec: Section, ev: E.Evidence, cand: Key, peer_savings: dict[Key, Estimate],
+            comp: Callable[[Key, Key], Comparison | None]) -> TargetVerdict:
+    """Each part of the target, checked on the total-cost saving's point estimate and its CI; a part that fails
+    is named with its numbers."""
     base = ev.baseline
     if cand not in sec.arms:
         return TargetVerdict(cand, False, (f"{sec.name(cand)} was not run",), None, None, None, 0)
@@ -156,8 +160,9 @@ def _target(sec: Section, ev: E.Evidence, cand: Key, peer_savings: dict[Key, Est
         return TargetVerdict(cand, False, (why,), None, None, None, len(sec.arms[cand]))
     short: list[str] = []
     vs_base = comp(base, cand)
+    assert vs_base is not None  # both were run and the target is informative
     s = vs_base.savings[HEADLINE_AXIS]
-    if not (s.value >= MIN_SAVING and s.excludes_zero and s.lo > 0):
+    if not (s.value >= MIN_SAVING and s.lo > 0):
         short.append(f"against {sec.name(base)}, total cost saving {_pct(s)}; it needs ≥ +{100 * MIN_SAVING:.0f}% (2×)"
                      + ("" if s.lo > 0 else " with a CI above zero"))
     best = max(peer_savings, key=lambda p: (np.nan_to_num(peer_savings[p].value, nan=-np.inf), p)) if peer_savings else None
@@ -167,7 +172,7 @@ def _target(sec: Section, ev: E.Evidence, cand: Key, peer_savings: dict[Key, Est
     else:
         b = vs_best.savings[HEADLINE_AXIS]
         if not (b.value >= MIN_SAVING_OVER_BEST and b.lo > 0):
-            short.append(f"against the best peer, {sec.name(best)} ({_pct(peer_savings[best])} below "
+            short.append(f"against the best peer, {sec.name(best)} (itself saving {_pct(peer_savings[best])} over "
                          f"{sec.name(base)}), total cost saving {_pct(b)}; it needs ≥ +{100 * MIN_SAVING_OVER_BEST:.0f}%"
                          + ("" if b.lo > 0 else " with a CI above zero"))
     seeds = min(len(sec.arms[key]) for key in (base, cand) + ((best,) if best else ()))
