@@ -35,7 +35,9 @@ def test_report_holds_every_part(report):
     text = Page(paths["html"].read_text()).text  # as rendered: labels with '*' are escaped in the Markdown
     first = md.split("\n\n")[1]  # the opening paragraph is the computed answer
     assert first.startswith("**arith / cispo**") or first.startswith("**arith / grpo**")
-    assert "fewer PO tokens" in md and "By effect, in PO tokens" in md
+    assert "lower total cost" in md and "By effect, in total cost" in md  # the headline axis
+    assert "fewer PO tokens" in md and "fewer generated tokens" not in first  # PO tokens still reported beside it
+    assert "| method | seeds | peak [95% CI] | total cost to target | PO tokens to target | generated tokens to target |" in md
     assert "### Decomposition" in md and "Δ accuracy at equal rounds" in md
     for step in ("renormalisation", "cost-aware sampling at a matched step", "cost-aware sampling at GRPO's step",
                  "tuned baseline → best cost-aware method"):
@@ -44,13 +46,13 @@ def test_report_holds_every_part(report):
         assert claim in text
     assert "Plateau check:" in md and "PO wall s (contended)" in md
     assert "Total cost counts one generated token as 0.333" in md and "memory-bound" in md
-    for axis in ("po_tokens", "rounds", "total_cost"):
+    for axis in ("total_cost", "po_tokens", "generated_tokens", "rounds"):
         assert paths[axis].stat().st_size > 10_000 and f"]({grpo.FIGURES[axis]})" in md
     assert paths["ablations"].exists() and "## Proxy fidelity" in md and "## Runs" in md
     assert "| arith | p\\* (σ²=0.1) | 1 |" in md  # the ablation table, against the headline target
     assert "## Tokens per run" in md
     html = paths["html"].read_text()
-    assert html.count("data:image/png;base64") == 4 and "<table>" in html
+    assert html.count("data:image/png;base64") == 5 and "<table>" in html
 
 
 def test_summary_json_has_the_numbers(report):
@@ -61,7 +63,9 @@ def test_summary_json_has_the_numbers(report):
     assert {c["name"] for c in grpo_sec["decomposition"]} >= {"renormalisation", "cost-aware sampling at a matched step"}
     assert set(grpo_sec["plateau"]) >= {"plateaued", "rise", "peak_index"}
     claim = grpo_sec["claims"][0]
-    assert claim["po_tokens"]["lo"] > 0  # p* feeds 0.6 of GRPO's tokens per round for the same per-round gain
+    # p* feeds 0.6 of GRPO's PO tokens per round for the same per-round gain, and generates as much
+    assert claim["total_cost"]["lo"] > 0 and claim["po_tokens"]["lo"] > 0
+    assert claim["po_tokens"]["value"] > claim["total_cost"]["value"] > 0 and "generated_tokens" in claim
 
 
 def test_controlled_clock_is_labelled_so(tmp_path):

@@ -108,21 +108,23 @@ def test_pstar_clearly_wins():
     assert "**yes**" in _verdict(ev, "p* beats GRPO") and "At equal rounds (round 60)" in _verdict(ev, "p* beats GRPO")
     assert "**yes**" in _verdict(ev, "p* beats PODS")
     s = _claim(ev, "p* beats GRPO")[1].savings
-    assert s["po_tokens"].lo > 0.3 and not s["rounds"].excludes_zero
+    # 0.6 of GRPO's PO tokens and as many generated tokens a round: total cost (5000 + 4000/3 → 3000 + 4000/3) −32%
+    assert s["total_cost"].value == pytest.approx(1 - (3000 + 4000 / 3) / (5000 + 4000 / 3), abs=0.03)
+    assert s["total_cost"].lo > 0.2 and s["po_tokens"].lo > 0.3 and not s["rounds"].excludes_zero
 
 
 def test_pstar_clearly_loses():
     ev = _evidence(headline(pstar_scale=30.0))
     line = _verdict(ev, "p* beats GRPO")
-    assert "**no, it is worse**" in line and "more PO tokens" in line
-    assert _claim(ev, "p* beats GRPO")[1].savings["po_tokens"].hi < 0
+    assert "**no, it is worse**" in line and line.index("higher total cost") < line.index("more PO tokens")
+    assert _claim(ev, "p* beats GRPO")[1].savings["total_cost"].hi < 0
 
 
 def test_verdict_is_decided_by_the_ci_not_the_point():
-    """A positive point estimate whose CI straddles zero is 'not shown': a verdict on the sign alone fails here."""
-    ev = _evidence(headline(pstar_scale=11.0, noise=0.02, seeds=range(3)))
+    """A positive point estimate whose total-cost CI straddles zero is 'not shown': a verdict on the sign alone fails here."""
+    ev = _evidence(headline(pstar_scale=11.0, noise=0.01, seeds=range(3)))
     claim, comp, why = _claim(ev, "p* beats GRPO")
-    s = comp.savings["po_tokens"]
+    s = comp.savings["total_cost"]
     assert s.value > 0 and s.lo < 0 < s.hi  # the fixture really is the ambiguous case
     assert "**not shown**" in evidence.verdict_line(claim, comp, why, target=ev.target)
 

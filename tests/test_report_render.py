@@ -8,7 +8,7 @@ import struct
 
 import markdown
 import pytest
-from report_fixtures import headline, make_runs
+from report_fixtures import hand_logs, headline, make_runs, rollout_runs
 from report_html import Page, gfm_cells, markdown_tables
 
 from costaware.report import grpo, labels, md
@@ -43,17 +43,19 @@ def _records():
         runs += make_runs("none", setting=setting, seeds=range(2)) + make_runs("p_star", setting=setting, seeds=range(2))
         runs += make_runs("p_star", setting=setting, proxy="advantage", fidelity=True, po_per_round=3300, seeds=range(2))
     runs += make_runs("p_star", group="ablation", proxy_noise=0.1, po_per_round=3000, seeds=[0])
-    return runs
+    return runs + rollout_runs(seeds=range(2))  # a prompt-stage section: its target, prompt and prediction tables
 
 
 @pytest.fixture(scope="module")
 def nasty_report(tmp_path_factory):
-    """Four settings; every label holds '|', '*' and '_', as "p* (paper's proxy |A|)" does."""
+    """Five settings; every label holds '|', '*' and '_', as "p* (paper's proxy |A|)" does."""
     mp = pytest.MonkeyPatch()
     mp.setattr(labels, "LABELS", {k: f"{v} |x*_" for k, v in labels.LABELS.items()})
     try:
         out = tmp_path_factory.mktemp("nasty")
-        paths = grpo.write_report(_records(), out, command="costaware reproduce --set a=|b", profile={"t": "a|b"})
+        runs = _records()
+        logs = hand_logs([r for r in runs if r.id.method in ("none", "nonzero") and r.id.rollout == "all"], out)
+        paths = grpo.write_report(runs, out, command="costaware reproduce --set a=|b", profile={"t": "a|b"}, logs=logs)
     finally:
         mp.undo()
     return paths
@@ -82,7 +84,8 @@ def test_every_html_table_row_has_the_header_columns_and_every_cell_its_text(nas
             assert [c["text"] for c in html_row] == md_row
             assert not {t for c in html_row for t in c["inline"]} - {"code"}, html_row
     cells = {c["text"] for t in page.tables for r in t for c in r}
-    assert {"p* |x*_ (paper's proxy |A|)", "p*_smooth(0.01) |x*_", "GRPO |x*_"} <= cells
+    assert {"p* |x*_ (paper's proxy |A|)", "p*_smooth(0.01) |x*_", "GRPO |x*_", "p* |x*_ (cost-aware skip, biased)",
+            "last_status+a0.1", "greso (biased skip): share of generated tokens skipped / of Σ|A| lost"} <= cells
 
 
 @pytest.mark.parametrize("renderer", ["python-markdown", "commonmark"])
@@ -92,6 +95,8 @@ def test_sentences_render_labels_as_written(nasty_report, renderer):
     assert "J(p_|A|)/J(p*_true) = 1 + χ²" in page.text
     assert "p* |x*_ beats p* |x*_ (paper's proxy |A|):" in page.text
     assert "Plateau check: GRPO |x*_" in page.text
+    assert "p* |x*_ (cost-aware skip, biased): target not met: 2 seeds; the target needs CIs over ≥ 5" in page.text
+    assert "Row level, predicted beside measured: J(p*)/J(uniform on the non-zero rows) =" in page.text
     assert "Command: costaware reproduce --set a=|b" in page.text
     for p in page.paragraphs:  # emphasis only where the report means it: bold verdicts and figures
         if "|x*_" in p["text"] or "J(p_" in p["text"]:
@@ -106,8 +111,8 @@ def _png_size(path) -> tuple[int, int]:
 
 
 def test_figures_fit_a_page_two_panels_a_row(nasty_report, tmp_path):
-    for axis in ("po_tokens", "rounds", "total_cost"):
-        w, h = _png_size(nasty_report[axis])  # four settings: a 2 x 2 grid
+    for axis in ("total_cost", "po_tokens", "generated_tokens", "rounds"):
+        w, h = _png_size(nasty_report[axis])  # five settings: a 2 x 3 grid
         assert w <= 1200 and h > w * 0.8, (w, h)
     one = grpo.write_report(headline(seeds=range(2)), tmp_path, command="c")
     w1, h1 = _png_size(one["po_tokens"])

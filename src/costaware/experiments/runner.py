@@ -295,6 +295,7 @@ def _reproduce(profile: Profile, specs: list[RunSpec], out: Path, jobs: int, com
     results = [RunResult.load(f) for f in files.values()]  # exactly this profile's runs
     sft_info = json.loads((sft_dirs[profile.task] / "sft.json").read_text()) if profile.task in sft_dirs else None
     paths = report.write_report(results, out, baseline="none", command=command, profile=dataclasses.asdict(profile),
-                                sft=sft_info, generation_cost=profile.generation_cost, notice=notice)  # fmt: skip
+                                sft=sft_info, generation_cost=profile.generation_cost, notice=notice,
+                                logs={r.id: f.with_suffix(".prompts.jsonl") for r, f in zip(results, files.values(), strict=True)})  # fmt: skip
     print(f"[costaware] report: {paths['markdown']}  {paths['html']}")
     return 0

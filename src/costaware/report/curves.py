@@ -19,19 +19,23 @@ from costaware.records import RunResult
 __all__ = ["AXES", "DEFAULT_GENERATION_COST", "SeedCurves", "Estimate", "axis_values", "first_crossing",
            "first_crossings", "seed_curves", "saving", "gap_at", "area_under_curve", "bootstrap_ci"]
 
-AXES = ("po_tokens", "rounds", "total_cost")
+# The headline axis first: total cost (generated tokens × generation_cost + PO tokens); beside it its two
+# parts and the generation rounds. Every verdict is decided on AXES[0].
+AXES = ("total_cost", "po_tokens", "generated_tokens", "rounds")
 # Decoding one token costs ~2N FLOPs, a training token's forward+backward ~6N: 1/3 when decoding is
 # batched and compute-bound. Memory-bound decoding costs more per token, which favours fewer rounds.
 DEFAULT_GENERATION_COST = 1 / 3
 
 
 def axis_values(run: RunResult, axis: str, generation_cost: float = DEFAULT_GENERATION_COST) -> np.ndarray:
-    """The run's evaluation x-values on ``axis``: PO tokens, generation rounds, or total cost.
+    """The run's evaluation x-values on ``axis``: total cost, PO tokens, generated tokens or generation rounds.
 
     Total cost = generated tokens × ``generation_cost`` + PO tokens, in PO-token units.
     """
     if axis == "po_tokens":
         return np.array([e.po_tokens for e in run.evals], float)
+    if axis == "generated_tokens":
+        return np.array([e.generated_tokens for e in run.evals], float)
     if axis == "rounds":
         return np.array([e.rounds for e in run.evals], float)
     if axis == "total_cost":

@@ -1,5 +1,7 @@
 """The evidence of the main job, computed: decomposition of the saving, verdicts, plateau, tuned baseline.
 
+Every verdict is decided on the headline axis, total cost (``curves.AXES[0]``); the other axes are beside it.
+
 docs/design.md, "Evidence: controls and confounders": GRPO → nonzero isolates renormalisation,
 nonzero → p* (centred) and GRPO → p* (raw) isolate cost-aware sampling at a matched expected step,
 and a baseline at its validation-tuned learning rate guards against a weak baseline. Every sentence
@@ -16,16 +18,16 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from costaware.arms import Arm
 from costaware.records import RunResult
 from costaware.report.curves import AXES, DEFAULT_GENERATION_COST, Estimate, gap_at, saving, seed_curves
 from costaware.report.labels import label
 from costaware.report.md import escape
+from costaware.report.plateau import MIN_GAIN, Plateau, plateau
 
-__all__ = ["Section", "Plateau", "Effect", "Comparison", "Evidence", "sections", "plateau", "evaluate_section",
-           "describe", "verdict_line", "answer_paragraph", "as_arm", "COST_AWARE"]
+__all__ = ["Section", "Plateau", "MIN_GAIN", "Effect", "Comparison", "Evidence", "sections", "plateau", "evaluate_section",
+           "judge", "compare", "baseline_key", "HEADLINE_AXIS", "describe", "verdict_line", "answer_paragraph", "as_arm",
+           "COST_AWARE"]
 
 Key = tuple[Arm, float]  # (arm, learning rate)
 COST_AWARE = ("p_star", "p_smooth", "inv_sqrt_cost")  # methods whose distribution uses the costs
@@ -39,6 +41,8 @@ class Effect(enum.Enum):
     MATCHED_STEP = enum.auto()  # nonzero → p* (centred): cost-aware sampling at a matched expected step
     BASELINE_STEP = enum.auto()  # GRPO → p* (raw): cost-aware sampling at GRPO's expected step
     TUNED_BASELINE = enum.auto()  # tuned GRPO → best cost-aware arm: a comparison of baselines, not an effect
+    PROMPT_STAGE = enum.auto()  # p* → p* with a prompt stage: which prompts get generated at all
+    ROWS_AND_PROMPTS = enum.auto()  # nonzero → p* with a prompt stage, when p* alone was not run
     CLAIM = enum.auto()  # a verdict's comparison
 
 
@@ -83,85 +87,6 @@ def sections(results: Sequence[RunResult], baseline: str | Arm) -> list[Section]
         default_lr = max(set(lrs), key=lambda v: (lrs.count(v), -v))  # the methods' LR; ties: the smaller
         out.append(Section(task, setting, {k: sorted(v, key=lambda r: r.id.seed) for k, v in arms.items()}, default_lr))
     return out
-
-
-MIN_GAIN = 0.01  # a seed-mean peak this close to the first evaluation is no learning (1 point of accuracy)
-
-
-@dataclass(frozen=True)
-class Plateau:
-    """Has the seed-mean curve flattened? Either criterion suffices; ``rise`` is the last quarter's rise.
-
-    A curve that never rose more than ``min_gain`` above its first evaluation (stuck at 0.000, say)
-    is flat because it is **not learning**, which is no plateau: :attr:`learning` tells them apart.
-    """
-
-    n_points: int
-    peak_index: int
-    peak_late: bool
-    rise: Estimate
-    seeds: int
-    start: float  # seed-mean accuracy at the first evaluation
-    peak: float  # the seed-mean curve's highest accuracy
-    min_gain: float = MIN_GAIN
-
-    @property
-    def learning(self) -> bool:
-        return bool(self.peak - self.start > self.min_gain)
-
-    @property
-    def plateaued(self) -> bool:
-        return (not self.peak_late) or not (self.rise.lo > 0)
-
-    def text(self, name: str) -> str:
-        """The plateau line of the report, in Markdown (``name`` is a plain label)."""
-        name = escape(name)
-        where = (f"its peak is at evaluation {self.peak_index + 1} of {self.n_points}"
-                 + (", among the last 20%" if self.peak_late else ", before the last 20%"))
-        rise = (f"over the last quarter of evaluations it rose by {self.rise.value:+.3f} "
-                f"[{self.rise.lo:+.3f}, {self.rise.hi:+.3f}] ({self.seeds} seed{'s' if self.seeds != 1 else ''})")
-        if not self.learning:
-            return (f"Plateau check: **{name} is not learning**: its seed-mean accuracy starts at {self.start:.3f} "
-                    f"and its peak, {self.peak:.3f}, is no more than {self.min_gain:.3f} above that; a flat curve "
-                    "that never rose is no plateau, and savings to a target on it say nothing about the methods.")
-        if self.plateaued:
-            return f"Plateau check: {name}'s seed-mean curve has flattened: {where}; {rise}."
-        return (f"Plateau check: **{name}'s seed-mean curve has NOT flattened**: {where}, and {rise}, a CI "
-                "above zero. Its peak is where its budget ran out, so savings to it say how much sooner a "
-                "method gets as far as the baseline did, not that it reaches a higher plateau.")
-
-
-def plateau(runs: Sequence[RunResult], *, late: float = 0.2, tail: float = 0.25, n_boot: int = 2000,
-            seed: int = 0, min_gain: float = MIN_GAIN) -> Plateau:
-    """Plateau check on the PO-token seed-mean curve, at as many points as a run has evaluations.
-
-    The peak is "late" if it is among the last ``late`` share of evaluations; the rise is the
-    least-squares slope over the last ``tail`` share times its span, with a bootstrap CI over seeds.
-    A peak no more than ``min_gain`` above the first evaluation is "not learning".
-    """
-    if not (0 < late < 1 and 0 < tail < 1):
-        raise ValueError(f"late and tail must be in (0, 1), got {late!r}, {tail!r}")
-    if not (math.isfinite(min_gain) and min_gain >= 0):
-        raise ValueError(f"min_gain must be a finite number >= 0, got {min_gain!r}")
-    k = max(4, min(len(r.evals) for r in runs))
-    c = seed_curves(runs, "po_tokens", points=k)
-    mean = c.mean
-    peak = int(np.argmax(mean))
-    n_tail = max(2, math.ceil(tail * k))
-    xt = c.grid[-n_tail:]
-    span = float(xt[-1] - xt[0])
-
-    def rises(y: np.ndarray) -> np.ndarray:  # (..., k) -> (...)
-        yt = y[..., -n_tail:]
-        xc = xt - xt.mean()
-        denom = float((xc**2).sum()) or 1.0
-        return (yt * xc).sum(-1) / denom * span
-
-    picks = np.random.default_rng(seed).integers(0, len(runs), size=(n_boot, len(runs)))
-    boot = rises(c.boot_means(picks))
-    lo, hi = np.quantile(boot, [0.025, 0.975])
-    return Plateau(k, peak, peak >= k - math.ceil(late * k), Estimate(float(rises(mean)), float(lo), float(hi)),
-                   len(runs), float(mean[0]), float(mean[peak]), min_gain)
 
 
 def _peak(runs: Sequence[RunResult], metric: str) -> float:
@@ -214,13 +139,52 @@ class Evidence:
         return bool(self.target > self.start)
 
 
-def _compare(sec: Section, name: str, effect: Effect, a: Key, b: Key, target: float, cost: float, n_boot: int,
-              seed: int) -> Comparison:
+def compare(sec: Section, name: str, effect: Effect, a: Key, b: Key, target: float, cost: float, n_boot: int,
+            seed: int) -> Comparison:
+    """The saving of ``b`` over ``a`` to ``target`` on every axis, and their accuracy gap at equal rounds."""
     ra, rb = sec.arms[a], sec.arms[b]
     est = {axis: saving(seed_curves(ra, axis, generation_cost=cost), seed_curves(rb, axis, generation_cost=cost),
                         target, n_boot=n_boot, seed=seed) for axis in AXES}
     at, gap = gap_at(seed_curves(ra, "rounds"), seed_curves(rb, "rounds"), n_boot=n_boot, seed=seed)
     return Comparison(name, a, b, est, at, gap, effect)
+
+
+Pair = tuple[str, Effect, Key, Key]  # (name, effect, earlier, later): a step of the decomposition
+ClaimPair = tuple[str, "Key | None", Key]  # (claim, earlier, later); earlier None: not run (the tuned note says why)
+
+
+def judge(sec: Section, base: Key, pairs: Sequence[Pair], claim_pairs: Sequence[ClaimPair], *, target_fraction: float,
+          generation_cost: float, n_boot: int, seed: int, tuned: Key | None = None, tuned_note: str = "",
+          best: Key | None = None, best_note: str = "") -> Evidence:
+    """The common target over the arms that ``pairs`` and ``claim_pairs`` name, then each pair's comparison.
+
+    The target is ``target_fraction`` × the lowest seed-mean peak among those arms, so that every seed-mean
+    curve reaches it. A step whose arms were not both run is left out; a claim whose arms were not says so.
+    """
+    pairs = [(n, e, a, b) for n, e, a, b in pairs if a in sec.arms and b in sec.arms]
+    used = {k for *_, a, b in pairs for k in (a, b)} | {k for _, a, b in claim_pairs for k in (a, b) if k in sec.arms}
+    used.add(base)
+    peaks = {k: _peak(sec.arms[k], "heldout") for k in sorted(used)}  # sorted: the summary lists them in one order
+    target = target_fraction * min(peaks.values())
+    start = max(float(seed_curves(sec.arms[k], "po_tokens").mean[0]) for k in used)
+    flat = f"the target {target:.3f} is not above the starting accuracy {start:.3f}: no method improved enough"
+    args = (target, generation_cost, n_boot, seed)
+    decomposition = [compare(sec, n, e, a, b, *args) for n, e, a, b in pairs] if target > start else []
+    claims: list[tuple[str, Comparison | None, str]] = []
+    for claim, other, later in claim_pairs:
+        if not target > start:
+            claims.append((claim, None, flat))
+        elif later not in sec.arms:
+            claims.append((claim, None, f"{sec.name(later)} was not run"))
+        elif other is None:
+            claims.append((claim, None, tuned_note))
+        elif other not in sec.arms:
+            claims.append((claim, None, f"{sec.name(other)} was not run"))
+        else:
+            claims.append((claim, compare(sec, claim, Effect.CLAIM, other, later, *args), ""))
+    return Evidence(sec, base, target, target_fraction, generation_cost, tuned, tuned_note, best, best_note,
+                    decomposition, claims, plateau(sec.arms[base], n_boot=n_boot, seed=seed), peaks, start,
+                    plateau(sec.arms[tuned], n_boot=n_boot, seed=seed) if tuned not in (None, base) else None)
 
 
 def evaluate_section(sec: Section, baseline: str | Arm, *, candidate: str | Arm = "p_star", target_fraction: float = 0.95,
@@ -232,13 +196,8 @@ def evaluate_section(sec: Section, baseline: str | Arm, *, candidate: str | Arm 
     that every seed-mean curve reaches it. The tuned baseline's LR and the best cost-aware arm are
     chosen on VALIDATION accuracy; without a validation split there is no tuned baseline.
     """
-    if not 0 < target_fraction <= 1:
-        raise ValueError(f"target_fraction must be in (0, 1], got {target_fraction!r}")
     baseline, candidate = as_arm(baseline, "baseline"), as_arm(candidate, "candidate")
-    base: Key = (baseline, sec.default_lr)
-    if base not in sec.arms:
-        raise ValueError(f"baseline {baseline.key!r} has no runs at the default lr {sec.default_lr:g} in "
-                         f"{sec.task}/{sec.setting}")
+    base = baseline_key(sec, baseline, target_fraction)
     lrs = sorted(lr for a, lr in sec.arms if a == baseline)
     tuned, tuned_note = None, ""
     if len(lrs) < 2:
@@ -259,14 +218,12 @@ def evaluate_section(sec: Section, baseline: str | Arm, *, candidate: str | Arm 
                      "chosen on held-out accuracy (no validation split recorded): an optimistic choice")
     nonzero, cand = (Arm("nonzero"), sec.default_lr), (candidate, sec.default_lr)
     raw = (dataclasses.replace(candidate, weights="raw"), sec.default_lr)
-    pairs = [("renormalisation", Effect.RENORMALISATION, base, nonzero),
-             ("cost-aware sampling at a matched step", Effect.MATCHED_STEP, nonzero, cand),
-             (f"cost-aware sampling at {label(baseline)}'s step", Effect.BASELINE_STEP, base, raw)]
+    pairs: list[Pair] = [("renormalisation", Effect.RENORMALISATION, base, nonzero),
+                         ("cost-aware sampling at a matched step", Effect.MATCHED_STEP, nonzero, cand),
+                         (f"cost-aware sampling at {label(baseline)}'s step", Effect.BASELINE_STEP, base, raw)]
     if tuned is not None and best is not None:
         pairs.append(("tuned baseline → best cost-aware method", Effect.TUNED_BASELINE, tuned, best))
-    pairs = [(n, e, a, b) for n, e, a, b in pairs if a in sec.arms and b in sec.arms]
-    # (claim, earlier, later): the saving of `later` over `earlier`; `earlier` None = not run (tuned_note says why)
-    claim_pairs: list[tuple[str, Key | None, Key]] = [
+    claim_pairs: list[ClaimPair] = [
         (f"{label(candidate)} beats {label(baseline)}", base, cand),
         (f"{label(candidate)} beats nonzero", nonzero, cand),
         (f"{label(candidate)} beats tuned {label(baseline)}", tuned, cand),
@@ -279,31 +236,24 @@ def evaluate_section(sec: Section, baseline: str | Arm, *, candidate: str | Arm 
                         (f"{label(paper[0])} beats nonzero", nonzero, paper)]
     if calibrated in sec.arms:  # the headline loss: is the calibrated proxy at least as good as the paper's?
         claim_pairs.append((f"{label(calibrated[0])} beats {label(candidate)}", cand, calibrated))
-    used = {k for *_, a, b in pairs for k in (a, b)} | {k for _, a, b in claim_pairs for k in (a, b) if k in sec.arms}
-    peaks = {k: _peak(sec.arms[k], "heldout") for k in sorted(used)}  # sorted: the summary lists them in one order
-    target = target_fraction * min(peaks.values())
-    start = max(float(seed_curves(sec.arms[k], "po_tokens").mean[0]) for k in used)
-    flat = f"the target {target:.3f} is not above the starting accuracy {start:.3f}: no method improved enough"
-    args = (target, generation_cost, n_boot, seed)
-    decomposition = [_compare(sec, n, e, a, b, *args) for n, e, a, b in pairs] if target > start else []
-    claims: list[tuple[str, Comparison | None, str]] = []
-    for claim, other, later in claim_pairs:
-        if not target > start:
-            claims.append((claim, None, flat))
-        elif later not in sec.arms:
-            claims.append((claim, None, f"{sec.name(later)} was not run"))
-        elif other is None:
-            claims.append((claim, None, tuned_note))
-        elif other not in sec.arms:
-            claims.append((claim, None, f"{sec.name(other)} was not run"))
-        else:
-            claims.append((claim, _compare(sec, claim, Effect.CLAIM, other, later, *args), ""))
-    return Evidence(sec, base, target, target_fraction, generation_cost, tuned, tuned_note, best, best_note,
-                    decomposition, claims, plateau(sec.arms[base], n_boot=n_boot, seed=seed), peaks, start,
-                    plateau(sec.arms[tuned], n_boot=n_boot, seed=seed) if tuned not in (None, base) else None)
+    return judge(sec, base, pairs, claim_pairs, target_fraction=target_fraction, generation_cost=generation_cost,
+                 n_boot=n_boot, seed=seed, tuned=tuned, tuned_note=tuned_note, best=best, best_note=best_note)
 
 
-AXIS_WORDS = {"po_tokens": "PO tokens", "rounds": "generation rounds", "total_cost": "total cost"}
+def baseline_key(sec: Section, baseline: Arm, target_fraction: float) -> Key:
+    """The baseline's (arm, default LR), checked once at the public edge with ``target_fraction``."""
+    if not 0 < target_fraction <= 1:
+        raise ValueError(f"target_fraction must be in (0, 1], got {target_fraction!r}")
+    base: Key = (baseline, sec.default_lr)
+    if base not in sec.arms:
+        raise ValueError(f"baseline {baseline.key!r} has no runs at the default lr {sec.default_lr:g} in "
+                         f"{sec.task}/{sec.setting}")
+    return base
+
+
+AXIS_WORDS = {"total_cost": "total cost", "po_tokens": "PO tokens", "generated_tokens": "generated tokens",
+              "rounds": "generation rounds"}
+HEADLINE_AXIS = AXES[0]  # total cost: every verdict is decided by its CI
 
 
 def _pct(v: float) -> str:
@@ -328,24 +278,24 @@ def describe(est: Estimate, axis: str) -> str:
     elif math.isnan(est.value):
         head = f"neither reaches the target ({what})"
     else:
-        less, more = ("lower", "higher") if axis == "total_cost" else ("fewer", "more")
+        less, more = ("lower", "higher") if axis == "total_cost" else ("fewer", "more")  # a cost, or a count
         head = f"{abs(100 * est.value):.0f}% {less if est.value >= 0 else more} {what}"
     tail = "CI excludes zero" if est.excludes_zero else "within noise"
     return f"{head} (saving {_pct(est.value)} [{_pct(est.lo)}, {_pct(est.hi)}], {tail})"
 
 
 def verdict_line(claim: str, comp: Comparison | None, absent: str, *, target: float) -> str:
-    """One computed verdict: yes / no / not shown, decided by the PO-token CI alone, then the other axes."""
+    """One computed verdict: yes / no / not shown, decided by the total-cost CI alone, then the other axes."""
     claim = escape(claim)  # a label: "p* beats p* (paper's proxy |A|)"
     if comp is None:
         return f"- {claim}: **cannot say** ({escape(absent)})."
-    s = comp.savings["po_tokens"]
+    s = comp.savings[HEADLINE_AXIS]
     verdict = ("**yes**" if s.lo > 0 else "**no, it is worse**" if s.hi < 0 else "**not shown**")
-    rest = "; ".join(f"at {AXIS_WORDS[a]}: {describe(comp.savings[a], a)}" for a in AXES[1:])
+    rest = "; ".join(f"at {AXIS_WORDS[a]}: {describe(comp.savings[a], a)}" for a in AXES if a != HEADLINE_AXIS)
     g = comp.rounds_gap
     gap = "" if g is None else (f" At equal rounds (round {comp.rounds_at:.0f}) its accuracy differs by {g.value:+.3f} "
                                 f"[{g.lo:+.3f}, {g.hi:+.3f}], {'CI excludes zero' if g.excludes_zero else 'within noise'}.")
-    return f"- {claim}: {verdict}. To reach {target:.3f}, it needs {describe(s, 'po_tokens')}; {rest}.{gap}"
+    return f"- {claim}: {verdict}. To reach {target:.3f}, it needs {describe(s, HEADLINE_AXIS)}; {rest}.{gap}"
 
 
 def answer_paragraph(ev: Evidence, baseline: str | Arm, candidate: str | Arm = "p_star") -> str:
@@ -373,14 +323,14 @@ def answer_paragraph(ev: Evidence, baseline: str | Arm, candidate: str | Arm = "
         out.append(f"Against {base_name}, {cand_name} needs "
                    + "; ".join(describe(first.savings[a], a) for a in AXES) + ".")
     if ev.decomposition:
-        out.append("By effect, in PO tokens: " + "; ".join(
-            f"{escape(c.name)} ({name(c.a)} → {name(c.b)}): {describe(c.savings['po_tokens'], 'po_tokens')}"
+        out.append(f"By effect, in {AXIS_WORDS[HEADLINE_AXIS]}: " + "; ".join(
+            f"{escape(c.name)} ({name(c.a)} → {name(c.b)}): {describe(c.savings[HEADLINE_AXIS], HEADLINE_AXIS)}"
             for c in ev.decomposition if c.effect is not Effect.TUNED_BASELINE) + ".")
     if ev.tuned is not None and ev.best is not None:
         tuned = next((c for c in ev.decomposition if c.effect is Effect.TUNED_BASELINE), None)
         if tuned is not None:
             out.append(f"Against {name(ev.tuned)}, tuned on validation accuracy, the best cost-aware "
-                       f"method ({name(ev.best)}) needs {describe(tuned.savings['po_tokens'], 'po_tokens')}.")
+                       f"method ({name(ev.best)}) needs {describe(tuned.savings[HEADLINE_AXIS], HEADLINE_AXIS)}.")
     else:
         out.append(f"No tuned {base_name} baseline: {escape(ev.tuned_note)}.")
 

@@ -24,8 +24,9 @@ from costaware.report.labels import label
 
 __all__ = ["AXIS_TITLES", "COLUMNS", "DPI", "PANEL_INCHES", "plot_axis", "plot_ablations"]
 
-AXIS_TITLES = {"po_tokens": "cumulative policy-optimisation tokens", "rounds": "generation rounds",
-               "total_cost": "total cost (generated tokens × ratio + PO tokens)"}
+AXIS_TITLES = {"total_cost": "total cost (generated tokens × ratio + PO tokens)",
+               "po_tokens": "cumulative policy-optimisation tokens", "generated_tokens": "cumulative generated tokens",
+               "rounds": "generation rounds"}
 COLUMNS = 2  # panels a row
 DPI = 100
 PANEL_INCHES = (5.6, 4.0)  # one panel's axes area, before its legend

@@ -2,9 +2,11 @@
 
 It opens with a computed answer (what a user gains on each axis, and from which effect), then per
 task and setting: the method table, the decomposition table, the verdict lines and the plateau
-check; three figures (accuracy against PO tokens, generation rounds and total cost); token shares,
-proxy fidelity, ablations and the run list. The metrics are in ``report.curves`` and
-``report.evidence``; this file only lays them out (Markdown, a self-contained HTML page, JSON).
+check, each in total cost first (generated tokens × generation_cost + PO tokens), with PO tokens,
+generated tokens and generation rounds beside it; a prompt-stage section (``report.rollout``) adds
+the issue-20 target verdict and the predictions from the runs' per-prompt logs (``report.predicted``);
+one figure per axis; token shares, proxy fidelity, ablations and the run list. The metrics are in
+``report.curves`` and ``report.evidence``; this file only lays them out (Markdown, HTML, JSON).
 """
 
 from __future__ import annotations
@@ -12,15 +14,17 @@ from __future__ import annotations
 import base64
 import json
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from costaware.arms import Arm
-from costaware.records import RunResult
+from costaware.records import RunId, RunResult
 from costaware.report import evidence as E
+from costaware.report import predicted as P
+from costaware.report import rollout as R
 from costaware.report.curves import (
     AXES,
     DEFAULT_GENERATION_COST,
@@ -39,8 +43,7 @@ __all__ = ["write_report", "arm_stats", "fidelity_summary", "tokens_to_reach", "
            "FIGURES", "FIDELITY_KEYS"]
 
 tokens_to_reach = first_crossing  # the one first-crossing helper, under its old name
-FIGURES = {"po_tokens": "accuracy_vs_po_tokens.png", "rounds": "accuracy_vs_rounds.png",
-           "total_cost": "accuracy_vs_total_cost.png"}
+FIGURES = {axis: f"accuracy_vs_{axis}.png" for axis in AXES}  # total_cost, po_tokens, generated_tokens, rounds
 FIDELITY_KEYS = ("pearson", "chi2", "j_vs_uniform")
 
 
@@ -69,12 +72,14 @@ def arm_stats(runs: Sequence[RunResult], target: float, upto: float, *,
     return out
 
 
+def _to_target(st: dict[str, Any], axis: str) -> str:
+    lo, hi = st[f"{axis}_to_target_ci"]
+    return f"{_fmt(st[f'{axis}_to_target'], axis)} [{_fmt(lo, axis)}, {_fmt(hi, axis)}]"
+
+
 def _arm_row(name: str, st: dict[str, Any]) -> list[str]:
     cells = [name, str(st["seeds"]), f"{st['peak']:.3f} [{st['peak_ci'][0]:.3f}, {st['peak_ci'][1]:.3f}]"]
-    for axis in AXES:
-        lo, hi = st[f"{axis}_to_target_ci"]
-        cells.append(f"{_fmt(st[f'{axis}_to_target'], axis)} [{_fmt(lo, axis)}, {_fmt(hi, axis)}]")
-    return cells + [f"{st['auc']:.3f} [{st['auc_ci'][0]:.3f}, {st['auc_ci'][1]:.3f}]", f"{st['po_seconds']:.1f}"]
+    return cells + [_to_target(st, axis) for axis in AXES] + [f"{st['auc']:.3f} [{st['auc_ci'][0]:.3f}, {st['auc_ci'][1]:.3f}]", f"{st['po_seconds']:.1f}"]
 
 
 def _proxy_sentence(sec: E.Section) -> str:
@@ -111,8 +116,8 @@ def _section_lines(ev: E.Evidence, baseline: Arm) -> list[str]:
              f"Total cost = generated tokens × {ev.generation_cost:.3g} + PO tokens." + _proxy_sentence(sec), ""]
     order = sorted(sec.arms, key=lambda k: (k[0] != baseline, k[0], k[1]))
     stats = _all_stats(ev)
-    lines += table(["method", "seeds", "peak [95% CI]", "PO tokens to target", "rounds to target",
-                    "total cost to target", "AUC", clock], [_arm_row(sec.name(k), stats[k]) for k in order])
+    lines += table(["method", "seeds", "peak [95% CI]", *(f"{E.AXIS_WORDS[a]} to target" for a in AXES), "AUC", clock],
+                   [_arm_row(sec.name(k), stats[k]) for k in order])
     if not controlled:
         # true on any machine: with --jobs 1 no other run shares the CPU, but nothing controlled it either
         lines += ["", "The PO wall-clock column was not measured under control (contended: other runs of the job "
@@ -127,10 +132,9 @@ def _section_lines(ev: E.Evidence, baseline: Arm) -> list[str]:
     if not ev.decomposition:
         why = ("the target is not above the starting accuracy" if not ev.informative
                else "no pair of the decomposition was run")
-        rows.append([f"(not computed: {why})", "–", "–", "–", "–"])
+        rows.append([f"(not computed: {why})", *["–"] * (len(AXES) + 1)])
     lines += ["", "### Decomposition: saving to the common target, by effect", ""]
-    lines += table(["step", "PO tokens [95% CI]", "generation rounds [95% CI]", "total cost [95% CI]",
-                    "Δ accuracy at equal rounds [95% CI]"], rows)
+    lines += table(["step", *(f"{E.AXIS_WORDS[a]} [95% CI]" for a in AXES), "Δ accuracy at equal rounds [95% CI]"], rows)
     lines += ["", "Saving = 1 − x(later)/x(earlier) to reach the target on each method's seed-mean curve; positive "
               "means the later method needs less. Δ accuracy at equal rounds is the later method's seed-mean "
               "accuracy minus the earlier one's at the last generation round both reached: the comparison at "
@@ -139,7 +143,7 @@ def _section_lines(ev: E.Evidence, baseline: Arm) -> list[str]:
               f"Best cost-aware method: {escape(sec.name(ev.best)) if ev.best else 'none'}"
               + (f" ({escape(ev.best_note)})." if ev.best_note else "."), "", "### Verdicts", ""]
     lines += [E.verdict_line(claim, comp, why, target=ev.target) for claim, comp, why in ev.claims]
-    lines += ["", "A claim is **yes** only when the PO-token CI lies above zero, **no** when below, and "
+    lines += ["", f"A claim is **yes** only when the {E.AXIS_WORDS[E.HEADLINE_AXIS]} CI lies above zero, **no** when below, and "
               "**not shown** otherwise.", "", ev.plateau.text(label(baseline)), ""]
     if ev.tuned_plateau is not None and ev.tuned is not None:
         lines += [ev.tuned_plateau.text(sec.name(ev.tuned)), ""]
@@ -159,11 +163,11 @@ def _ablation_lines(runs: Sequence[RunResult], evs: Sequence[E.Evidence], genera
     for (task, arm), rs in sorted(by.items()):
         upto = float(min(r.evals[-1].po_tokens for r in rs))
         st = arm_stats(rs, targets[task], upto, generation_cost=generation_cost)
-        lo, hi = st["po_tokens_to_target_ci"]
         rows.append([task, label(arm), st["seeds"], f"{st['peak']:.3f} [{st['peak_ci'][0]:.3f}, {st['peak_ci'][1]:.3f}]",
-                     f"{_fmt(st['po_tokens_to_target'], 'po_tokens')} [{_fmt(lo, 'po_tokens')}, {_fmt(hi, 'po_tokens')}]",
+                     _to_target(st, "total_cost"), _to_target(st, "po_tokens"),
                      f"{st['auc']:.3f} [{st['auc_ci'][0]:.3f}, {st['auc_ci'][1]:.3f}]"])
-    lines = table(["task", "arm", "seeds", "peak [95% CI]", "PO tokens to the headline target", "AUC [95% CI]"], rows)
+    lines = table(["task", "arm", "seeds", "peak [95% CI]", "total cost to the headline target",
+                   "PO tokens to the headline target", "AUC [95% CI]"], rows)
     return lines + ["", "Ablation runs use the ablation seeds; GRPO and p* rows are the headline runs of those seeds. "
                     "The target is the task's headline target.", ""]
 
@@ -258,11 +262,16 @@ def _cost_sentence(cost: float) -> str:
 def write_report(results: Sequence[RunResult], out: Path, *, command: str, profile: dict[str, Any] | None = None,
                  sft: dict[str, Any] | None = None, baseline: str | Arm = "none", candidate: str | Arm = "p_star",
                  generation_cost: float = DEFAULT_GENERATION_COST, target_fraction: float = 0.95,
-                 notice: str | None = None) -> dict[str, Path]:
+                 notice: str | None = None, logs: Mapping[RunId, Path] | None = None) -> dict[str, Path]:
     """Write ``report.md``, ``report.html``, ``summary.json`` and the figures into ``out``; return their paths.
 
     ``notice``: a paragraph shown in bold above everything else (e.g. that a smoke profile's figures mean nothing).
+    ``logs``: each run's per-prompt log (``runs/<run file stem>.prompts.jsonl``), by its ``RunId``; a run without
+    one, or a path that does not exist, is said to have none. The predictions beside the measured savings
+    (``report.predicted``) come from these.
     """
+    if logs is not None and not isinstance(logs, Mapping):
+        raise TypeError(f"logs must be a mapping from RunId to a log path, got {type(logs).__name__}")
     if not results:
         raise ValueError("results must not be empty: no run has finished")
     bad = [r for r in results if not isinstance(r, RunResult)]
@@ -274,8 +283,13 @@ def write_report(results: Sequence[RunResult], out: Path, *, command: str, profi
     secs = E.sections(results, baseline)
     if not secs:
         raise ValueError(f"baseline {baseline.key!r} has no runs: arms are {sorted({r.id.arm.key for r in results})}")
-    evs = [E.evaluate_section(s, baseline, candidate=candidate, target_fraction=target_fraction,
-                              generation_cost=generation_cost) for s in secs]
+    # by (task, setting): a prompt-stage section has its own candidate, peers and target; it and the headline
+    # get the predictions from the logs
+    revs = {_sid(s): R.evaluate_rollout(s, baseline, target_fraction=target_fraction, generation_cost=generation_cost)
+            for s in secs if R.is_rollout(s)}
+    evs = [revs[_sid(s)].evidence if _sid(s) in revs else E.evaluate_section(
+        s, baseline, candidate=candidate, target_fraction=target_fraction, generation_cost=generation_cost) for s in secs]
+    preds = {_sid(s): P.predict(s, logs, generation_cost) for s in secs if _sid(s) in revs or s.setting == "grpo"}
     sft_runs = [r for r in results if r.id.method == "sft"]
     figures = {axis: out / name for axis, name in FIGURES.items()}
     for axis, path in figures.items():
@@ -289,7 +303,8 @@ def write_report(results: Sequence[RunResult], out: Path, *, command: str, profi
 
     lines = ["# Cost-aware GRPO against GRPO: what a user gains, and from which effect", ""]
     lines += [f"**{notice}**", ""] if notice else []
-    lines += [E.answer_paragraph(ev, baseline, candidate) + "\n" for ev in evs]
+    lines += [(R.answer(revs[_sid(ev.section)], baseline) if _sid(ev.section) in revs
+               else E.answer_paragraph(ev, baseline, candidate)) + "\n" for ev in evs]
     lines += [f"Command: {code(command)}", ""]
     if sft:
         lines += [f"Policy: {sft.get('parameters', 0):,} parameters after SFT: greedy accuracy "
@@ -299,6 +314,12 @@ def write_report(results: Sequence[RunResult], out: Path, *, command: str, profi
     lines += [_cost_sentence(generation_cost), ""]
     for ev in evs:
         lines += _section_lines(ev, baseline)
+        sid = _sid(ev.section)
+        if sid in revs:
+            lines += R.section_lines(revs[sid], preds[sid])
+        elif sid in preds:  # the headline: the row level's prediction of p*'s edge over nonzero, beside the measured
+            matched = next((c for c in ev.decomposition if c.effect is E.Effect.MATCHED_STEP), None)
+            lines += [P.row_level_line(preds[sid], matched, ev.section), ""]
     lines += ["## Accuracy against each axis", ""]
     lines += [f"![accuracy vs {AXIS_TITLES[a]}]({FIGURES[a]})" + "\n" for a in AXES]
     lines += _token_share_lines(results)
@@ -309,7 +330,7 @@ def write_report(results: Sequence[RunResult], out: Path, *, command: str, profi
     lines += _run_lines(results)
     md = "\n".join(lines)
     summary = {"baseline": baseline.key, "candidate": candidate.key, "generation_cost": generation_cost,
-               "sections": [_summary(ev) for ev in evs], "command": command, "profile": profile, "sft": sft}
+               "sections": [_summary(ev, revs.get(_sid(ev.section)), preds.get(_sid(ev.section))) for ev in evs], "command": command, "profile": profile, "sft": sft}
     paths = {"markdown": out / "report.md", "html": out / "report.html", "summary": out / "summary.json"}
     paths["markdown"].write_text(md)
     paths["summary"].write_text(json.dumps(summary, indent=2, default=str))
@@ -317,8 +338,17 @@ def write_report(results: Sequence[RunResult], out: Path, *, command: str, profi
     return {**paths, **figures}
 
 
-def _summary(ev: E.Evidence) -> dict[str, Any]:
+def _sid(sec: E.Section) -> tuple[str, str]:
+    return sec.task, sec.setting
+
+
+def _summary(ev: E.Evidence, rev: R.RolloutEvidence | None, pred: P.Predictions | None) -> dict[str, Any]:
     sec = ev.section
+    extra: dict[str, Any] = {}
+    if rev is not None and pred is not None:
+        extra["rollout"] = R.summary(rev, pred)
+    elif pred is not None:
+        extra["predicted"] = pred.as_dict()
 
     def comp(c: E.Comparison) -> dict[str, Any]:
         return {"name": c.name, "from": _key(c.a), "to": _key(c.b), **{a: s.as_dict() for a, s in c.savings.items()},
@@ -332,7 +362,7 @@ def _summary(ev: E.Evidence) -> dict[str, Any]:
             "decomposition": [comp(c) for c in ev.decomposition],
             "claims": [{"claim": n, **(comp(c) if c else {"absent": why})} for n, c, why in ev.claims],
             "plateau": _plateau_dict(ev.plateau),
-            "tuned_plateau": None if ev.tuned_plateau is None else _plateau_dict(ev.tuned_plateau)}
+            "tuned_plateau": None if ev.tuned_plateau is None else _plateau_dict(ev.tuned_plateau), **extra}
 
 
 def _key(k: E.Key) -> list[Any]:

@@ -16,6 +16,7 @@ LABELS = {
     "p_star": "p*",
     "p_smooth": "p*_smooth(0.01)",
     "pods": "PODS",
+    "cost_pods": "cost-aware PODS (biased)",
     "inv_sqrt_cost": "1/√c",
     "variance": "p ∝ |A|",
     "uniform": "uniform",
