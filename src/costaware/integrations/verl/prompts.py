@@ -166,6 +166,16 @@ def _rows(batch: Any, key: str, where: str) -> Any:
     return store[key]
 
 
+def _batch_keys(batch: Any, index_key: str) -> np.ndarray:
+    """Each row's dataset key: ``non_tensor_batch[index_key]``, else (verl 0.9's ``_get_gen_batch`` pops
+    ``index`` into the generation batch, and only a colocated reward brings it back) ``extra_info.index``,
+    where ``RLHFDataset`` read it."""
+    store = batch.non_tensor_batch
+    if index_key == "index" and index_key not in store.keys() and "extra_info" in store.keys():
+        return np.asarray([(e or {}).get("index", 0) for e in store["extra_info"]])
+    return np.asarray(_rows(batch, index_key, "non_tensor_batch"))
+
+
 def fold_batch(batch: Any, drawn_keys: np.ndarray, group_size: int, index_key: str = "index",
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """(rewards, completion lengths, prompt tokens) of a verl batch as (B, G), (B, G), (B,) in draw order.
@@ -177,7 +187,7 @@ def fold_batch(batch: Any, drawn_keys: np.ndarray, group_size: int, index_key: s
     """
     b, g = drawn_keys.size, group_size
     uid = np.asarray(_rows(batch, "uid", "non_tensor_batch"))
-    keys = np.asarray(_rows(batch, index_key, "non_tensor_batch")).astype(drawn_keys.dtype)
+    keys = _batch_keys(batch, index_key).astype(drawn_keys.dtype)
     mask = _rows(batch, "response_mask", "batch").double()
     reward = (_rows(batch, "token_level_scores", "batch").double() * mask).sum(-1).clamp(0, 1).numpy()
     length = mask.sum(-1).numpy()
@@ -233,6 +243,11 @@ class CostAwarePromptSampler(_Base):
     def __iter__(self) -> Iterator[int]:
         start, self._resume_round = (self._resume_round or 0), None
         for k in range(start, self.rounds_per_pass):
+            if self.stage.pending is not None:  # draw() would hand out the unfolded round again
+                raise RuntimeError(
+                    f"CostAwarePromptSampler: round {self.stage.round + 1} was asked for before round "
+                    f"{self.stage.round}'s scored batch reached update(); on verl 0.9 the costaware plugin calls "
+                    "update() from RayPPOTrainer._update_actor (trainer v0, trainer.critic_warmup=0)")
             ids = self.stage.draw().prompt_ids  # drawn when the round's first index is asked for
             self._pass_round = k + 1
             yield from ids.tolist()
