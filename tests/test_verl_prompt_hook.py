@@ -10,10 +10,14 @@ takes it.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 import torch
-
 from verl_harness import (  # installs the plugin before verl's trainer loads
     GROUP,
     NUM_PROMPTS,
@@ -141,8 +145,26 @@ def test_every_verl_import_site_binds_the_patched_create_rl_sampler() -> None:
     assert is_patched("verl.trainer.ppo.utils")
     assert ray_trainer.create_rl_sampler is ppo_utils.create_rl_sampler
     assert getattr(ppo_utils.create_rl_sampler, "__costaware_cost_aware__", False)
+    main_ppo_v0 = pytest.importorskip("verl.trainer.main_ppo_v0")
+    assert main_ppo_v0.create_rl_sampler is ppo_utils.create_rl_sampler
     trainer_base = pytest.importorskip("verl.trainer.ppo.v1.trainer_base")
     assert trainer_base.create_rl_sampler.__wrapped__ is ppo_utils.create_rl_sampler.__wrapped__
+
+
+def test_a_trainer_module_imported_before_the_hook_is_rebound_to_the_patched_function() -> None:
+    code = textwrap.dedent("""
+        import verl, verl.trainer.ppo.ray_trainer as rt, verl.trainer.ppo.utils as u
+        original = u.create_rl_sampler
+        assert rt.create_rl_sampler is original  # bound by name before any patch
+        from costaware.integrations.verl import install_import_hook
+        install_import_hook()
+        assert u.create_rl_sampler is not original and rt.create_rl_sampler is u.create_rl_sampler
+        assert u.create_rl_sampler.__wrapped__ is original
+        print("OK")
+        """)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "COSTAWARE_VERL_PLUGIN": "0"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stderr[-3000:]
 
 
 @pytest.mark.parametrize("overrides", [["data.shuffle=true", "data.seed=3"], ["data.shuffle=false"],
