@@ -131,6 +131,29 @@ def test_a_batch_of_other_prompts_or_a_wrong_group_size_is_refused() -> None:
         fold_batch(_batch(ids, keys, r, ln), keys[ids], 3)
 
 
+def test_a_batch_without_index_is_folded_by_its_extra_info_index() -> None:
+    """verl 0.9's ``_get_gen_batch`` pops ``index`` off the batch; ``extra_info`` (a reward key) stays."""
+    keys = Rows().key
+    ids = np.array([4, 9, 13])
+    r, ln = _scores(ids, 0)
+    batch = _batch(ids, keys, r, ln, np.random.default_rng(5).permutation(ids.size * G))
+    batch.non_tensor_batch["extra_info"] = np.array([{"index": k, "split": "train"}
+                                                     for k in batch.non_tensor_batch.pop("index")], dtype=object)
+    got = fold_batch(batch, keys[ids], G)
+    want = fold_batch(_batch(ids, keys, r, ln), keys[ids], G)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(np.sort(a, axis=-1), np.sort(b, axis=-1))
+
+
+def test_a_round_asked_for_before_the_last_was_folded_in_is_refused_not_repeated() -> None:
+    sampler = CostAwarePromptSampler(Rows(), _config("greso"))
+    it = iter(sampler)
+    first = [next(it) for _ in range(B)]
+    with pytest.raises(RuntimeError, match="round 1 was asked for before round 0's scored batch reached update"):
+        next(it)
+    assert sampler.stage.pending.prompt_ids.tolist() == first  # still waiting for its rewards
+
+
 def test_two_samplers_fed_the_same_batches_draw_the_same_prompts() -> None:
     a = CostAwarePromptSampler(Rows(), _config("cost_aware_skip"))
     b = CostAwarePromptSampler(Rows(), _config("cost_aware_skip"))

@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable
 from types import ModuleType
 
+from costaware.integrations.verl.curriculum import patch_sampler_factory, patch_sampler_factory_v1
 from costaware.integrations.verl.patch import (
     PATCH_MARK,
     patch_losses,
@@ -32,14 +33,17 @@ def _v0(module: ModuleType) -> None:
 
 def _v1(module: ModuleType) -> None:
     patch_v1(module.PPOTrainer)
+    patch_sampler_factory_v1(module)  # v1 binds create_rl_sampler by name: refuse data.sampler there
 
 
 def _v1_metrics(module: ModuleType) -> None:
     patch_metrics_aggregator(module.MetricsAggregator)
 
 
-# module name -> the callable that patches it (trainer update, actor loss, v1 metrics window)
+# module name -> the callable that patches it (trainer update, actor loss, v1 metrics window, the train
+# sampler: ``utils`` before the trainers that bind its ``create_rl_sampler`` by name)
 TARGETS: dict[str, Callable[[ModuleType], None]] = {
+    "verl.trainer.ppo.utils": patch_sampler_factory,
     "verl.trainer.ppo.ray_trainer": _v0,
     "verl.trainer.ppo.v1.trainer_base": _v1,
     "verl.trainer.ppo.v1.utils": _v1_metrics,

@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 from costaware.integrations.verl.config import WEIGHTS_KEY
+from costaware.integrations.verl.curriculum import feed_sampler
 from costaware.integrations.verl.state import (
     PATCH_MARK,
     TokenBudgetReached,
@@ -225,13 +226,15 @@ def _patch_checkpointing(cls: type) -> None:
 
 
 def patch_v0(cls: type) -> None:
-    """Wrap ``RayPPOTrainer._update_actor(self, batch) -> DataProto`` (idempotent)."""
+    """Wrap ``RayPPOTrainer._update_actor(self, batch) -> DataProto`` (idempotent); it also feeds a
+    ``data.sampler.class_path`` sampler the scored batch (``curriculum.feed_sampler``)."""
     original = cls._update_actor
     if getattr(original, PATCH_MARK, False):
         return
 
     @functools.wraps(original)
     def _update_actor(self, batch):
+        feed_sampler(self, batch)  # data.sampler.class_path: the scored round, before the step's checkpoint
         if _config(self) is None:
             return original(self, batch)
         return update_actor_v0(self, batch, original)

@@ -1,35 +1,49 @@
 """The prompt stage in verl: a curriculum sampler that lets a :class:`costaware.rollouts.stage.PromptStage`
 choose which prompts each training step generates.
 
-verl ≤ 0.8 loads a custom train sampler from the data config and feeds it every finished batch
-(``verl/trainer/main_ppo.py:create_rl_sampler``, ``verl/trainer/ppo/ray_trainer.py:RayPPOTrainer.fit``)::
+verl 0.9 (trainer v0; needs the costaware verl plugin, loaded by ``import verl`` through the ``verl.plugins``
+entry point or ``VERL_USE_EXTERNAL_MODULES=costaware.integrations.verl``). verl 0.9 dropped ``data.sampler``
+and the ``sampler.update`` call; the plugin puts both back (``curriculum``: its ``create_rl_sampler``
+builds the class, its ``RayPPOTrainer._update_actor`` wrapper calls ``update``)::
+
+    python -m verl.trainer.main_ppo ... trainer.use_v1=false data.dataloader_num_workers=0 \\
+        +data.sampler.class_path=pkg://costaware.integrations.verl.prompts \\
+        +data.sampler.class_name=CostAwarePromptSampler \\
+        +data.sampler.costaware.method=greso
+
+Trainer v1 (``trainer.use_v1=true``, verl 0.9's default) refuses ``data.sampler.class_path``: it draws
+prompts ahead of their rewards. Without the plugin (``COSTAWARE_VERL_PLUGIN=0``) verl 0.9 ignores the key.
+
+verl ≤ 0.8 has the hook itself (``verl/trainer/main_ppo.py:create_rl_sampler``,
+``RayPPOTrainer.fit``), and ``data.sampler`` in its config (no ``+`` before ``class_path``/``class_name``)::
 
     python -m verl.trainer.main_ppo ... data.dataloader_num_workers=0 \\
         data.sampler.class_path=pkg://costaware.integrations.verl.prompts \\
         data.sampler.class_name=CostAwarePromptSampler \\
         +data.sampler.costaware.method=greso
 
-(``pkg://``: verl reads a bare path as a file path.) verl 0.9 dropped ``data.sampler`` and the
-``sampler.update`` call: there the key does nothing and verl keeps its own sampler.
+(``pkg://``: verl reads a bare path as a file path.)
 
 How verl drives it: the ``StatefulDataLoader`` asks for ``data.gen_batch_size or data.train_batch_size``
 = B indices per step, one round; verl repeats each prompt ``rollout.n`` = G times itself
-(``batch.repeat(interleave=True)``), scores the rows, updates the actor, and then calls
-:meth:`CostAwarePromptSampler.update` with the batch. The round's B prompts are drawn when its first
-index is asked for, after the previous round was folded in (verl asserts ``dataloader_num_workers=0``
-so nothing is fetched ahead). The batch reaches ``update`` reordered by ``trainer.balance_batch``, so rows
+(``batch.repeat(interleave=True)``), scores the rows, and :meth:`CostAwarePromptSampler.update` gets the
+scored batch (verl 0.9: as the actor update starts; ≤ 0.8: at the end of the step). The round's B prompts
+are drawn when its first index is asked for, after the previous round was folded in: nothing may be
+fetched ahead (``data.dataloader_num_workers=0``), and a round asked for before the previous one was
+folded in is an error, not a repeat. The batch reaches ``update`` reordered by ``trainer.balance_batch``, so rows
 are mapped back to draw slots by their group (``uid``) and their dataset key (``index``, which
-``RLHFDataset`` copies from ``extra_info.index``; it must be unique per row).
+``RLHFDataset`` copies from ``extra_info.index``, read from ``extra_info`` where verl 0.9 popped ``index``
+off the batch; it must be unique per row).
 
 Methods: the biased skip rules ``greso`` and ``cost_aware_skip`` (no weights). ``cost_aware`` is refused:
-its prompt factor 1/(N q_j) must scale every row's loss, but verl shows the sampler the batch only after
-the actor update, and nothing else carries a per-prompt factor from the sampler to the loss.
+its prompt factor 1/(N q_j) must scale every row's loss, but nothing carries a per-prompt factor from the
+sampler to verl's loss.
 
 Checkpoints: ``StatefulDataLoader.state_dict`` stores the sampler's :meth:`state_dict` (the sampler has
-``state_dict``/``load_state_dict``, so torchdata treats it as ``Stateful``). verl saves it after the step's
-batch was fetched and before ``update``: a round drawn but not folded in is saved as not drawn, so the
-resumed run generates that round's prompts once more, and from there draws what the uninterrupted run
-draws given the same rewards.
+``state_dict``/``load_state_dict``, so torchdata treats it as ``Stateful``). verl 0.9 with the plugin saves
+it after ``update``: a resumed run repeats nothing and draws what the uninterrupted run draws given the
+same rewards. verl ≤ 0.8 saves it before ``update``: a round drawn but not folded in is saved as not drawn,
+so the resumed run generates that round's prompts once more, and from there draws the same.
 """
 
 from __future__ import annotations
@@ -48,7 +62,7 @@ from costaware.rollouts.state import StateConfig
 
 try:  # verl <= 0.8: verl.trainer checks isinstance(sampler, AbstractCurriculumSampler) before update()
     from verl.experimental.dataset.sampler import AbstractCurriculumSampler as _Base
-except ImportError:  # no verl, or verl 0.9 (which removed the hook): a plain torch sampler
+except ImportError:  # no verl, or verl 0.9 (the plugin's hook, curriculum.py, needs no base): a torch sampler
     _Base = Sampler
 
 __all__ = ["OPTIONS_KEY", "PROMPT_METHODS", "CostAwarePromptSampler", "dataset_keys", "fold_batch"]
@@ -56,8 +70,8 @@ __all__ = ["OPTIONS_KEY", "PROMPT_METHODS", "CostAwarePromptSampler", "dataset_k
 OPTIONS_KEY = "data.sampler.costaware"
 PROMPT_METHODS = {"greso": greso, "cost_aware_skip": cost_aware_skip}
 _REFUSED = {
-    "cost_aware": "its prompt factor 1/(N q_j) must multiply every row's loss, but verl calls the sampler's "
-                  "update() only after the actor update and gives it no way into the loss; use greso or "
+    "cost_aware": "its prompt factor 1/(N q_j) must multiply every row's loss, but verl gives the sampler "
+                  "no way into the loss; use greso or "
                   "cost_aware_skip (biased skips, no weights), or the TRL integration for cost_aware",
     "uniform": "use verl's own sampler (data.shuffle=true) for uniform prompts",
     "two_stage": "it needs a second generation call inside the step, which verl's trainer does not make",
@@ -166,6 +180,16 @@ def _rows(batch: Any, key: str, where: str) -> Any:
     return store[key]
 
 
+def _batch_keys(batch: Any, index_key: str) -> np.ndarray:
+    """Each row's dataset key: ``non_tensor_batch[index_key]``, else (verl 0.9's ``_get_gen_batch`` pops
+    ``index`` into the generation batch, and only a colocated reward brings it back) ``extra_info.index``,
+    where ``RLHFDataset`` read it."""
+    store = batch.non_tensor_batch
+    if index_key == "index" and index_key not in store.keys() and "extra_info" in store.keys():
+        return np.asarray([(e or {}).get("index", 0) for e in store["extra_info"]])
+    return np.asarray(_rows(batch, index_key, "non_tensor_batch"))
+
+
 def fold_batch(batch: Any, drawn_keys: np.ndarray, group_size: int, index_key: str = "index",
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """(rewards, completion lengths, prompt tokens) of a verl batch as (B, G), (B, G), (B,) in draw order.
@@ -177,7 +201,7 @@ def fold_batch(batch: Any, drawn_keys: np.ndarray, group_size: int, index_key: s
     """
     b, g = drawn_keys.size, group_size
     uid = np.asarray(_rows(batch, "uid", "non_tensor_batch"))
-    keys = np.asarray(_rows(batch, index_key, "non_tensor_batch")).astype(drawn_keys.dtype)
+    keys = _batch_keys(batch, index_key).astype(drawn_keys.dtype)
     mask = _rows(batch, "response_mask", "batch").double()
     reward = (_rows(batch, "token_level_scores", "batch").double() * mask).sum(-1).clamp(0, 1).numpy()
     length = mask.sum(-1).numpy()
@@ -233,6 +257,11 @@ class CostAwarePromptSampler(_Base):
     def __iter__(self) -> Iterator[int]:
         start, self._resume_round = (self._resume_round or 0), None
         for k in range(start, self.rounds_per_pass):
+            if self.stage.pending is not None:  # draw() would hand out the unfolded round again
+                raise RuntimeError(
+                    f"CostAwarePromptSampler: round {self.stage.round + 1} was asked for before round "
+                    f"{self.stage.round}'s scored batch reached update(); on verl 0.9 the costaware plugin calls "
+                    "update() from RayPPOTrainer._update_actor (trainer v0, trainer.critic_warmup=0)")
             ids = self.stage.draw().prompt_ids  # drawn when the round's first index is asked for
             self._pass_round = k + 1
             yield from ids.tolist()
