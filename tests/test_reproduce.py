@@ -50,9 +50,12 @@ def test_default_profile_runs_the_decomposition_with_five_seeds():
     specs = run_specs(p)
     assert len(p.seeds) >= 5 and p.token_budget > 0 and p.rounds * p.prompts_per_round > 0
     for s in p.seeds:
-        arms = {x.slug for x in specs if x.seed == s}
+        arms = {x.slug for x in specs if x.seed == s and x.group != "rollout"}
         assert arms == {"none", "nonzero", "p_star", "p_star:raw", "p_smooth", "pods", "none:lr0.5", "none:lr2"}
-    assert {x.group for x in specs} == {"headline", "lr_sweep"}  # the rest is in --profile full
+        rollout = {x.slug for x in specs if x.seed == s and x.group == "rollout"}  # the prompt stage, its own train set
+        assert rollout == {"none", "nonzero", "none:rollout-greso", "none:rollout-dapo", "p_star:rollout-cost_aware_skip"}
+    assert {x.setting for x in specs if x.group == "rollout"} == {f"grpo-{p.rollout_train_prompts}-prompts"}
+    assert {x.group for x in specs} == {"headline", "lr_sweep", "rollout"}  # the rest is in --profile full
     full = run_specs(PROFILES["full"])
     assert {x.task for x in full if x.group == "headline"} == {"arith", "sort", "sort:9"}
     for group in ("zvf", "cispo", "dapo", "proxy"):
@@ -454,7 +457,8 @@ def test_ctrl_c_stops_every_worker_then_resume_finishes_the_quick_profile(tmp_pa
     for needle in ("Decomposition", "Verdicts", "Plateau check", "p* beats GRPO", "sort / grpo",
                    "sort / dapo", "sort / cispo", "p* beats p* (paper's proxy |A|):",
                    "p* (calibrated proxy) beats p*", "Under loss dapo, p* uses proxy 'auto' = calibrated",
-                   "they mean nothing about the methods", "Generation's share of the run wall time"):
+                   "they mean nothing about the methods", "Generation's share of the run wall time",
+                   "sort / grpo-40-prompts", "Target (issue 20)", "Predicted beside measured"):
         assert needle in text, needle
     # the quick policy learns: a target lies above the start, so the report computes the comparison (one seed
     # and 96 samples per evaluation: which sections clear their target is noise, that some do is not)
@@ -462,8 +466,10 @@ def test_ctrl_c_stops_every_worker_then_resume_finishes_the_quick_profile(tmp_pa
 
     sections = json.loads((out / "summary.json").read_text())["sections"]
     assert any(s["informative"] and s["decomposition"] for s in sections), sections
-    for axis in ("po_tokens", "rounds", "total_cost"):
+    for axis in ("po_tokens", "rounds", "total_cost", "generated_tokens"):
         assert (out / f"accuracy_vs_{axis}.png").stat().st_size > 5_000
+    assert any("rollout" in s for s in sections)  # the prompt-stage section's numbers
+    assert list((out / "runs").glob("*.prompts.jsonl"))  # every GRPO run's per-prompt log
     runs = sorted((out / "runs").glob("*.json"))
     assert len(runs) == len(run_specs(PROFILES["quick"]))
     first = {f.name: f.stat().st_mtime_ns for f in runs}

@@ -8,7 +8,7 @@ against each of the report's x-axes: policy-optimisation tokens, generation roun
 
 >>> rid = RunId(task="arith", method="p_star", seed=0, learning_rate=1e-4, loss_type="grpo", weights="raw")
 >>> rid.arm
-Arm(method='p_star', weights='raw', alpha=0.01, proxy_noise=0.0, step_budget='rows', proxy='auto')
+Arm(method='p_star', weights='raw', alpha=0.01, proxy_noise=0.0, step_budget='rows', proxy='auto', rollout='all')
 >>> rid.arm.key
 'p_star:raw'
 >>> run = RunResult(rid, (EvalPoint(rounds=0, po_tokens=0, generated_tokens=0, heldout_accuracy=0.25),))
