@@ -136,7 +136,7 @@ TINY = Profile(hidden_size=32, num_layers=1, max_size=3, sft_steps=100, sft_batc
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
-    from costaware.experiments.reproduce import warm_up
+    from costaware.experiments.sft import warm_up
 
     torch.set_num_threads(1)
     return warm_up(TINY, "sort", tmp_path_factory.mktemp("rv"))

@@ -182,6 +182,8 @@ class RunResult:
         """A JSON-serialisable dict with the schema version; :meth:`from_json` inverts it."""
         d = dataclasses.asdict(self)
         d["evals"], d["fidelity"] = list(d["evals"]), list(d["fidelity"])
+        if d["id"]["rollout"] == "all":  # added later: at its default a record is written as before it existed
+            del d["id"]["rollout"]
         return {"schema_version": SCHEMA_VERSION, **d}
 
     @classmethod

@@ -257,9 +257,9 @@ def measure_pool(model: Any, batch: dict[str, torch.Tensor], rows: int, pass_rat
 
 def checkpoint(profile: Profile, task_name: str, sft_dir: Path, rounds: int, seed: int, out: Path) -> tuple[Any, Any]:
     """(tokenizer, model) after ``rounds`` GRPO rounds from the SFT checkpoint, trained by the main job's
-    own run (``reproduce._run_grpo``, method none) and cached under ``out``; 0 is the SFT checkpoint."""
-    from costaware.experiments.reproduce import _run_grpo
-    from costaware.experiments.runner import key
+    own run (``grpo_run.run_grpo``, method none) and cached under ``out``; 0 is the SFT checkpoint."""
+    from costaware.experiments.grpo_run import run_grpo as _run_grpo
+    from costaware.experiments.keys import key
     from costaware.experiments.worker import load_checkpoint
 
     if rounds == 0:
@@ -282,7 +282,7 @@ def run(profile: Profile, *, rounds: tuple[int, ...], pools: int, seed: int, out
         log: Any = None) -> RowVarianceResult:  # fmt: skip
     """The table's numbers: per checkpoint, ``pools`` independent pools at its θ."""
     from costaware.experiments.quiet import quiet_libraries
-    from costaware.experiments.reproduce import warm_up
+    from costaware.experiments.sft import warm_up
 
     if isinstance(pools, bool) or not isinstance(pools, int) or pools < 2:
         raise ValueError(f"pools must be an integer >= 2 (a variance across pools), got {pools!r}")

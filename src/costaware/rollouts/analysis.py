@@ -111,8 +111,12 @@ class RolloutAnalysis:
 
 
 def j_value(g: np.ndarray, c: np.ndarray, q: np.ndarray) -> float:
-    """(Σ g²/q)(Σ q c) for q normalised over the entries; +inf if some g > 0 has q = 0."""
-    q = q / q.sum()
+    """(Σ g²/q)(Σ q c) for q normalised over the entries; +inf if some g > 0 has q = 0 (q ≡ 0 included);
+    0 when no entry has signal and q has no mass (nothing to estimate)."""
+    total = q.sum()
+    if not total > 0:
+        return float("inf") if (g > 0).any() else 0.0
+    q = q / total
     if ((q <= 0) & (g > 0)).any():
         return float("inf")
     pos = g > 0
