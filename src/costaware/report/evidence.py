@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from costaware.arms import Arm
+from costaware.grpo.methods import method_names
 from costaware.records import RunResult
 from costaware.report.curves import AXES, DEFAULT_GENERATION_COST, Estimate, gap_at, saving, seed_curves
 from costaware.report.labels import label
@@ -30,7 +31,8 @@ __all__ = ["Section", "Plateau", "MIN_GAIN", "Effect", "Comparison", "Evidence",
            "COST_AWARE"]
 
 Key = tuple[Arm, float]  # (arm, learning rate)
-COST_AWARE = ("p_star", "p_smooth", "inv_sqrt_cost")  # methods whose distribution uses the costs
+# the unbiased methods whose distribution uses the costs (the tuned comparison's "best cost-aware method")
+COST_AWARE = method_names(lambda m: m.uses_costs and not m.biased)
 _EXCLUDED_GROUPS = ("ablation", "control")
 
 
