@@ -110,6 +110,7 @@ def test_a_resumed_run_continues_the_prompt_stage(tmp_path):
     (dict(cost_aware_rollout="greso", cost_aware_zvf=True), "cost_aware_zvf"),
     (dict(cost_aware_rollout="cost_aware", cost_aware_method="p_smooth", cost_aware_alpha=0.1, beta=0.1), "beta"),
     (dict(cost_aware_rollout="cost_aware", cost_aware_rollout_floor=1.0), "floor"),
+    (dict(cost_aware_rollout="cost_aware", cost_aware_method="pods"), "recomputes the advantages"),
     (dict(cost_aware_rollout="cost_aware_skip", cost_aware_generation_cost=-1.0), "generation_cost"),
 ])
 def test_bad_rollout_options_are_one_error_naming_them(tmp_path, over, name):

@@ -286,6 +286,9 @@ class CostAwareGRPOConfig(GRPOConfig):
         if self.cost_aware_rollout != "all" and self.cost_aware_zvf:
             raise ValueError(f"cost_aware_rollout={self.cost_aware_rollout!r} with cost_aware_zvf=True: ZVF's refills "
                              "generate prompts the prompt stage did not draw; choose one")
+        if self.cost_aware_rollout == "cost_aware" and self.sampling_config().rule.needs_groups:
+            raise ValueError(f"cost_aware_rollout='cost_aware' with cost_aware_method={self.cost_aware_method!r}: that "
+                             "method recomputes the advantages from the rewards, which would drop the prompt weight")
         if self.cost_aware_rollout == "cost_aware" and self.beta != 0.0:
             raise ValueError(f"cost_aware_rollout='cost_aware' with beta={self.beta!r}: the prompt weight scales the "
                              "advantages, which the KL term does not see; use beta=0")
