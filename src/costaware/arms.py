@@ -39,7 +39,7 @@ __all__ = ["Arm", "ArmFields", "DEFAULT_ALPHA", "KEY_PARTS", "ROLLOUTS", "STEP_B
 
 DEFAULT_ALPHA = 0.01
 WEIGHT_MODES = ("centred", "raw")
-STEP_BUDGETS = ("rows", "tokens")
+STEP_BUDGETS = ("rows", "support", "tokens")
 ALPHA_METHODS = ("p_smooth",)  # the methods that alpha parameterises: elsewhere it is not part of the arm
 
 # The options after the method in a key, in order, each with its text there (written only when the option is
@@ -48,7 +48,7 @@ KEY_PARTS: tuple[tuple[str, Callable[[Any], str]], ...] = (
     ("weights", str),  # "raw": GRPO's expected step
     ("alpha", lambda a: f"a{a:g}"),  # p_smooth's mixing weight
     ("proxy_noise", lambda s: f"noise{s:g}"),  # the ablation's noise on the proxy
-    ("step_budget", str),  # "tokens": each step draws until it holds the baseline's tokens
+    ("step_budget", str),  # "tokens": each step draws until it holds the baseline's tokens; "support": nonzero's rows
     ("proxy", str),  # the gradient-norm proxy behind p*, when not "auto"
     ("rollout", lambda r: f"rollout-{r}"),  # the prompt stage: which prompts get generated, when not "all"
 )

@@ -31,7 +31,7 @@ HEADLINE: tuple[tuple[str, str], ...] = (
     ("none", "centred"), ("nonzero", "centred"), ("p_star", "centred"), ("p_star", "raw"),
     ("p_smooth", "centred"), ("pods", "centred"),
 )  # fmt: skip
-GROUPS = ("headline", "lr_sweep", "zvf", "cispo", "dapo", "proxy", "long", "ablation", "control", "rollout")
+GROUPS = ("headline", "lr_sweep", "zvf", "cispo", "dapo", "proxy", "long", "ablation", "control", "rollout", "support")
 # The prompt-stage comparison (group "rollout", a finite train set reused over epochs): (row method, prompt
 # stage) per arm. The default holds what its verdicts need: GRPO, its zero-advantage filter, the two peers that
 # act before PO (GRESO's skip, DAPO's dynamic sampling) and the cost-aware skip with p* rows; "full" adds p*
@@ -307,6 +307,9 @@ def run_specs(profile: Profile, methods: list[str] | None = None, groups: tuple[
             RunSpec("ablation", "p_star", s, task=t, step_budget="tokens"),
             RunSpec("control", "sft", s, task=t),
         ]
+    if profile.ablation_seeds:  # p* drawing nonzero's rows per step, beside the headline's p* and nonzero: the
+        # lead of experiments/row_variance.py (with the pool's noise counted, p* loses by drawing the baseline's rows)
+        specs += [RunSpec("support", "p_star", s, task=t, step_budget="support") for s in profile.seeds]
     specs += [RunSpec("rollout", m, s, task=t, rollout=r, train_prompts=profile.rollout_train_prompts)
               for s in profile.seeds for m, r in ROLLOUT_ARMS[profile.rollout_arms]]
     if profile.second_task:

@@ -62,6 +62,10 @@ def _real(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
+# How many rows a drawing method draws per pool: the baseline's, as many as the pool has rows with A != 0
+# (`nonzero`'s count), or until the baseline's tokens are matched.
+BUDGETS = ("rows", "support", "tokens")
+
 @dataclass(frozen=True)
 class SamplingConfig:
     """How a pool of rollouts is turned into policy-optimisation mini-batches.
@@ -72,7 +76,10 @@ class SamplingConfig:
         proxy_noise: σ² of zero-mean Gaussian noise added to |A| before p is formed (ablation).
         weights: ``"centred"`` (1/(n_supp p_i), E_p[w] = 1) or ``"raw"`` (1/(n p_i)).
         merge_duplicates: a row drawn k times into one mini-batch runs once with weight k·w.
-        budget: ``"rows"`` draws as many rows per step as the baseline runs; ``"tokens"`` draws
+        budget: ``"rows"`` draws as many rows per step as the baseline runs; ``"support"`` draws as many
+            rows over the pool as it has rows with A ≠ 0, split over the steps as ``nonzero`` splits them
+            (``nonzero``'s step size, with cost-aware rows: the count is fixed by the pool, so Σ w·g stays
+            unbiased); ``"tokens"`` draws
             until the baseline's tokens (Σ c_i over the pool) are matched: the tokens drawn, or
             with ``merge_duplicates`` the tokens fed, mini-batch by mini-batch. The stopping rule
             depends only on past draws, so Σ w·g is unbiased up to the constant E[draws]
@@ -123,8 +130,8 @@ class SamplingConfig:
             raise ValueError(f"weights must be 'centred' or 'raw', got {self.weights!r}")
         if not isinstance(self.merge_duplicates, bool):
             raise ValueError(f"merge_duplicates must be a bool, got {self.merge_duplicates!r}")
-        if self.budget not in ("rows", "tokens"):
-            raise ValueError(f"budget must be 'rows' or 'tokens', got {self.budget!r}")
+        if self.budget not in BUDGETS:
+            raise ValueError(f"budget must be one of {BUDGETS}, got {self.budget!r}")
         check_keep(self.pods_keep, "pods_keep")
         if not (_real(self.zero_tol) and 0.0 <= self.zero_tol < 1.0):
             raise ValueError(f"zero_tol must lie in [0, 1), got {self.zero_tol!r}")

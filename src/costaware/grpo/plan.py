@@ -292,6 +292,8 @@ def plan_minibatches(
     cap = max(1, min(int(config.max_draws_factor * minibatch_size), MAX_DRAWS // num_minibatches))
     if config.budget == "rows":
         draws = draw(*table, num_minibatches * minibatch_size, rng, validate=False)
+    elif config.budget == "support":  # `nonzero`'s row count, drawn cost-aware (fixed by the pool: unbiased)
+        draws = draw(*table, max(num_minibatches, int(nonzero_np.sum())), rng, validate=False)
     elif config.merge_duplicates:  # match the tokens fed, which merging makes fewer than those drawn
         draws, sizes, capped = draw_until_fed_tokens(
             table, p, c_np, common["tokens_plain"], num_minibatches, cap, rng

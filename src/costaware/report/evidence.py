@@ -211,7 +211,7 @@ def evaluate_section(sec: Section, baseline: str | Arm, *, candidate: str | Arm 
         tuned = (baseline, max(lrs, key=lambda lr: (val[lr], -lr)))
         tuned_note = ("chosen on peak seed-mean validation accuracy: "
                       + ", ".join(f"lr {lr:g}: {v:.3f}" for lr, v in val.items()))
-    ca = [k for k in sec.arms if k[0].method in COST_AWARE and k[1] == sec.default_lr]
+    ca = [k for k in sec.arms if k[0].method in COST_AWARE and k[0].step_budget == "rows" and k[1] == sec.default_lr]
     best, best_note = None, ""
     if ca:
         metric = "validation" if all(_has_validation(sec.arms[k]) for k in ca) else "heldout"
@@ -238,8 +238,15 @@ def evaluate_section(sec: Section, baseline: str | Arm, *, candidate: str | Arm 
                         (f"{label(paper[0])} beats nonzero", nonzero, paper)]
     if calibrated in sec.arms:  # the headline loss: is the calibrated proxy at least as good as the paper's?
         claim_pairs.append((f"{label(calibrated[0])} beats {label(candidate)}", cand, calibrated))
-    return judge(sec, base, pairs, claim_pairs, target_fraction=target_fraction, generation_cost=generation_cost,
-                 n_boot=n_boot, seed=seed, tuned=tuned, tuned_note=tuned_note, best=best, best_note=best_note)
+    ev = judge(sec, base, pairs, claim_pairs, target_fraction=target_fraction, generation_cost=generation_cost,
+               n_boot=n_boot, seed=seed, tuned=tuned, tuned_note=tuned_note, best=best, best_note=best_note)
+    support = (dataclasses.replace(candidate, step_budget="support"), sec.default_lr)
+    if support in sec.arms and nonzero in sec.arms and ev.informative:  # at the section's target, which it
+        # does not set (an arm added after the recorded sections must not move their numbers)
+        claim = f"{label(support[0])} beats nonzero"
+        ev.claims.append((claim, compare(sec, claim, Effect.CLAIM, nonzero, support, ev.target, generation_cost,
+                                         n_boot, seed), ""))
+    return ev
 
 
 def baseline_key(sec: Section, baseline: Arm, target_fraction: float) -> Key:

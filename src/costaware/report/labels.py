@@ -25,7 +25,7 @@ LABELS = {
 # An option's words in parentheses after the name, by field and value (a value not listed shows as itself).
 OPTIONS: dict[str, dict[object, str]] = {
     "weights": {"raw": "raw weights"},
-    "step_budget": {"tokens": "tokens/step matched"},
+    "step_budget": {"tokens": "tokens/step matched", "support": "nonzero's rows/step"},
     "proxy": {"advantage": "paper's proxy |A|", "calibrated": "calibrated proxy", "length_aware": "length-aware proxy"},
     "rollout": {"greso": "GRESO skip, biased", "cost_aware_skip": "cost-aware skip, biased",
                 "cost_aware": "cost-aware prompts", "dapo": "DAPO dynamic sampling"},

@@ -108,7 +108,8 @@ class CostAwareGRPOConfig(GRPOConfig):
         default=True, metadata={"help": "[sampling] Run a row drawn k times into one mini-batch once, weight k·w."}
     )
     cost_aware_budget: str = field(
-        default="rows", metadata={"help": "[sampling] 'rows': the baseline's draws per step; 'tokens': its tokens."}
+        default="rows", metadata={"help": "[sampling] 'rows': the baseline's draws per step; 'support': as many draws per pool as it "
+                  "has rows with A != 0 (nonzero's step size); 'tokens': the baseline's tokens."}
     )
     cost_aware_pods_keep: int | None = field(
         default=None, metadata={"help": "[sampling] PODS: rows kept per group (default num_generations // 2)."}
