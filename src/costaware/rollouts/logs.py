@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from costaware._checks import integer, real_scalar
+from costaware.evaluation.files import read_jsonl_objects
 
 __all__ = ["PromptRound", "write_prompt_rounds", "read_prompt_rounds", "RecordingReward"]
 
@@ -80,18 +81,8 @@ def read_prompt_rounds(paths: Sequence[str | os.PathLike[str]]) -> list[PromptRo
     """Every record of every file, in file order then line order; blank lines are skipped."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    out: list[PromptRound] = []
-    for path in paths:
-        with open(path, encoding="utf-8") as fh:
-            for n, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}:{n} is not JSON: {exc.msg}") from None
-                out.append(PromptRound.from_json(obj, f"{path}:{n}"))
-    return out
+    # the project's one JSON Lines reader: a bad line is a ValueError naming path:line
+    return [PromptRound.from_json(obj, f"{path}:{n}") for path in paths for n, obj in read_jsonl_objects(path)]
 
 
 class RecordingReward:
