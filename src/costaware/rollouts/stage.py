@@ -177,7 +177,7 @@ class PromptStage:
         else:
             g, c, alpha = None, np.ones(n), 0.0
         sampler = CostAwareSampler(c, g, alpha=alpha, num_samples=self.batch, weights="raw",
-                                   seed=int(np.random.default_rng([self.seed, t, 2]).integers(2**62)),
+                                   seed=int(self._rng(2).integers(2**62)),
                                    rank=0, world_size=1, yield_weights=True)
         drawn = np.asarray(list(sampler), dtype=np.float64).reshape(-1, 2)
         return drawn[:, 0].astype(np.int64), drawn[:, 1]
