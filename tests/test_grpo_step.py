@@ -136,23 +136,33 @@ def test_a_skipped_pool_feeds_padding_only_and_counts_it_on_several_ranks():
     assert plan_round(one, SamplingConfig("p_star"), seed=0, step=0, family="row_mean", num_steps=3).counts.rows_padding == 0
 
 
-def test_trl_and_verl_get_identical_plans_for_the_same_pool_and_seed():
+@pytest.mark.parametrize(("method", "merge"), [("p_smooth", False), ("p_smooth", True), ("nonzero", True)])
+def test_trl_and_verl_get_identical_plans_for_the_same_pool_and_seed(method, merge):
     pytest.importorskip("trl", reason="the 'trl' extra is not installed")
     from costaware.integrations.trl import CostAwareGRPOConfig
     from costaware.integrations.trl.losses import TRL_LOSS_FAMILY
     from costaware.integrations.verl import CostAwareConfig, plan_resampling
 
     pool = two_rank_pool(3, sizes=(16, 16))
-    trl = CostAwareGRPOConfig(output_dir="unused", cost_aware_method="p_smooth", cost_aware_alpha=0.05,
-                              cost_aware_merge_duplicates=False, loss_type="grpo", use_cpu=True).sampling_config()  # fmt: skip
-    verl = CostAwareConfig(method="p_smooth", alpha=0.05, balance_dp=False)
+    trl = CostAwareGRPOConfig(output_dir="unused", cost_aware_method=method, cost_aware_alpha=0.05,
+                              cost_aware_merge_duplicates=merge, loss_type="grpo", use_cpu=True).sampling_config()  # fmt: skip
+    verl = CostAwareConfig(method=method, alpha=0.05, balance_dp=False, merge_duplicates=merge)
     assert trl == verl.sampling_config("seq-mean-token-mean")  # the same core config from both edges
     rnd = plan_round(pool, trl, seed=4, step=9, family=TRL_LOSS_FAMILY["grpo"], num_steps=4, minibatch_size=8)
-    res = plan_resampling(pool.advantages, pool.costs, verl, minibatch_size=8, dp_size=1, seed=4, step=9,
+    res = plan_resampling(pool.advantages, pool.costs, verl, minibatch_size=8, dp_size=2, seed=4, step=9,
                           lengths=pool.lengths, loss_agg_mode="seq-mean-token-mean")  # fmt: skip
-    assert torch.equal(res.indices.view(4, 8), torch.stack([mb.indices for mb in rnd.plan.minibatches]))
-    # the same accounting, but for the padding rows TRL's two ranks feed (verl's layout needs none)
-    assert res.counts == replace(rnd.counts, rows_padding=0.0, tokens_padding=0.0) and rnd.counts.rows_padding > 0
+    size = res.minibatch_size  # every verl step padded to the largest step's rows, a multiple of dp
+    assert size == -(-max(mb.indices.numel() for mb in rnd.plan.minibatches) // 2) * 2
+    assert size <= 8 and (merge or size == 8)
+    # rank-major layout (dp, k, S/dp) back to steps (k, S); the fed rows (weight > 0) are TRL's, in order
+    index, weight = (t.view(2, 4, size // 2).transpose(0, 1).reshape(4, size) for t in (res.indices, res.weights))
+    for j, mb in enumerate(rnd.plan.minibatches):
+        assert torch.equal(index[j][weight[j] > 0], mb.indices)
+    pad = float(res.indices.numel() - sum(mb.indices.numel() for mb in rnd.plan.minibatches))
+    assert res.counts.rows_padding == pad
+    assert replace(res.counts, rows_padding=0.0, tokens_padding=0.0) == replace(
+        rnd.counts, rows_padding=0.0, tokens_padding=0.0
+    )
 
 
 def test_bad_round_arguments_are_refused_naming_them():

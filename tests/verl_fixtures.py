@@ -117,6 +117,8 @@ def trainer_overrides(agg: str, *extra: str) -> list[str]:
         "+algorithm.cost_aware.method=p_smooth",
         f"+algorithm.cost_aware.alpha={ALPHA}",
         f"+algorithm.cost_aware.seed={SEED}",
+        # one draw per fed row: the tests below check w = 1/(n p_i) per draw; merged plans have their own
+        "+algorithm.cost_aware.merge_duplicates=false",
         *extra,
     ]
 

@@ -11,7 +11,7 @@ asks it for its part and reads no method name:
 Flags: ``full_support`` (every row can reach the loss, as a KL term needs); ``uses_proxy`` (p is built
 from the gradient-norm proxy G ≈ |A|·c^β, so β applies); ``uses_costs`` (the choice depends on the
 sequence costs: the cost-aware methods); ``weighted``; ``fixed_size`` (every step has the baseline's
-size, as verl's fixed mini-batches need); ``needs_groups`` (needs rewards and the group size);
+size before merging); ``needs_groups`` (needs rewards and the group size);
 ``biased`` (its expected update is not the pool's gradient up to a constant factor); ``plain`` (GRPO's
 own plan: every row once, never skipped).
 
@@ -28,7 +28,7 @@ parser, and :data:`METHODS` the names it knows.
 (True, False, True, True)
 >>> method_from_name("p_smooth", alpha=0.0, keep=3)        # options a method does not take are ignored
 PSmooth(alpha=0.0, adaptive_max_weight=None)
->>> [m for m in METHODS if method_from_name(m).fixed_size]   # what verl's fixed mini-batches can take
+>>> [m for m in METHODS if method_from_name(m).fixed_size]   # every step draws the baseline's rows
 ['none', 'p_star', 'p_smooth', 'inv_sqrt_cost', 'variance', 'uniform']
 """
 
@@ -374,7 +374,7 @@ _TAKES = {name: frozenset(inspect.signature(f).parameters) for name, f in REGIST
 
 def method_names(where: Callable[[SamplingMethod], bool]) -> tuple[str, ...]:
     """The names of the methods (built with default options) for which ``where`` holds, for messages and
-    engine lists: ``method_names(lambda m: m.fixed_size)`` is what verl offers."""
+    engine lists, e.g. ``method_names(lambda m: m.full_support)``."""
     return tuple(name for name, factory in REGISTRY.items() if where(factory()))
 
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from costaware._checks import integer
+from costaware._checks import boolean, integer
 from costaware.grpo.config import MAX_STEPS
 from costaware.grpo.plan import MiniBatch
 
@@ -82,7 +82,7 @@ def rank_offsets(rank_sizes: Sequence[int]) -> np.ndarray:
 
 def shard_minibatches(
     minibatches: Sequence[MiniBatch], rank_sizes: Sequence[int], num_steps: int,
-    pad_rows: Sequence[int] | None = None,
+    pad_rows: Sequence[int] | None = None, *, equal_steps: bool = False, row_multiple: int = 1,
 ) -> list[tuple[ShardStep, ...]]:
     """Split the global plan's mini-batches over ranks: ``out[r][j]`` is rank r's part of step j.
 
@@ -90,6 +90,10 @@ def shard_minibatches(
     max(1, max_r rows of mini-batch j held by rank r). Rows keep the plan's order within a rank.
     ``pad_rows[r]`` is the local row rank r feeds as padding (any row is exact; the engines pass
     the rank's cheapest row, so that padding costs the least compute).
+
+    For an engine that cuts one batch into mini-batches of one size (verl's workers): ``equal_steps``
+    pads every step to the largest s_j, and ``row_multiple`` rounds s_j up to a multiple of it (the
+    engine's data-parallel ranks, when one core rank holds the whole batch and the engine deals it).
     """
     offsets = rank_offsets(rank_sizes)
     num_ranks = offsets.size - 1
@@ -102,32 +106,20 @@ def shard_minibatches(
     if len(pads) != num_ranks or any(not 0 <= x < int(offsets[r + 1] - offsets[r]) for r, x in enumerate(pads)):
         raise ValueError(f"pad_rows must hold one local row per rank (sizes {list(rank_sizes)}), got {pad_rows!r}")
     num_steps = integer(num_steps, "num_steps", minimum=1, maximum=MAX_STEPS)
+    equal_steps = boolean(equal_steps, "equal_steps")
+    row_multiple = integer(row_multiple, "row_multiple", minimum=1, maximum=_MAX_ROWS)
     if isinstance(minibatches, (str, bytes, dict, set)) or not hasattr(minibatches, "__len__"):
         raise TypeError(f"minibatches must be a sequence of MiniBatch, got {type(minibatches).__name__}")
     if len(minibatches) > num_steps:
         raise ValueError(f"the plan has {len(minibatches)} mini-batches, more than num_steps={num_steps}")
     total = int(offsets[-1])
+    split = [_split_step(minibatches[j] if j < len(minibatches) else None, j, offsets, total) for j in range(num_steps)]
+    sizes = [max(1, int(per_rank.max())) for _, _, per_rank, _, _, _ in split]
+    if equal_steps:
+        sizes = [max(sizes)] * num_steps
+    sizes = [-(-s // row_multiple) * row_multiple for s in sizes]
     out: list[list[ShardStep]] = [[] for _ in range(num_ranks)]
-    for j in range(num_steps):
-        if j < len(minibatches):
-            mb = minibatches[j]
-            idx = mb.indices.to(torch.int64)
-            if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= total):
-                raise ValueError(
-                    f"minibatches[{j}] holds rows outside the pool of {total} rows (the sum of rank_sizes)"
-                )
-            owner = torch.from_numpy(np.searchsorted(offsets, idx.numpy(), side="right") - 1)
-            order = torch.argsort(owner, stable=True)  # group by rank, plan order within a rank
-            per_rank = torch.bincount(owner, minlength=num_ranks)
-            idx, owner = idx[order], owner[order]
-            w, c = mb.weights[order].to(torch.float64), mb.counts[order].to(torch.int64)
-            draws = int(mb.num_draws)
-        else:
-            idx = torch.zeros(0, dtype=torch.int64)
-            owner = torch.zeros(0, dtype=torch.int64)
-            per_rank = torch.zeros(num_ranks, dtype=torch.int64)
-            w, c, draws = torch.zeros(0, dtype=torch.float64), torch.zeros(0, dtype=torch.int64), 0
-        s = max(1, int(per_rank.max()))
+    for j, ((idx, _, per_rank, w, c, draws), s) in enumerate(zip(split, sizes, strict=True)):
         for r, (g_rows, g_w, g_c) in enumerate(
             zip(idx.split(per_rank.tolist()), w.split(per_rank.tolist()), c.split(per_rank.tolist()), strict=True)
         ):
@@ -144,3 +136,22 @@ def shard_minibatches(
                 )
             )
     return [tuple(steps) for steps in out]
+
+
+def _split_step(
+    mb: MiniBatch | None, j: int, offsets: np.ndarray, total: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """Step j's rows grouped by the rank that holds them: (rows, owner, rows per rank, weights, counts,
+    draws); an empty step (past the plan) holds none."""
+    num_ranks = offsets.size - 1
+    if mb is None:
+        empty = torch.zeros(0, dtype=torch.int64)
+        return empty, empty, torch.zeros(num_ranks, dtype=torch.int64), torch.zeros(0, dtype=torch.float64), empty, 0
+    idx = mb.indices.to(torch.int64)
+    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= total):
+        raise ValueError(f"minibatches[{j}] holds rows outside the pool of {total} rows (the sum of rank_sizes)")
+    owner = torch.from_numpy(np.searchsorted(offsets, idx.numpy(), side="right") - 1)
+    order = torch.argsort(owner, stable=True)  # group by rank, plan order within a rank
+    per_rank = torch.bincount(owner, minlength=num_ranks)
+    w, c = mb.weights[order].to(torch.float64), mb.counts[order].to(torch.int64)
+    return idx[order], owner[order], per_rank, w, c, int(mb.num_draws)

@@ -114,6 +114,8 @@ def plan_round(
     epochs: int = 1,
     group_size: int | None = None,
     keep_zero_pool: bool = False,
+    equal_steps: bool = False,
+    row_multiple: int = 1,
 ) -> Round:
     """Plan, shard, weight and count one generation batch (see the module docstring).
 
@@ -130,6 +132,10 @@ def plan_round(
         group_size: rows per group, for methods that ``needs_groups``.
         keep_zero_pool: the loss has a term with a gradient on every row (KL, entropy), so a full-support
             method draws an all-zero-advantage pool instead of skipping it.
+        equal_steps, row_multiple: for an engine whose workers cut one batch into equal mini-batches
+            (verl): every step padded to the largest step's rows, rounded up to a multiple of
+            ``row_multiple`` (:func:`~costaware.grpo.shard.shard_minibatches`); every step is then fed,
+            its padding counted.
     """
     if not isinstance(pool, GlobalPool):
         raise TypeError(f"pool must be a GlobalPool, got {type(pool).__name__}")
@@ -156,7 +162,9 @@ def plan_round(
     costs = torch.as_tensor(pool.costs)
     # each rank pads with its cheapest row: exact whatever the row, and the least compute
     pad_rows = tuple(int(torch.argmin(costs[offsets[r] : offsets[r + 1]])) for r in range(len(sizes)))
-    shards = shard_minibatches(plan.minibatches, sizes, num_steps, pad_rows)
+    shards = shard_minibatches(
+        plan.minibatches, sizes, num_steps, pad_rows, equal_steps=equal_steps, row_multiple=row_multiple
+    )
     norms = _step_normalisers(plan.minibatches, lengths, normaliser, n, num_steps, not config.rule.fixed_size)
     procs = len(sizes)
     steps = tuple(
@@ -173,24 +181,27 @@ def plan_round(
     )
     return Round(
         plan=plan, steps=steps, normalisers=tuple(norms), global_tokens=float(sum(m.tokens for m in norms)),
-        counts=_counts(plan, shards, costs, offsets, pad_rows, epochs), seed=used_seed, pad_rows=pad_rows,
+        counts=_counts(plan, shards, costs, offsets, pad_rows, epochs, equal_steps), seed=used_seed,
+        pad_rows=pad_rows,
     )  # fmt: skip
 
 
 def _counts(
     plan: Plan, shards: list[tuple[ShardStep, ...]], costs: torch.Tensor, offsets: np.ndarray,
-    pad_rows: tuple[int, ...], epochs: int,
+    pad_rows: tuple[int, ...], epochs: int, equal_steps: bool = False,
 ) -> StepCounts:
     """The pool's accounting over every rank, each forward/backward counted once per epoch.
 
     Padding rows are fed only so that every rank runs the same shapes; with one rank, a step the plan
-    leaves empty is not fed at all (the engine skips its forward), so it counts no padding.
+    leaves empty is not fed at all (the engine skips its forward), so it counts no padding, unless
+    ``equal_steps`` (the engine's workers run every step).
     """
     procs = len(shards)
+    fed_all = procs > 1 or equal_steps
     num_pad = pad_tokens = 0
-    if procs > 1 or plan.minibatches:
+    if fed_all or plan.minibatches:
         for r, per_rank in enumerate(shards):
-            k = sum(int(s.padding.sum()) for s in per_rank if procs > 1 or not bool(s.padding.all()))
+            k = sum(int(s.padding.sum()) for s in per_rank if fed_all or not bool(s.padding.all()))
             num_pad += k
             pad_tokens += k * int(costs[int(offsets[r]) + pad_rows[r]])
     return StepCounts(

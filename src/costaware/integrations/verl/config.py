@@ -2,15 +2,13 @@
 
 >>> cfg = CostAwareConfig.from_mapping({"method": "p_star", "seed": 3})
 >>> (cfg.enable, cfg.method, cfg.weights, cfg.merge_duplicates)
-(True, 'p_star', 'centred', False)
+(True, 'p_star', 'centred', True)
 >>> CostAwareConfig.from_mapping({"alpha": 2.0})
 Traceback (most recent call last):
 ...
 ValueError: algorithm.cost_aware.alpha must be 0 or lie in [1e-300, 1], got 2.0
->>> CostAwareConfig.from_mapping({"method": "nonzero"})
-Traceback (most recent call last):
-...
-ValueError: algorithm.cost_aware.method must be one of ('none', 'p_star', 'p_smooth', 'inv_sqrt_cost', 'variance', 'uniform'), got 'nonzero' (not offered in verl: it keeps a variable number of rows per mini-batch, and verl's workers cut fixed-size mini-batches; algorithm.filter_groups (DAPO) is verl's way to drop zero-advantage groups)
+>>> CostAwareConfig.from_mapping({"method": "nonzero"}).method
+'nonzero'
 """
 
 from __future__ import annotations
@@ -39,11 +37,12 @@ logger = logging.getLogger(__name__)
 
 
 def verl_methods() -> tuple[str, ...]:
-    """The methods whose every step has the baseline's size: verl's workers cut the actor batch into
-    fixed-size mini-batches (ppo_mini_batch_size * rollout.n), so only these fit."""
-    from costaware.grpo.methods import method_names
+    """Every method of the core: each step's rows are padded with zero-factor rows to one size S per pool
+    (``resample.plan_resampling``) and the workers are told S (``state.fed_minibatch_size``), so a plan
+    that feeds fewer rows (merged duplicates, ``nonzero``, PODS) runs with fewer rows on verl too."""
+    from costaware.grpo.methods import METHODS
 
-    return method_names(lambda m: m.fixed_size)
+    return tuple(METHODS)
 
 
 def __getattr__(name: str) -> Any:
@@ -62,7 +61,8 @@ class CostAwareConfig:
     alpha: ``p_smooth`` mixing weight, (1 - alpha) p* + alpha uniform.
     proxy_noise: variance sigma^2 of the zero-mean Gaussian noise added to |A| before p is formed.
     weights: ``centred`` 1/(n_supp p_i) (mean 1 under p, the paper's choice) or ``raw`` 1/(n p_i).
-    merge_duplicates: must stay false in verl (see README: fixed mini-batch sizes leave nothing to save).
+    merge_duplicates: a row drawn k times into one mini-batch runs once with weight k·w (default, as in the
+        core): the fed mini-batches shrink to the largest step's unique rows (``docs/verl-saving.md``).
     seed: draws at step t use a generator seeded from (seed, t), so a resumed run repeats them.
     balance_dp: reorder each mini-batch so that data-parallel ranks get near-equal token counts.
     proxy: gradient-norm proxy behind p_star/p_smooth, p ∝ |A|·c^(beta-1/2): ``auto`` (default),
@@ -88,7 +88,7 @@ class CostAwareConfig:
     alpha: float = 0.01
     proxy_noise: float = 0.0
     weights: str = "centred"
-    merge_duplicates: bool = False
+    merge_duplicates: bool = True
     seed: int = 0
     balance_dp: bool = True
     proxy: str = "auto"
@@ -105,13 +105,6 @@ class CostAwareConfig:
                 raise ValueError(f"{CONFIG_KEY}.{name} must be true or false, got {value!r}")
         if self.logprob_rows not in ("fed", "all"):
             raise ValueError(f"{CONFIG_KEY}.logprob_rows must be 'fed' or 'all', got {self.logprob_rows!r}")
-        if self.merge_duplicates:
-            raise ValueError(
-                f"{CONFIG_KEY}.merge_duplicates=true is not supported in verl, got {self.merge_duplicates!r}: "
-                "verl's actor workers cut the batch into mini-batches of exactly "
-                "ppo_mini_batch_size * rollout.n rows, so a merged mini-batch would have to be padded back "
-                "with rows that cost as many tokens as the duplicates they replace"
-            )
         for name in ("seed", "token_budget"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -125,12 +118,6 @@ class CostAwareConfig:
         if not isinstance(self.proxy, str) or self.proxy not in VERL_PROXIES:
             raise ValueError(f"{CONFIG_KEY}.proxy must be one of {VERL_PROXIES}, got {self.proxy!r}")
         rule = self.sampling_config().rule  # the core checks method, alpha, noise, weights, proxy options
-        if not rule.fixed_size:
-            raise ValueError(
-                f"{CONFIG_KEY}.method must be one of {verl_methods()}, got {self.method!r} (not offered in verl: it "
-                "keeps a variable number of rows per mini-batch, and verl's workers cut fixed-size mini-batches; "
-                "algorithm.filter_groups (DAPO) is verl's way to drop zero-advantage groups)"
-            )
         object.__setattr__(self, "_rule", rule)  # not a field: equality and repr unchanged
 
     def resolved(self, loss_agg_mode: str = DEFAULT_LOSS_AGG_MODE) -> CostAwareConfig:
@@ -199,7 +186,7 @@ class CostAwareConfig:
                 alpha=self.alpha,
                 proxy_noise=self.proxy_noise,
                 weights=self.weights,
-                merge_duplicates=False,
+                merge_duplicates=self.merge_duplicates,
                 budget="rows",
                 proxy=proxy,
                 proxy_beta=None if proxy == "advantage" else beta,
@@ -285,6 +272,11 @@ def read_trainer_config(config: Any) -> CostAwareConfig | None:
             "drawable so the weighted KL and entropy terms stay unbiased"
         )
     scale = _get(config, f"{actor}.loss_scale_factor", None)
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0):
+        raise ValueError(
+            f"{CONFIG_KEY} needs {actor}.loss_scale_factor to be None or a positive number (verl divides the "
+            f"loss by it), got {scale!r}"
+        )
     if mode == "seq-mean-token-sum-norm" and scale is None:
         raise ValueError(
             f"{CONFIG_KEY} with {actor}.loss_agg_mode='seq-mean-token-sum-norm' needs "

@@ -179,3 +179,16 @@ def patch_logprob_passes(cls: type, mark: Any) -> None:
     cls._compute_old_log_prob = mark(_compute_old_log_prob)
     cls._compute_ref_log_prob = mark(_compute_ref_log_prob)
     cls._cost_aware_logprob_passes = {OLD: old, REF: ref}
+
+
+def skipped_step_entropy(trainer: Any, batch: Any, dp_size: int, originals: dict) -> dict[str, float]:
+    """``actor/entropy`` of a step whose update is skipped (every advantage zero), as stock logs it.
+
+    fit() aggregates the placeholder's entropy (NaN) before ``_update_actor``; a fed step overwrites it
+    with the fed rows' value, a skipped one has no fed rows. verl's policy pass over every row gives
+    stock's value (its tokens are counted in ``cost_aware/step/logprob_tokens``); the update is still saved.
+    """
+    from types import SimpleNamespace
+
+    every = torch.arange(len(batch))
+    return fill_fed_logprobs(trainer, batch, SimpleNamespace(batch={}), every, {OLD}, dp_size, originals)

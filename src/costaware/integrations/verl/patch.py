@@ -31,6 +31,7 @@ from costaware.integrations.verl.state import (
     _config,
     _counters,
     _mark,
+    fed_minibatch_size,
     _minibatch_size,
     _record,
 )
@@ -46,7 +47,7 @@ def update_actor_v0(trainer: Any, batch: Any, original: Any) -> Any:
     from verl import DataProto
 
     from costaware.integrations.verl.config import actor_loss
-    from costaware.integrations.verl.logprobs import DEFERRED, fill_fed_logprobs
+    from costaware.integrations.verl.logprobs import DEFERRED, OLD, fill_fed_logprobs, skipped_step_entropy
     from costaware.integrations.verl.resample import resample_dataproto
 
     cfg = _config(trainer)
@@ -65,16 +66,21 @@ def update_actor_v0(trainer: Any, batch: Any, original: Any) -> Any:
         step=trainer.global_steps,
         loss_agg_mode=mode,
         regularised=regularised,
+        group_size=int(trainer.config.actor_rollout_ref.rollout.n),
+        epochs=int(trainer.config.actor_rollout_ref.actor.ppo_epochs),
     )
+    originals = getattr(type(trainer), "_cost_aware_logprob_passes", {})
     if result.skipped is not None:
         logger.warning("costaware: step %s skips the actor update: %s", trainer.global_steps, result.skipped)
         metrics = _record(trainer, result, time.perf_counter() - start)
+        if OLD in deferred:  # fit() logged actor/entropy from the placeholder: give it the batch's
+            metrics.update(skipped_step_entropy(trainer, batch, dp_size, originals))
         return DataProto.from_single_dict(data={}, meta_info={"metrics": metrics})
     passes = {}
     if deferred:
-        originals = type(trainer)._cost_aware_logprob_passes
         passes = fill_fed_logprobs(trainer, batch, result.batch, result.indices, deferred, dp_size, originals)
-    output = original(trainer, result.batch)
+    with fed_minibatch_size(trainer.actor_rollout_wg, result.minibatch_size):
+        output = original(trainer, result.batch)
     output.meta_info["metrics"].update(_record(trainer, result, time.perf_counter() - start))
     output.meta_info["metrics"].update(passes)
     return output

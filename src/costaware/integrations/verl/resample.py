@@ -22,7 +22,7 @@ counts are near-equal.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -102,14 +102,18 @@ def _balanced_rank_order(costs: torch.Tensor, dp_size: int) -> torch.Tensor:
 class ResampleResult:
     """What one actor update runs.
 
-    indices: (N,) rows of the original batch, in the order verl must receive them (None when skipped).
-    weights: (N,) float32 importance weight of each draw (the plan's, 1/(n_supp p_i) or 1/(N p_i)).
-    factors: (N,) float32 per-row loss factor verl multiplies in (the core's, for the ``loss_agg_mode``'s
-        family with :data:`NORMALISER`: the weight, times the step's drawn-to-pool token ratio under
-        ``token-mean``).
+    indices: (k·S,) rows of the original batch, in the order verl must receive them (None when skipped);
+        padding rows (zero factor, equal shapes) are copies of the pool's cheapest row.
+    weights: (k·S,) float32 importance weight × draw count of each fed row (0 on padding).
+    factors: (k·S,) float32 per-row loss factor verl multiplies in (the core's, for the ``loss_agg_mode``'s
+        family with :data:`NORMALISER`; 0 on padding).
     batch: the resampled DataProto with ``rollout_is_weights`` set (None when skipped or not built).
     counts: the round's accounting (:class:`~costaware.grpo.accounting.StepCounts`, ``po_seconds`` 0).
     skipped: why no update runs (every advantage is zero), else None.
+    minibatch_size: S, the rows of every fed mini-batch (a multiple of the data-parallel size; the
+        stock ``ppo_mini_batch_size * rollout.n`` when every step feeds as many rows as stock).
+    advantages: (k·S,) float32 the plan's advantage of each fed row, or None when the method keeps the
+        pool's (PODS-style methods recompute them over the kept rows).
     """
 
     indices: torch.Tensor | None
@@ -118,6 +122,8 @@ class ResampleResult:
     batch: Any
     counts: StepCounts
     skipped: str | None
+    minibatch_size: int = 0
+    advantages: torch.Tensor | None = None
 
 
 def plan_resampling(
@@ -132,16 +138,23 @@ def plan_resampling(
     lengths: torch.Tensor | None = None,
     loss_agg_mode: str = DEFAULT_LOSS_AGG_MODE,
     regularised: bool = False,
+    rewards: torch.Tensor | None = None,
+    group_size: int | None = None,
+    epochs: int = 1,
 ) -> ResampleResult:
     """Draw the plan from per-sequence advantages and costs and lay it out for verl's workers.
 
-    The number of draws equals the batch length N (the baseline's num_minibatches * minibatch_size), so
-    verl runs the same number of optimizer steps on mini-batches of the same size. ``lengths`` are the
-    rows' response tokens (the ``token-mean`` normaliser counts them; default: ``costs``). The round is the
-    core's (:func:`costaware.grpo.step.plan_round`), drawn from ``plan_seed(seed, step)``, on one "rank"
-    holding the whole batch: verl's normalisers are global, so the factors are those of one rank.
-    ``regularised``: the loss has a KL or entropy term, so a pool whose advantages are all zero is
-    still drawn (by a full-support method) instead of skipped.
+    ``minibatch_size`` is the baseline's rows per optimiser step; verl runs as many optimiser steps as
+    stock (N / minibatch_size). The core (:func:`costaware.grpo.step.plan_round`, drawn from
+    ``plan_seed(seed, step)``) plans on one "rank" holding the whole batch (verl's normalisers are
+    global, so the factors are those of one rank) and pads every step to the same S rows, a multiple of
+    ``dp_size`` (verl's workers cut each rank's chunk into equal mini-batches): S is stock's size for
+    the drawing methods without merging, and smaller when rows are merged or a subset is fed. The caller
+    passes S to the workers as the mini-batch size. ``lengths`` are the rows' response tokens (the
+    ``token-mean`` normaliser counts them; default: ``costs``). ``regularised``: the loss has a KL or
+    entropy term, so a pool whose advantages are all zero is still drawn (by a full-support method)
+    instead of skipped. ``rewards`` and ``group_size`` (contiguous groups) feed methods that
+    ``needs_groups``; ``epochs`` scales the accounting (``ppo_epochs``).
     """
 
     n = int(advantages.shape[0])
@@ -167,31 +180,29 @@ def plan_resampling(
         )
     num_minibatches = n // minibatch_size
     rnd = plan_round(
-        GlobalPool(advantages.to(torch.float32), costs, lengths.to(torch.float64)),
+        GlobalPool(advantages.to(torch.float32), costs, lengths.to(torch.float64), rewards=rewards),
         config.sampling_config(loss_agg_mode), seed=seed, step=step, family=VERL_LOSS_FAMILY[loss_agg_mode],
         num_steps=num_minibatches, minibatch_size=minibatch_size, normaliser=NORMALISER, keep_zero_pool=regularised,
+        group_size=group_size, epochs=epochs, equal_steps=True, row_multiple=dp_size,
     )  # fmt: skip
     if rnd.plan.skipped is not None:
         return ResampleResult(None, None, None, None, rnd.counts, rnd.plan.skipped)
-    steps = rnd.steps[0]  # one rank: its steps are the plan's mini-batches, rows in the plan's order
-    sizes = [int(s.shard.rows.numel()) for s in steps]
-    if any(size != minibatch_size for size in sizes):
-        raise RuntimeError(  # the config only admits methods whose every step has the baseline's size
-            f"{CONFIG_KEY}.method={config.method!r} gave mini-batch sizes {sizes}, verl needs "
-            f"{num_minibatches} x {minibatch_size}"
-        )
-    index = torch.stack([s.shard.rows for s in steps])  # (k, m)
+    steps = rnd.steps[0]  # one rank: its steps are the plan's mini-batches, rows in the plan's order, padded
+    size = int(steps[0].shard.rows.numel())  # equal_steps: every step has S rows
+    index = torch.stack([s.shard.rows for s in steps])  # (k, S)
     weight = torch.stack([s.shard.weights for s in steps]).to(torch.float32)
     factor = torch.stack([s.factors for s in steps]).to(torch.float32)
+    adv = torch.stack([s.advantages for s in steps]).to(torch.float32)
     if config.balance_dp and dp_size > 1:
         perm = _balanced_rank_order(costs[index].to(torch.float64), dp_size)
-        index, weight, factor = (torch.gather(t, 1, perm) for t in (index, weight, factor))
-    per_rank = minibatch_size // dp_size
+        index, weight, factor, adv = (torch.gather(t, 1, perm) for t in (index, weight, factor, adv))
+    per_rank = size // dp_size
     # (k, dp, s) -> (dp, k, s): rank r's contiguous chunk holds its share of every mini-batch in order.
-    index, weight, factor = (
-        t.view(num_minibatches, dp_size, per_rank).transpose(0, 1).reshape(-1) for t in (index, weight, factor)
+    index, weight, factor, adv = (
+        t.view(num_minibatches, dp_size, per_rank).transpose(0, 1).reshape(-1) for t in (index, weight, factor, adv)
     )
-    return ResampleResult(index, weight, factor, None, rnd.counts, None)
+    recomputed = adv if config.rule.needs_groups else None
+    return ResampleResult(index, weight, factor, None, rnd.counts, None, size, recomputed)
 
 
 def weighted_rollout_is_weights(
@@ -207,6 +218,36 @@ def weighted_rollout_is_weights(
     return existing * weights.to(existing.dtype)[:, None]
 
 
+def group_order(uids: Any, group_size: int) -> torch.Tensor:
+    """(N,) permutation putting each group's rows together (groups in order of first appearance, rows in
+    batch order): the layout methods that ``needs_groups`` read. verl's ``balance_batch`` may have
+    reordered the rows; every group must hold ``group_size`` (``rollout.n``) rows.
+
+    >>> group_order(["b", "a", "b", "a"], 2).tolist()
+    [0, 2, 1, 3]
+    """
+    first: dict[Any, int] = {}
+    keys = [first.setdefault(u, len(first)) for u in list(uids)]
+    sizes = torch.bincount(torch.tensor(keys, dtype=torch.int64), minlength=len(first))
+    if len(keys) == 0 or bool((sizes != group_size).any()):
+        bad = sorted({int(x) for x in sizes.tolist()} - {group_size})
+        raise ValueError(
+            f"methods that recompute group advantages need every uid to hold rollout.n={group_size} rows, "
+            f"got groups of {bad or [0]} rows"
+        )
+    return torch.argsort(torch.tensor(keys, dtype=torch.int64), stable=True)
+
+
+def row_rewards(td: Any) -> torch.Tensor:
+    """(N,) each row's scalar reward: ``token_level_rewards`` (else ``token_level_scores``) summed."""
+    for key in ("token_level_rewards", "token_level_scores"):
+        if key in td.keys():
+            return td[key].to(torch.float64).sum(-1)
+    raise ValueError(
+        f"{CONFIG_KEY}.method needs the rows' rewards (token_level_rewards or token_level_scores) in the batch"
+    )
+
+
 def resample_dataproto(
     batch: DataProto,
     config: CostAwareConfig,
@@ -217,13 +258,16 @@ def resample_dataproto(
     step: int,
     loss_agg_mode: str = DEFAULT_LOSS_AGG_MODE,
     regularised: bool = False,
+    group_size: int | None = None,
+    epochs: int = 1,
 ) -> ResampleResult:
     """Resample a padded verl ``DataProto`` (trainer v0): every tensor and non-tensor field follows the rows.
 
-    Needs ``advantages``, ``response_mask`` and ``attention_mask``; ``rollout_is_weights`` from rollout
-    correction, if present, is multiplied by the row factors, else created; ``cost_aware_weights`` holds
-    the factors alone (for the entropy and KL terms). ``global_token_num``
-    in ``meta_info`` is rebuilt for the drawn rows.
+    Needs ``advantages``, ``response_mask`` and ``attention_mask`` (and, for methods that
+    ``needs_groups``, ``uid`` and the rewards, with ``group_size`` = ``rollout.n``: their recomputed
+    advantages replace ``advantages``); ``rollout_is_weights`` from rollout correction, if present, is
+    multiplied by the row factors, else created; ``cost_aware_weights`` holds the factors alone (for the
+    entropy and KL terms). ``global_token_num`` in ``meta_info`` is rebuilt for the fed rows.
     """
     for key in ("advantages", "response_mask", "attention_mask"):
         if batch.batch is None or key not in batch.batch.keys():
@@ -233,28 +277,43 @@ def resample_dataproto(
     td = batch.batch
     advantages = sequence_advantages(td["advantages"], td["response_mask"])
     costs = sequence_costs(td["attention_mask"])
+    lengths = td["response_mask"].sum(-1)
+    order = torch.arange(len(batch))
+    rewards = None
+    if config.rule.needs_groups:
+        if group_size is None or "uid" not in batch.non_tensor_batch:
+            raise ValueError(f"{CONFIG_KEY}.method={config.method!r} needs the rows' uid and rollout.n")
+        order = group_order(batch.non_tensor_batch["uid"], group_size)
+        rewards = row_rewards(td)[order]
     result = plan_resampling(
-        advantages,
-        costs,
+        advantages[order],
+        costs[order],
         config,
         minibatch_size=minibatch_size,
         dp_size=dp_size,
         seed=seed,
         step=step,
-        lengths=td["response_mask"].sum(-1),
+        lengths=lengths[order],
         loss_agg_mode=loss_agg_mode,
         regularised=regularised,
+        rewards=rewards,
+        group_size=group_size if config.rule.needs_groups else None,
+        epochs=epochs,
     )
     if result.skipped is not None:
         return result
     assert result.indices is not None and result.factors is not None
-    new = batch.select_idxs(result.indices)
+    indices = order[result.indices]
+    new = batch.select_idxs(indices)
     existing = new.batch["rollout_is_weights"] if "rollout_is_weights" in new.batch.keys() else None
     shape = tuple(new.batch["response_mask"].shape)
     new.batch["rollout_is_weights"] = weighted_rollout_is_weights(existing, result.factors, shape)
     # the factor alone, for the entropy and KL terms (the wrapped ppo_loss reads it)
     new.batch[WEIGHTS_KEY] = weighted_rollout_is_weights(None, result.factors, shape)
+    if result.advantages is not None:  # the method's own advantages over the rows it kept
+        mask = new.batch["response_mask"]
+        new.batch["advantages"] = result.advantages.to(new.batch["advantages"].dtype)[:, None] * mask
     new.meta_info = dict(batch.meta_info)  # select_idxs shares the dict with the source batch
     if "global_token_num" in new.meta_info:
-        new.meta_info["global_token_num"] = costs[result.indices].tolist()
-    return ResampleResult(result.indices, result.weights, result.factors, new, result.counts, None)
+        new.meta_info["global_token_num"] = costs[indices].tolist()
+    return replace(result, indices=indices, batch=new)

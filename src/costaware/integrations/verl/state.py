@@ -88,3 +88,42 @@ def _budget_spent(trainer: Any) -> bool:
             _counters(trainer).tokens, budget, trainer.global_steps,
         )
     return True
+
+
+class fed_minibatch_size:  # noqa: N801  (a context manager, used like a function)
+    """Within the block, the actor worker group's ``update_actor`` gets ``size`` rows per mini-batch.
+
+    verl's ``_update_actor`` (v0 and v1) sends ``mini_batch_size`` and ``global_batch_size`` =
+    ``ppo_mini_batch_size * rollout.n`` with the batch; the worker cuts each rank's chunk into mini-batches
+    of ``mini_batch_size / dp`` rows and the seq-mean loss modes divide by ``global_batch_size``. The
+    plan's mini-batches hold ``size`` rows (fewer when rows are merged or a subset is fed), so both are set
+    to ``size`` on the way to the workers; the number of mini-batches (optimiser steps) stays stock's.
+    ``size`` equal to stock's changes nothing.
+    """
+
+    def __init__(self, worker_group: Any, size: int) -> None:
+        self.wg, self.size = worker_group, int(size)
+
+    def __enter__(self) -> None:
+        wg, size = self.wg, self.size
+        self.had = "update_actor" in vars(wg)  # Ray worker groups bind their methods on the instance
+        original = wg.update_actor
+
+        def update_actor(data, *args, **kwargs):
+            info = getattr(data, "extra_info", None)  # trainer v1: KVBatchMeta
+            if info is not None:
+                info.update(mini_batch_size=size, global_batch_size=size)
+            else:  # trainer v0: TensorDict with non-tensor entries
+                from verl.utils import tensordict_utils as tu
+
+                tu.assign_non_tensor(data, mini_batch_size=size, global_batch_size=size)
+            return original(data, *args, **kwargs)
+
+        self.original = original
+        wg.update_actor = update_actor
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.had:
+            self.wg.update_actor = self.original
+        else:
+            del self.wg.update_actor
