@@ -13,14 +13,16 @@ dynamic batch size, ``ppo_loss``) on the demo policy (``policy.build_policy``, a
 profile's size). Pools are ``bench_po_time``'s (the profile's task family, group advantages, a
 ``--constant-groups`` share of zero-advantage groups), written as verl's padded batch.
 
-Two settings, each against stock verl (no ``algorithm.cost_aware``) on identical pools, interleaved
-A B A B with medians over pools x repeats:
-* KL off: p* (the passes: old log-probs only);
-* KL on (low_var_kl 0.01): p_smooth with alpha 0.2 (old and reference passes).
-It prints per method the median seconds and the tokens computed per PO phase (prompt + response tokens
-of every row each pass and the update ran), split into passes and update, and
-``(time saved / stock time) / (tokens saved / stock tokens)``: 1.0 means the token saving is a time saving
-one for one.
+Arms, each on identical pools, interleaved (stock, then every arm, per pool) with medians over
+pools x repeats, in one process:
+* KL off: stock verl, ``none``, ``nonzero``, ``p_star`` (duplicates merged, the default), ``pods``,
+  ``cost_pods`` (passes: old log-probs only);
+* KL on (low_var_kl 0.01): stock, p_smooth with alpha 0.2 (old and reference passes).
+Per arm: the median seconds of the PO phase; the tokens computed (prompt + response tokens of every row
+each pass and the update ran, padding rows included), split into passes and update; ``trl``, the tokens
+TRL's adapter feeds on the same plan in one process (the core's ``tokens``, no padding) over stock's;
+and ``(time saved / stock time) / (tokens saved / stock tokens)``: 1.0 means the token saving is a time
+saving one for one.
 """
 
 from __future__ import annotations
@@ -133,6 +135,9 @@ def to_dataproto(pool, group: int):
         "position_ids": (attention.cumsum(-1) - 1).clamp(min=0),
         "response_mask": pool.completion_mask,
         "advantages": pool.advantages[:, None] * pool.completion_mask,
+        # PODS reads rewards: a group's advantages are an affine map of its rewards (group_advantages), and
+        # PODS' selection and recomputed advantages are invariant to one, so A stands in for the reward
+        "token_level_rewards": pool.advantages[:, None] * pool.completion_mask,
     }
     uid = np.repeat(np.arange(len(pool.advantages) // group), group).astype(object)
     return DataProto.from_dict(
@@ -189,12 +194,14 @@ def po_phase(trainer, batch, kl: bool, step: int, sync=lambda: None) -> dict[str
     seconds = time.perf_counter() - start
     metrics = out.meta_info["metrics"]
     passes = 1 + int(kl)
-    if "cost_aware/step/tokens" in metrics:
-        update = metrics["cost_aware/step/tokens"]
+    if "cost_aware/step/tokens" in metrics:  # the update feeds the plan's rows and its padding rows
+        update = metrics["cost_aware/step/tokens"] + metrics["cost_aware/step/tokens_padding"]
+        trl = metrics["cost_aware/step/tokens"]  # TRL on one process feeds the plan's rows, no padding
         pass_tokens = metrics.get("cost_aware/step/logprob_tokens", float(costs.sum())) * passes
     else:
-        update, pass_tokens = float(costs.sum()), float(costs.sum()) * passes
-    return {"seconds": seconds, "passes": pass_tokens, "update": update}
+        update = trl = float(costs.sum())
+        pass_tokens = float(costs.sum()) * passes
+    return {"seconds": seconds, "passes": pass_tokens, "update": update, "trl": trl}
 
 
 def main() -> None:
@@ -218,36 +225,47 @@ def main() -> None:
         print(line)
 
 
+KL_OFF = {
+    "none": ["+algorithm.cost_aware.method=none"],
+    "nonzero": ["+algorithm.cost_aware.method=nonzero"],
+    "p_star": ["+algorithm.cost_aware.method=p_star"],
+    "pods": ["+algorithm.cost_aware.method=pods"],
+    "cost_pods": ["+algorithm.cost_aware.method=cost_pods"],
+}
 SETTINGS = {
-    "KL off: p*": (False, ["+algorithm.cost_aware.method=p_star"]),
-    "KL on: p_smooth a=0.2": (True, ["+algorithm.cost_aware.method=p_smooth", "+algorithm.cost_aware.alpha=0.2"]),
+    "KL off": (False, KL_OFF),
+    "KL on": (True, {"p_smooth a=0.2": ["+algorithm.cost_aware.method=p_smooth", "+algorithm.cost_aware.alpha=0.2"]}),
 }
 
 
 def compare(base, ref, prof, batches, repeats: int, device: str = "cpu", sync=lambda: None):
-    """Stock against the plugin in each of ``SETTINGS`` on the same batches, A B A B; the report's lines.
+    """Stock against every arm of each of ``SETTINGS`` on the same batches, interleaved; the report's lines.
     ``sync`` waits for the device (``torch.cuda.synchronize`` on a GPU) before each clock reading."""
     lines = []
-    for label, (kl, keys) in SETTINGS.items():
-        arms = {"stock": build_trainer(copy.deepcopy(base), ref, prof, kl, [], device),
-                "plugin": build_trainer(copy.deepcopy(base), ref, prof, kl, keys, device)}  # fmt: skip
+    for label, (kl, plugin_arms) in SETTINGS.items():
+        arms = {"stock": build_trainer(copy.deepcopy(base), ref, prof, kl, [], device)}
+        arms.update({a: build_trainer(copy.deepcopy(base), ref, prof, kl, keys, device) for a, keys in plugin_arms.items()})
         for trainer in arms.values():  # warm-up: allocator, autograd caches, optimiser state
             po_phase(trainer, batches[0], kl, 0, sync)
         runs: dict[str, list[dict[str, float]]] = {a: [] for a in arms}
         for r in range(repeats):
             for i, batch in enumerate(batches):
-                for arm, trainer in arms.items():  # A B A B: drift in machine load hits both alike
+                for arm, trainer in arms.items():  # interleaved: drift in machine load hits every arm alike
                     runs[arm].append(po_phase(trainer, batch, kl, 1 + 1000 * r + i, sync))
         med = {a: statistics.median(x["seconds"] for x in runs[a]) for a in arms}
-        tok_ = {a: {k: float(np.mean([x[k] for x in runs[a]])) for k in ("passes", "update")} for a in arms}
-        total = {a: tok_[a]["passes"] + tok_[a]["update"] for a in arms}
-        lines.append(f"\n{label} ({len(batches)} pools x {repeats} repeats)")
-        lines.append(f"{'arm':7s} {'median s':>9s} {'tokens':>9s} {'passes':>9s} {'update':>9s}")
+        tok = {a: {k: float(np.mean([x[k] for x in runs[a]])) for k in ("passes", "update", "trl")} for a in arms}
+        total = {a: tok[a]["passes"] + tok[a]["update"] for a in arms}
+        lines.append(f"\n{label} ({len(batches)} pools x {repeats} repeats; ratios against stock)")
+        lines.append(f"{'arm':15s} {'median s':>9s} {'time':>6s} {'tokens':>8s} {'passes':>8s} {'update':>8s} "
+                     f"{'upd/stk':>7s} {'trl/stk':>7s} {'time/tok saved':>14s}")  # fmt: skip
         for a in arms:
-            lines.append(f"{a:7s} {med[a]:9.4f} {total[a]:9.0f} {tok_[a]['passes']:9.0f} {tok_[a]['update']:9.0f}")
-        dt, dk = 1 - med["plugin"] / med["stock"], 1 - total["plugin"] / total["stock"]
-        lines.append(f"plugin vs stock: time saved {dt:.3f}, tokens saved {dk:.3f}, "
-                     f"time saved / tokens saved = {dt / dk:.2f}")  # fmt: skip
+            dt, dk = 1 - med[a] / med["stock"], 1 - total[a] / total["stock"]
+            ratio = f"{dt / dk:14.2f}" if abs(dk) > 1e-9 else f"{'-':>14s}"
+            lines.append(
+                f"{a:15s} {med[a]:9.4f} {med[a] / med['stock']:6.3f} {total[a]:8.0f} {tok[a]['passes']:8.0f} "
+                f"{tok[a]['update']:8.0f} {tok[a]['update'] / tok['stock']['update']:7.3f} "
+                f"{tok[a]['trl'] / tok['stock']['update']:7.3f} {ratio}"
+            )
     return lines
 
 

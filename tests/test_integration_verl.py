@@ -104,7 +104,7 @@ def test_config_defaults_and_hydra_key(base_config):
     cfg = read_trainer_config(base_config)
     # verl's default loss_agg_mode is token-mean (a token sum): proxy=auto resolves to the length-aware prior
     assert cfg == CostAwareConfig(method="p_star", seed=7, proxy="length_aware", proxy_beta=1.0)
-    assert cfg.merge_duplicates is False and cfg.weights == "centred"
+    assert cfg.merge_duplicates is True and cfg.weights == "centred"  # merged, as in the core
     no_key = verl_config("algorithm.adv_estimator=grpo")
     assert read_trainer_config(no_key) is None
     off = verl_config("actor_rollout_ref.actor.shuffle=false", "+algorithm.cost_aware.enable=false")
@@ -184,7 +184,7 @@ def test_adaptive_alpha_reaches_the_resampled_weights():
     batch = grpo_batch(num_prompts=6, seed=3)
     adv = batch.batch["advantages"].sum(-1) / batch.batch["response_mask"].sum(-1)
     cost = batch.batch["attention_mask"].sum(-1)
-    kw = dict(method="p_smooth", alpha=0.0, proxy="length_aware", proxy_beta=1.0, weights="raw")
+    kw = dict(method="p_smooth", alpha=0.0, proxy="length_aware", proxy_beta=1.0, weights="raw", merge_duplicates=False)
     fixed = plan_resampling(adv, cost, CostAwareConfig(**kw), minibatch_size=8, dp_size=2, seed=0, step=0)
     assert float(fixed.weights.max()) > 1.5  # without adaptive smoothing some weight exceeds the bound
     cfg = CostAwareConfig(**kw, adaptive_alpha_max_weight=1.5)
@@ -197,14 +197,12 @@ def test_adaptive_alpha_reaches_the_resampled_weights():
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"method": "pods"}, "method must be one of"),
-        ({"method": "nonzero"}, "filter_groups"),
         ({"method": "bogus"}, "'bogus'"),
         ({"alpha": 1.5}, "alpha must be 0 or lie in [1e-300, 1], got 1.5"),
         ({"alpha": float("nan")}, "alpha must be 0 or lie in [1e-300, 1], got nan"),
         ({"proxy_noise": -0.1}, "proxy_noise must be a finite variance >= 0, got -0.1"),
         ({"weights": "mean"}, "weights must be 'centred' or 'raw', got 'mean'"),
-        ({"merge_duplicates": True}, "merge_duplicates=true is not supported"),
+        ({"merge_duplicates": "yes"}, "merge_duplicates must be true or false, got 'yes'"),
         ({"seed": -1}, "seed must be a non-negative integer, got -1"),
         ({"enable": "yes"}, "enable must be true or false, got 'yes'"),
         ({"methd": "p_star"}, "unknown key(s) ['methd']"),
@@ -214,6 +212,26 @@ def test_config_errors_name_field_and_value(values, message):
     with pytest.raises(ValueError, match="algorithm.cost_aware") as info:
         CostAwareConfig.from_mapping(values)
     assert message in str(info.value)
+
+
+def test_every_listed_method_is_accepted_and_the_unknown_method_error_lists_them():
+    """The list an unknown method's error gives is what verl accepts: each entry builds a config."""
+    from costaware.integrations.verl.config import verl_methods
+
+    with pytest.raises(ValueError, match="algorithm.cost_aware.method must be one of") as info:
+        CostAwareConfig.from_mapping({"method": "bogus"})
+    assert str(verl_methods()) in str(info.value)
+    for method in verl_methods():
+        assert CostAwareConfig.from_mapping({"method": method}).method == method
+        assert read_trainer_config(verl_config("actor_rollout_ref.actor.shuffle=false", f"+algorithm.cost_aware.method={method}"))
+
+
+@pytest.mark.parametrize("value", ["0", "-1.0"])
+def test_loss_scale_factor_must_be_positive(value):
+    overrides = ["actor_rollout_ref.actor.shuffle=false", "+algorithm.cost_aware.method=p_star",
+                 f"+actor_rollout_ref.actor.loss_scale_factor={value}"]  # fmt: skip
+    with pytest.raises(ValueError, match=r"actor_rollout_ref.actor.loss_scale_factor .* got -?[01]"):
+        read_trainer_config(verl_config(*overrides))
 
 
 @pytest.mark.parametrize(
@@ -239,7 +257,7 @@ def _resample(batch, cfg=None, minibatch_size=8, dp_size=2, seed=0):
 
     return resample_dataproto(
         batch,
-        cfg or CostAwareConfig(),
+        cfg or CostAwareConfig(merge_duplicates=False),
         minibatch_size=minibatch_size,
         dp_size=dp_size,
         seed=seed,
@@ -278,7 +296,7 @@ def test_resampling_keeps_every_field_aligned(method):
 def test_p_star_weights_and_tokens_match_the_formula(proxy, beta):
     """p ∝ |A|·c^(β−½): the paper's β = 0, a configured β, and auto under verl's default token-mean (β = 1)."""
     batch = grpo_batch(num_prompts=6, seed=3)
-    cfg = CostAwareConfig(method="p_star", proxy=proxy, proxy_beta=beta)
+    cfg = CostAwareConfig(method="p_star", proxy=proxy, proxy_beta=beta, merge_duplicates=False)
     res = _resample(batch, cfg, minibatch_size=8, dp_size=2)
     adv = batch.batch["advantages"].sum(-1) / batch.batch["response_mask"].sum(-1)
     cost = batch.batch["attention_mask"].sum(-1).double()
@@ -317,13 +335,17 @@ def test_monte_carlo_weighted_draws_are_unbiased():
     assert abs(float(est.mean()) - float(x.mean())) < 4 * sem + 1e-12
 
 
-def test_layout_matches_verl_worker_split_and_balances_ranks():
+@pytest.mark.parametrize("method", ["p_star", "nonzero"])
+@pytest.mark.parametrize("merge", [False, True])
+def test_layout_matches_verl_worker_split_and_balances_ranks(method, merge):
+    """Every rank's contiguous chunk holds its S/dp rows of each of the 4 mini-batches in order; the fed
+    rows of mini-batch j are the plan's; padding (weight 0) fills every mini-batch to S, a multiple of dp."""
     batch = grpo_batch(num_prompts=8, seed=1)  # 32 rows
     from costaware.integrations.verl import plan_resampling, sequence_advantages, sequence_costs
 
     adv = sequence_advantages(batch.batch["advantages"], batch.batch["response_mask"])
     cost = sequence_costs(batch.batch["attention_mask"])
-    cfg = CostAwareConfig(method="p_star")
+    cfg = CostAwareConfig(method=method, merge_duplicates=merge)
     mbs, dp = 8, 4
     res = plan_resampling(adv, cost, cfg, minibatch_size=mbs, dp_size=dp, seed=2, step=0)
     from costaware.grpo.config import plan_seed
@@ -337,11 +359,16 @@ def test_layout_matches_verl_worker_split_and_balances_ranks():
         config=cfg.sampling_config(),
         generator=torch.Generator().manual_seed(plan_seed(2, 0)),  # the round's one seed derivation
     )
-    per_rank = mbs // dp
+    size = res.minibatch_size
+    assert size % dp == 0 and size == -(-max(mb.indices.numel() for mb in plan.minibatches) // dp) * dp
+    assert size <= mbs and (size == mbs or merge or method == "nonzero")
+    per_rank = size // dp
     layout = res.indices.view(dp, 4, per_rank)  # rank r's contiguous chunk, then consecutive mini-batches
+    weight = res.weights.view(dp, 4, per_rank)
     for j, mb in enumerate(plan.minibatches):
-        got = layout[:, j, :].reshape(-1)
-        assert sorted(got.tolist()) == sorted(mb.indices.tolist())
+        got, fed = layout[:, j, :].reshape(-1), weight[:, j, :].reshape(-1) > 0
+        assert sorted(got[fed].tolist()) == sorted(mb.indices.tolist())
+        assert set(got[~fed].tolist()) <= {int(torch.argmin(cost))}  # padding: the cheapest row
         rank_tokens = cost[layout[:, j, :]].sum(-1)
         assert int(rank_tokens.max() - rank_tokens.min()) <= int(cost[got].max())
 
@@ -462,8 +489,12 @@ def test_patched_update_actor_v0_logic(base_config, tmp_path):
 
     class Trainer:  # the attributes RayPPOTrainer._update_actor and the wrapper read
         def __init__(self):
+            from omegaconf import open_dict
+
             self.config = base_config.copy()
             self.config.trainer.default_local_dir = str(tmp_path)
+            with open_dict(self.config):  # one fed row per draw: the sent batch has the stock's rows
+                self.config.algorithm.cost_aware.merge_duplicates = False
             self.global_steps = 3
             self.actor_rollout_wg = None
 

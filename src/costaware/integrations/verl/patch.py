@@ -79,7 +79,7 @@ def update_actor_v0(trainer: Any, batch: Any, original: Any) -> Any:
     passes = {}
     if deferred:
         passes = fill_fed_logprobs(trainer, batch, result.batch, result.indices, deferred, dp_size, originals)
-    with fed_minibatch_size(trainer.actor_rollout_wg, result.minibatch_size):
+    with fed_minibatch_size(trainer.actor_rollout_wg, result.minibatch_size, _minibatch_size(trainer)):
         output = original(trainer, result.batch)
     output.meta_info["metrics"].update(_record(trainer, result, time.perf_counter() - start))
     output.meta_info["metrics"].update(passes)

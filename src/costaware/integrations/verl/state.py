@@ -98,13 +98,15 @@ class fed_minibatch_size:  # noqa: N801  (a context manager, used like a functio
     of ``mini_batch_size / dp`` rows and the seq-mean loss modes divide by ``global_batch_size``. The
     plan's mini-batches hold ``size`` rows (fewer when rows are merged or a subset is fed), so both are set
     to ``size`` on the way to the workers; the number of mini-batches (optimiser steps) stays stock's.
-    ``size`` equal to stock's changes nothing.
+    ``size`` equal to ``stock`` (stock's size) leaves the worker group untouched.
     """
 
-    def __init__(self, worker_group: Any, size: int) -> None:
-        self.wg, self.size = worker_group, int(size)
+    def __init__(self, worker_group: Any, size: int, stock: int) -> None:
+        self.wg, self.size, self.active = worker_group, int(size), int(size) != int(stock)
 
     def __enter__(self) -> None:
+        if not self.active:
+            return
         wg, size = self.wg, self.size
         self.had = "update_actor" in vars(wg)  # Ray worker groups bind their methods on the instance
         original = wg.update_actor
@@ -123,6 +125,8 @@ class fed_minibatch_size:  # noqa: N801  (a context manager, used like a functio
         wg.update_actor = update_actor
 
     def __exit__(self, *exc: Any) -> None:
+        if not self.active:
+            return
         if self.had:
             self.wg.update_actor = self.original
         else:

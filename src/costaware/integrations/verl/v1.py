@@ -120,7 +120,7 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
             fields=sorted(set(batch.fields or []) | extra) if batch.fields else None,
             extra_info=dict(batch.extra_info or {}),
         )
-        with fed_minibatch_size(trainer.actor_rollout_wg, result.minibatch_size):
+        with fed_minibatch_size(trainer.actor_rollout_wg, result.minibatch_size, _minibatch_size(trainer)):
             original(trainer, resampled, metrics)
     finally:
         if copied:
