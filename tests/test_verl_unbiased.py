@@ -138,3 +138,73 @@ def test_all_zero_advantages_still_get_the_kl_and_entropy_update(extra):
     grads = minibatch_grads(data, "token-mean", DRAWS // 4, *extra)
     assert len(grads) == DRAWS // 4 * NUM_PROMPTS, "every call must update (no skipped step)"
     assert unbiased(grads, full, f"all-zero advantages, {extra or 'KL and entropy'}")
+
+
+# ------------------------------------------------- plans that feed fewer rows: merged p*, its mutants
+
+P_STAR = ("algorithm.cost_aware.method=p_star", "algorithm.cost_aware.merge_duplicates=true",
+          "actor_rollout_ref.actor.use_kl_loss=false", "actor_rollout_ref.actor.entropy_coeff=0.0")  # fmt: skip
+
+
+def _self_normalised(monkeypatch) -> None:
+    """The known-wrong estimator: each step's factors divided by the mean weight of its draws."""
+    from dataclasses import replace
+
+    original = resample.plan_round
+
+    def plan_round(*args, **kwargs):
+        rnd = original(*args, **kwargs)
+        steps = tuple(
+            tuple(replace(s, factors=s.factors * s.shard.draws / float(s.shard.weights.sum())) for s in per_rank)
+            for per_rank in rnd.steps
+        )
+        return replace(rnd, steps=steps)
+
+    monkeypatch.setattr(resample, "plan_round", plan_round)
+
+
+def _wrong_support(monkeypatch) -> None:
+    """The known-wrong n_supp: centred weights 1/(n p_i) over every row, not 1/(n_supp p_i)."""
+    import costaware.distributions as dist
+
+    original = dist._all_weights
+    monkeypatch.setattr(dist, "_all_weights", lambda p, mode: original(p, "raw"))
+
+
+@pytest.fixture(scope="module")
+def p_star_case():
+    """Centred p* draws only the n_supp rows with A != 0, each weighted 1/(n_supp p_i): its expected update
+    is stock's full-batch update times N / n_supp (paper §G.2)."""
+    data = padded_batch()
+    agg = "seq-mean-token-mean"
+    adv = data["advantages"].abs().sum(-1)
+    scale = len(adv) / int((adv > 0).sum())
+    assert scale > 1.2  # a zero-advantage group: the mutants below move the mean by this much
+    return data, agg, full_batch_grad(data, agg, *P_STAR) * scale
+
+
+def test_merged_p_star_through_update_actor_is_unbiased(p_star_case):
+    """Merged duplicates (k draws fed once with k·w) and the zero-factor padding to one size per step."""
+    data, agg, target = p_star_case
+    assert unbiased(minibatch_grads(data, agg, DRAWS, *P_STAR), target, "merged p*, centred")
+
+
+@pytest.mark.parametrize("mutant", [_self_normalised, _wrong_support], ids=["self-normalised", "wrong n_supp"])
+def test_merged_p_star_mutants_are_caught(p_star_case, monkeypatch, mutant):
+    data, agg, target = p_star_case
+    mutant(monkeypatch)
+    grads = minibatch_grads(data, agg, DRAWS, *P_STAR)
+    assert not unbiased(grads, target, f"merged p*, {mutant.__name__} (known wrong)")
+
+
+def test_nonzero_through_update_actor_is_stocks_update():
+    """nonzero feeds each A != 0 row once: every call's summed update is stock's, exactly (no sampling)."""
+    data = padded_batch()
+    extra = ("algorithm.cost_aware.method=nonzero",) + P_STAR[2:]
+    grads = minibatch_grads(data, "token-mean", 2, *extra)
+    full = full_batch_grad(data, "token-mean", *extra)
+    # the plan normalises each step by the pool's tokens · 4/16, so the mean of one call's steps is stock's
+    # full-batch update (one mini-batch of 16 rows)
+    per_call = grads.view(2, NUM_PROMPTS, *grads.shape[1:]).mean(1)
+    torch.testing.assert_close(per_call[0], full, rtol=1e-5, atol=1e-9)
+    torch.testing.assert_close(per_call[1], full, rtol=1e-5, atol=1e-9)

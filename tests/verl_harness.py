@@ -56,7 +56,9 @@ def run_v0(agg: str, data: dict, loss_fn, *extra: str):
     wg = StubWorkerGroup(model, config, loss_fn)
     trainer = object.__new__(ray_trainer.RayPPOTrainer)
     trainer.config, trainer.global_steps, trainer.actor_rollout_wg = full, STEP, wg
-    batch = DataProto.from_dict(tensors=dict(data), meta_info={"global_token_num": [0]})
+    tensors = {k: v for k, v in data.items() if isinstance(v, torch.Tensor)}
+    non_tensors = {k: v for k, v in data.items() if k not in tensors}  # e.g. uid (numpy, object)
+    batch = DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info={"global_token_num": [0]})
     out = trainer._update_actor(batch)
     return wg, config, model, out.meta_info["metrics"], trainer
 
@@ -100,6 +102,31 @@ def run_v1(agg: str, data: dict, loss_fn, monkeypatch, *extra: str):
     return wg, config, model, metrics, (store, returned, meta, rows)
 
 
+def row_loss(model: Bigram, config, data: dict, row: int, info: dict) -> torch.Tensor:
+    """Row ``row``'s own loss (policy gradient with its rollout-correction weight, minus entropy, plus
+    low_var_kl) under the normaliser ``info`` (dp_size, batch_num_tokens, global_batch_size), independently
+    of verl's batching."""
+    policy_loss = get_policy_loss_fn(config.policy_loss.get("loss_mode", "vanilla"))
+    info = dict(info, loss_scale_factor=config.loss_scale_factor)
+    config.global_batch_info.update(info)
+    logp, ent = reference_row_terms(model, data, row)
+    m = data["response_mask"][row : row + 1].bool()
+    pg, _ = policy_loss(
+        old_log_prob=data["old_log_probs"][row : row + 1],
+        log_prob=logp[None],
+        advantages=data["advantages"][row : row + 1],
+        response_mask=m,
+        loss_agg_mode=config.loss_agg_mode,
+        config=config,
+        rollout_is_weights=data["rollout_is_weights"][row : row + 1] if "rollout_is_weights" in data else None,
+    )
+    kl = kl_penalty(logprob=logp[None], ref_logprob=data["ref_log_prob"][row : row + 1], kl_penalty="low_var_kl")
+    ent_loss, kl_loss = (
+        agg_loss(loss_mat=mat, loss_mask=m, loss_agg_mode=config.loss_agg_mode, **info) for mat in (ent[None], kl)
+    )
+    return pg - config.entropy_coeff * ent_loss + (config.kl_loss_coef * kl_loss if config.use_kl_loss else 0.0)
+
+
 def expected_grads(wg, config, model: Bigram, data: dict) -> list[torch.Tensor]:
     """sum_i w_i grad(pg_i - c ent_i + beta kl_i) per mini-batch, w_i = 1/(n p_i), p from the formula
     p ∝ |A| c^(beta_proxy - 1/2) smoothed (the proxy verl's default proxy=auto gives the loss mode)."""
@@ -110,7 +137,6 @@ def expected_grads(wg, config, model: Bigram, data: dict) -> list[torch.Tensor]:
     p_star = adv.abs().double() * cost ** (beta - 0.5)
     p = (1 - ALPHA) * p_star / p_star.sum() + ALPHA / len(adv)
     w = 1.0 / (len(adv) * p)  # full support: centred = raw
-    policy_loss = get_policy_loss_fn(config.policy_loss.get("loss_mode", "vanilla"))
     out = []
     resp = data["response_mask"].sum(-1).double()
     for rows in wg.row_ids:
@@ -119,33 +145,26 @@ def expected_grads(wg, config, model: Bigram, data: dict) -> list[torch.Tensor]:
         scale = float(mask.sum() / (resp.sum() * len(rows) / len(resp)))
         scale = scale if config.loss_agg_mode == "token-mean" else 1.0
         info = dict(dp_size=1, batch_num_tokens=int(mask.sum()), global_batch_size=len(rows))
-        info["loss_scale_factor"] = config.loss_scale_factor
-        config.global_batch_info.update(info)
         model.zero_grad()
         total = 0.0
         for row in rows.tolist():  # each row's own loss, independently of verl's batching
-            logp, ent = reference_row_terms(model, data, row)
-            m = data["response_mask"][row : row + 1].bool()
-            pg, _ = policy_loss(
-                old_log_prob=data["old_log_probs"][row : row + 1],
-                log_prob=logp[None],
-                advantages=data["advantages"][row : row + 1],
-                response_mask=m,
-                loss_agg_mode=config.loss_agg_mode,
-                config=config,
-                rollout_is_weights=data["rollout_is_weights"][row : row + 1]
-                if "rollout_is_weights" in data
-                else None,
-            )
-            kl = kl_penalty(
-                logprob=logp[None], ref_logprob=data["ref_log_prob"][row : row + 1], kl_penalty="low_var_kl"
-            )
-            ent_loss, kl_loss = (
-                agg_loss(loss_mat=mat, loss_mask=m, loss_agg_mode=config.loss_agg_mode, **info)
-                for mat in (ent[None], kl)
-            )
-            row_loss = pg - config.entropy_coeff * ent_loss + config.kl_loss_coef * kl_loss
-            total = total + float(w[row]) * scale * row_loss
+            total = total + float(w[row]) * scale * row_loss(model, config, data, row, info)
+        total.backward()
+        out.append(model.table.grad.clone())
+    return out
+
+
+def target_grads(config, model: Bigram, data: dict, steps: list[dict[int, float]], stock_rows: int) -> list[torch.Tensor]:
+    """The plan's update of each step, sum_i W_i grad(l_i) under STOCK's normaliser of a mini-batch of
+    ``stock_rows`` rows (seq-mean: / stock_rows; token-mean: / (pool tokens · stock_rows / N)), whatever
+    rows verl was fed: ``steps[j]`` maps each row of step j to its total weight W (draw count × weight)."""
+    resp = data["response_mask"].sum(-1).double()
+    tokens = float(resp.sum()) * stock_rows / len(resp)
+    info = dict(dp_size=1, batch_num_tokens=tokens, global_batch_size=stock_rows)
+    out = []
+    for step in steps:
+        model.zero_grad()
+        total = sum(weight * row_loss(model, config, data, row, info) for row, weight in step.items())
         total.backward()
         out.append(model.table.grad.clone())
     return out

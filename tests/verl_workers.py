@@ -22,6 +22,11 @@ def _flat(t: torch.Tensor) -> torch.Tensor:
     return t.values() if t.is_nested else t
 
 
+def _first_token(t: torch.Tensor) -> torch.Tensor:
+    """(rows,) each row's value on its first response token (jagged or dense)."""
+    return t.values()[t.offsets()[:-1]] if t.is_nested else t[:, 0]
+
+
 class StubWorkerGroup:
     """Replays verl's actor worker (``train_mini_batch`` + FSDP ``forward_backward_batch``) on CPU."""
 
@@ -30,6 +35,7 @@ class StubWorkerGroup:
         self.logprob_rows: list[list[torch.Tensor]] = []  # per log-prob pass: the row ids of each rank
         self.grads: list[torch.Tensor] = []  # one per mini-batch (optimizer step)
         self.row_ids: list[torch.Tensor] = []  # rows of each mini-batch, rank-major
+        self.factors: list[torch.Tensor] = []  # the plugin's factor of each row of each mini-batch (0: padding)
         self.lr_steps = 0
         self._dispatch_info: dict = {}
 
@@ -68,6 +74,8 @@ class StubWorkerGroup:
                     loss.backward()
             self.grads.append(self.model.table.grad.clone() / self.dp)  # FSDP averages over ranks
             self.row_ids.append(torch.cat([mb["row_id"] for mb in ranks]))
+            if "cost_aware_weights" in ranks[0].keys():
+                self.factors.append(torch.cat([_first_token(mb["cost_aware_weights"]) for mb in ranks]))
             self.lr_steps += int(j == len(iters[0]) - 1)  # update_lr_scheduler on the last mini-batch
         metrics = {"mfu": [0.0], "pg_loss": [0.0]}
         return tu.get_tensordict(tensor_dict={}, non_tensor_dict={"metrics": metrics})

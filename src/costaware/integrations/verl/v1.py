@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
 from typing import Any
-
-import torch
 
 from costaware.integrations.verl.config import WEIGHTS_KEY
 from costaware.integrations.verl.state import (
@@ -37,7 +34,7 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
 
     from costaware.integrations.verl.config import actor_loss
     from costaware.integrations.verl.logprobs import DEFERRED, pad_multiple
-    from costaware.integrations.verl.resample import group_order, plan_resampling, tag_costs
+    from costaware.integrations.verl.resample import plan_resampling, tag_costs
     from costaware.integrations.verl.transfer import (
         duplicate_key_plan,
         nested_row_means,
@@ -51,30 +48,26 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
         return batch
     start = time.perf_counter()
     pid = batch.partition_id
-    grouped = cfg.rule.needs_groups
-    fields = ["advantages", "response_mask"] + (["token_level_rewards"] if grouped else [])
-    data = tq.kv_batch_get(keys=batch.keys, partition_id=pid, select_fields=fields)
+    if cfg.rule.needs_groups:
+        raise ValueError(
+            f"algorithm.cost_aware.method={cfg.method!r} recomputes group advantages, which the plugin does on "
+            "trainer v0 only (trainer.use_v1=false); on trainer v1 use nonzero, p_star or p_smooth"
+        )
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=pid, select_fields=["advantages", "response_mask"])
     mode, regularised = actor_loss(trainer.config)
-    n = int(trainer.config.actor_rollout_ref.rollout.n)
-    # methods that recompute group advantages read contiguous groups: v1 keys are "{uid}_{session}_{index}"
-    order = group_order([k.split("_", 1)[0] for k in batch.keys], n) if grouped else torch.arange(len(batch.keys))
-    rewards = nested_row_sums(data["token_level_rewards"])[order] if grouped else None
-    planned = plan_resampling(
-        nested_row_means(data["advantages"], data["response_mask"])[order],
-        tag_costs(batch.tags)[order],
+    result = plan_resampling(
+        nested_row_means(data["advantages"], data["response_mask"]),
+        tag_costs(batch.tags),
         cfg,
         minibatch_size=_minibatch_size(trainer),
         dp_size=_dp_size_v1(trainer),
         seed=cfg.seed,  # the core's plan_seed; several triggers per step (separate_async) get their own
         step=trainer.global_steps * 1_000 + getattr(trainer, "local_trigger_step", 0),
-        lengths=nested_row_sums(data["response_mask"])[order],
+        lengths=nested_row_sums(data["response_mask"]),
         loss_agg_mode=mode,
         regularised=regularised,
-        rewards=rewards,
-        group_size=n if grouped else None,
         epochs=int(trainer.config.actor_rollout_ref.actor.ppo_epochs),
     )
-    result = planned if planned.indices is None else replace(planned, indices=order[planned.indices])
     if result.skipped is not None:
         logger.warning("costaware: step %s skips the actor update: %s", trainer.global_steps, result.skipped)
         metrics.update(_record(trainer, result, time.perf_counter() - start))
@@ -109,8 +102,6 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
             current["rollout_is_weights"] if has_weights else None, mask, result.factors
         )
         written = {"rollout_is_weights": weights, WEIGHTS_KEY: factors}
-        if result.advantages is not None:  # the method's own advantages over the rows it kept
-            written["advantages"] = nested_scaled_weights(None, mask, result.advantages)
         tq.kv_batch_put(keys=new_keys, partition_id=pid, fields=TensorDict(written, batch_size=len(new_keys)))
         extra = {"rollout_is_weights", WEIGHTS_KEY} | fed_fields | held
         resampled = KVBatchMeta(
