@@ -280,3 +280,29 @@ def test_v1_an_odd_number_of_fed_rows_gets_padding_keys(monkeypatch):
         (ranks,) = worker.logprob_rows
         assert [r.numel() for r in ranks] == [3, 3] and sorted(torch.cat(ranks).tolist()) == sorted(fed + [cheapest])
     assert all({OLD, REF} <= set(store.rows[("train", k)]) for k in fresh) and "actor/entropy" in metrics
+
+
+@pytest.mark.parametrize("dp", [1, 2])
+def test_skipped_update_logs_a_finite_entropy_equal_to_stocks(dp):
+    """Every advantage zero, no KL or entropy term: the update is skipped. fit() logs ``actor/entropy`` from
+    the old pass's output (the placeholder, NaN) and then the update's metrics over it: the skipped update
+    must supply the entropy, stock's value over every row."""
+    import math
+
+    from verl.trainer.ppo.core_algos import agg_loss
+
+    no_reg = ("actor_rollout_ref.actor.use_kl_loss=false", "actor_rollout_ref.actor.entropy_coeff=0.0")
+    trainer, wg = build(dp, "token-mean", *no_reg)
+    batch = scored_batch()
+    batch.batch["advantages"] = torch.zeros_like(batch.batch["advantages"])
+    old, _ = trainer._compute_old_log_prob(batch)  # fit's order and its metric
+    mask = batch.batch["response_mask"]
+    metrics = {"actor/entropy": float(agg_loss(loss_mat=old.batch["entropys"], loss_mask=mask, loss_agg_mode="token-mean"))}
+    assert math.isnan(metrics["actor/entropy"])  # the placeholder: the pass waits for the plan
+    old.batch.pop("entropys")
+    out = trainer._update_actor(batch.union(old))
+    metrics.update(out.meta_info["metrics"])  # fit: metrics.update(actor_output_metrics)
+    assert out.meta_info["metrics"]["cost_aware/step/skipped"] == 1.0 and wg.grads == []
+    stock, _ = ray_trainer.RayPPOTrainer._cost_aware_logprob_passes[OLD](trainer, batch)
+    want = float(agg_loss(loss_mat=stock.batch["entropys"], loss_mask=mask, loss_agg_mode="token-mean"))
+    assert math.isfinite(metrics["actor/entropy"]) and metrics["actor/entropy"] == pytest.approx(want, rel=1e-6)
