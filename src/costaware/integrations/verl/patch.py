@@ -31,9 +31,9 @@ from costaware.integrations.verl.state import (
     _config,
     _counters,
     _mark,
-    fed_minibatch_size,
     _minibatch_size,
     _record,
+    fed_minibatch_size,
 )
 
 logger = logging.getLogger(__name__)
