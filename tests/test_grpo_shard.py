@@ -85,3 +85,31 @@ def test_step_normalisers_draws_and_pool():
 def test_bad_input_is_a_value_error_naming_the_argument(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(4, 40), steps=st.integers(1, 4), multiple=st.integers(1, 4), seed=st.integers(0, 1000))
+def test_equal_steps_pad_every_step_to_one_size_a_multiple_of_row_multiple(n, steps, multiple, seed):
+    """The layout verl's workers need: one rank holding the pool, every step S rows with S % multiple == 0,
+    the plan's rows first (in order) and zero-weight padding after; plan_round counts that padding."""
+    from costaware.grpo.step import GlobalPool, plan_round
+
+    gen = torch.Generator().manual_seed(seed)
+    adv = torch.randn(n, generator=gen) * (torch.rand(n, generator=gen) < 0.5)
+    adv[0] = 1.0
+    costs = torch.randint(1, 50, (n,), generator=gen)
+    config = SamplingConfig("nonzero")
+    plan = plan_minibatches(adv, costs, num_minibatches=steps, config=config, generator=gen)
+    out = shard_minibatches(plan.minibatches, [n], steps, [1], equal_steps=True, row_multiple=multiple)[0]
+    sizes = {s.rows.numel() for s in out}
+    assert len(sizes) == 1
+    size = sizes.pop()
+    assert size % multiple == 0 and size == -(-max(max(mb.indices.numel() for mb in plan.minibatches), 1) // multiple) * multiple
+    for s, mb in zip(out, plan.minibatches, strict=False):
+        k = mb.indices.numel()
+        assert torch.equal(s.rows[:k], mb.indices) and bool((s.rows[k:] == 1).all()) and float(s.weights[k:].abs().sum()) == 0
+    pool = GlobalPool(adv, costs, costs.double())
+    rnd = plan_round(pool, config, seed=seed, step=0, family="row_mean", num_steps=steps, equal_steps=True,
+                     row_multiple=multiple)  # fmt: skip
+    fed = sum(mb.indices.numel() for mb in rnd.plan.minibatches)
+    assert rnd.counts.rows_padding == steps * rnd.steps[0][0].shard.rows.numel() - fed
