@@ -1,9 +1,12 @@
 """Resample verl's actor batch into Cost-Aware GRPO mini-batches (pure torch + ``verl.DataProto``).
 
 The actor workers cut the batch they receive into ``dp`` contiguous chunks (one per data-parallel rank),
-and each rank cuts its chunk into consecutive mini-batches of ``minibatch_size / dp`` rows
-(``ppo_epochs=1``, ``shuffle=false``). Global mini-batch j is therefore the union over ranks r of rows
-``[r*L + j*s, r*L + (j+1)*s)`` with ``s = minibatch_size / dp`` and ``L = num_minibatches * s``.
+and each rank cuts its chunk into consecutive mini-batches of ``S / dp`` rows, S the ``mini_batch_size``
+sent with the batch (``ppo_epochs=1``, ``shuffle=false``). Global mini-batch j is therefore the union over
+ranks r of rows ``[r*L + j*s, r*L + (j+1)*s)`` with ``s = S / dp`` and ``L = num_minibatches * s``. S is
+the largest step's rows rounded up to a multiple of ``dp`` (stock's ``ppo_mini_batch_size * rollout.n``
+when nothing is merged or dropped); shorter steps are padded with zero-factor rows, and the caller tells
+the workers S (``state.fed_minibatch_size``).
 ``plan_resampling`` lays the drawn rows out in that order, so the j-th mini-batch verl runs is exactly the
 j-th mini-batch of the plan, and (``balance_dp``) deals each mini-batch's rows to ranks so their token
 counts are near-equal.
