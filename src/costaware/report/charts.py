@@ -33,7 +33,14 @@ def plot_cost_to_target(evs: Sequence[E.Evidence], stats: Mapping[Sid, Mapping[E
     """Dot and whisker: each arm's total cost to the section's target (seed-mean curve), 95% CI over seeds."""
     plt = _pyplot()
     with plt.rc_context(FONT):
-        fig, axes = _grid(len(evs), 0)
+        n = max(len(keys[_sid(ev)]) for ev in evs)
+        cols = min(2, len(evs))
+        rows = math.ceil(len(evs) / cols)
+        fig, grid = plt.subplots(rows, cols, figsize=(5.6 * cols, (1.3 + 0.4 * n) * rows), squeeze=False,
+                                 layout="constrained")
+        for ax in grid.flat[len(evs):]:
+            ax.set_visible(False)
+        axes = list(grid.flat[:len(evs)])
         for ax, ev in zip(axes, evs, strict=True):
             sec, st = ev.section, stats[_sid(ev)]
             order = list(keys[_sid(ev)])[::-1]  # the first key on top
@@ -53,8 +60,9 @@ def plot_cost_to_target(evs: Sequence[E.Evidence], stats: Mapping[Sid, Mapping[E
             if st.get(ev.baseline) and np.isfinite(st[ev.baseline]["total_cost_to_target"]):
                 ax.axvline(st[ev.baseline]["total_cost_to_target"], color="k", lw=0.7, ls=":")
             ax.set_xlim(0, right)
+            ax.set_ylim(-0.6, len(order) - 0.4)
             ax.set(title=f"{sec.task} / {sec.setting}: total cost to accuracy {ev.target:.3f}",
-                   xlabel=f"total cost (generated tokens × {ev.generation_cost:.3g} + PO tokens); lower is better")
+                   xlabel="total cost to the target (lower is better)")
             _eng(ax)
             ax.grid(alpha=0.3, axis="x")
         fig.savefig(path, dpi=DPI)
@@ -89,22 +97,23 @@ def plot_waterfall(evs: Sequence[E.Evidence], stats: Mapping[Sid, Mapping[E.Key,
         for ax, (ev, (first, second)) in zip(axes, drawn, strict=True):
             sec, st = ev.section, stats[_sid(ev)]
             a, b, c = (st[k]["total_cost_to_target"] for k in (first.a, first.b, second.b))
-            names = [sec.name(first.a), f"{first.name}", f"{second.name}", sec.name(second.b)]
+            names = [sec.name(first.a), "drop zero-\nadvantage rows", "cost-aware\nsampling", sec.name(second.b)]
             ax.bar(0, a, color=style(first.a[0]).colour, alpha=0.8)
             for x, (frm, to, comp) in enumerate(((a, b, first), (b, c, second)), start=1):
                 good = to <= frm
                 ax.bar(x, to - frm, bottom=frm, color="#2CA02C" if good else "#D62728", alpha=0.8)
-                ax.annotate(fmt(comp.savings["total_cost"]), (x, max(frm, to)), xytext=(0, 3), textcoords="offset points",
+                text = fmt(comp.savings["total_cost"]).replace(" [", "\n[").replace(" (", "\n(")
+                ax.annotate(text, (x, max(frm, to)), xytext=(0, 3), textcoords="offset points",
                             ha="center", va="bottom", fontsize=8)
                 ax.plot([x - 1.4, x + 0.4], [frm, frm], color="k", lw=0.6, ls=":")
             ax.bar(3, c, color=style(second.b[0]).colour, alpha=0.8)
-            ax.set_xticks(range(4), [n.replace(" at a matched step", "\n(matched step)") for n in names], fontsize=8)
+            ax.set_xticks(range(4), names, fontsize=8)
             ax.set(title=f"{sec.task} / {sec.setting}: total cost to accuracy {ev.target:.3f}, by effect",
                    ylabel="total cost to the target")
             from matplotlib.ticker import EngFormatter
 
             ax.yaxis.set_major_formatter(EngFormatter(sep=""))
-            ax.set_ylim(0, 1.15 * max(a, b, c))
+            ax.set_ylim(0, 1.25 * max(a, b, c))
             ax.grid(alpha=0.3, axis="y")
         fig.savefig(path, dpi=DPI)
         plt.close(fig)
@@ -143,6 +152,7 @@ def plot_price_sweep(panels: Sequence[tuple[E.Evidence, Mapping[E.Key, Sequence[
             ax.set(title=f"{sec.task} / {sec.setting}: saving over {sec.name(ev.baseline)} by price",
                    xlabel="price of a generated token g, in PO tokens (symlog; linear below 0.1)",
                    ylabel=f"total-cost saving to {ev.target:.3f} (%)")
+            ax.set_ylim(max(-102, ax.get_ylim()[0]), min(102, ax.get_ylim()[1]))
             ax.grid(alpha=0.3)
             ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.17), ncols=2, frameon=False)
         fig.savefig(path, dpi=DPI)

@@ -300,13 +300,16 @@ def describe(est: Estimate, axis: str) -> str:
     return f"{head} (saving {fmt(est)}, {tail})"
 
 
-def verdict_word(comp: Comparison | None) -> str:
-    """The verdict cell of a claim, in Markdown: the verdict list and the opening table both use this."""
+def verdict_word(comp: Comparison | None, *, bold: bool = True) -> str:
+    """A claim's verdict in words (bold in a sentence, plain in a table cell): the verdict list and the
+    opening table both use this."""
     if comp is None:
-        return "**cannot say**"
+        return "**cannot say**" if bold else "cannot say"
     s = comp.savings[HEADLINE_AXIS]
     v = verdict(s)
-    return f"**{v.value}**" if v is not Verdict.NO_INTERVAL else f"{v.value} ({s.seeds} seed{'s' if s.seeds != 1 else ''})"
+    if v is Verdict.NO_INTERVAL:
+        return f"{v.value} ({s.seeds} seed{'s' if s.seeds != 1 else ''})"
+    return f"**{v.value}**" if bold else v.value
 
 
 def verdict_line(claim: str, comp: Comparison | None, absent: str, *, target: float) -> str:

@@ -48,7 +48,7 @@ from costaware.report.curves import (
 from costaware.report.figures import AXIS_TITLES, X_STRETCH, plot_ablations, plot_axis
 from costaware.report.labels import label
 from costaware.report.md import Md, code, escape, table
-from costaware.report.verdicts import RULE, Verdict, fmt, no_interval, verdict
+from costaware.report.verdicts import RULE, fmt, no_interval, pct, verdict
 
 __all__ = ["write_report", "arm_stats", "fidelity_summary", "tokens_to_reach", "area_under_curve", "bootstrap_ci",
            "FIGURES", "FIDELITY_KEYS"]
@@ -318,13 +318,29 @@ def key_arms(ev: E.Evidence, stats: Mapping[E.Key, Mapping[str, Any]], candidate
     return [k for k in dict.fromkeys(out) if k in sec.arms]
 
 
+def _cell(s: Estimate | None, points: bool) -> Md:
+    """A saving and its verdict; only the point where the whole table has no intervals (said above it)."""
+    if s is None:
+        return Md("– (not above the start)")
+    return Md(escape(pct(s.value))) if points else Md(escape(f"{fmt(s)}, {verdict(s).value}"))
+
+
+def _points_only(ests: Sequence[Estimate | None]) -> str:
+    """The line above a table whose savings all lack an interval, else ''."""
+    seeds = {e.seeds for e in ests if e is not None}
+    if not seeds or any(e is not None and e.has_interval for e in ests):
+        return ""
+    return f"Point estimates ({no_interval(min(s for s in seeds if s is not None))}; no verdict)."
+
+
 def _price_lines(ev: E.Evidence, rows: Sequence[S.PriceRow]) -> list[str]:
     if not rows:
         return []
     sec = ev.section
-    lines = [f"### {escape(sec.task)} / {escape(sec.setting)}", ""]
+    points = _points_only([s for r in rows for s in r.savings])
+    lines = [f"### {escape(sec.task)} / {escape(sec.setting)}", ""] + ([points, ""] if points else [])
     lines += table(["claim", *(f"g = {_g(g)}" for g in S.PRICES), "note"],
-                   [[r.claim, *(Md(f"{escape(fmt(s))}, {_v(s)}") for s in r.savings),
+                   [[r.claim, *(_cell(s, bool(points)) for s in r.savings),
                      "the verdict depends on the price" if r.depends_on_price else ""] for r in rows])
     return lines + [""]
 
@@ -333,20 +349,16 @@ def _g(g: float) -> str:
     return "1/3" if abs(g - 1 / 3) < 1e-12 else f"{g:g}"
 
 
-def _v(s: Estimate) -> str:
-    v = verdict(s)
-    return v.value if v is Verdict.NO_INTERVAL else f"**{v.value}**"
-
-
 def _target_lines(ev: E.Evidence, rows: Sequence[S.TargetRow]) -> list[str]:
     if not rows:
         return []
     sec = ev.section
     lowest = min(ev.peaks.values())
+    points = _points_only([s for r in rows for s in r.savings])
     lines = [f"### {escape(sec.task)} / {escape(sec.setting)} (lowest seed-mean peak {lowest:.3f})", ""]
+    lines += [points, ""] if points else []
     lines += table(["claim", *(f"{100 * f:.0f}%: {f * lowest:.3f}" for f in S.TARGET_FRACTIONS), "note"],
-                   [[r.claim, *(Md("– (not above the start)") if s is None else Md(f"{escape(fmt(s))}, {_v(s)}")
-                                for s in r.savings), r.note] for r in rows])
+                   [[r.claim, *(_cell(s, bool(points)) for s in r.savings), r.note] for r in rows])
     return lines + [""]
 
 
@@ -425,7 +437,7 @@ def write_report(results: Sequence[RunResult], out: Path, *, command: str, profi
             text = (f"{R.TARGET_WORDS[0].upper()}{R.TARGET_WORDS[1:]}: " + "; ".join(
                 f"{escape(ev.section.name(t.candidate))}: **{'met' if t.met else 'not met'}**" for t in rev.targets)
                 + " (its section says why).")
-            lines += [f"*{escape(ev.section.task)} / {escape(ev.section.setting)}.* "
+            lines += [f"**{escape(ev.section.task)} / {escape(ev.section.setting)}:** "
                       + O.sentences(ev, baseline, rev.candidates[0][0], text, others=False), ""]
         elif ev is evs[0]:
             lines += [O.sentences(ev, baseline, candidate), ""]
@@ -453,7 +465,8 @@ def write_report(results: Sequence[RunResult], out: Path, *, command: str, profi
               + " and ".join(f"{100 * share:.0f}%" for _, share in S.GPU_SOURCES)
               + " of an RL step's wall time (" + "; ".join(src for src, _ in S.GPU_SOURCES) + "). When every generated "
               "token is also trained on, and responses make most of the PO tokens, a share s gives g ≈ s/(1 − s): "
-              f"about {min(S.GPU_RATIO):.1f} to {max(S.GPU_RATIO):.0f}, the shaded band of the figure.", ""]
+              f"about {min(S.GPU_RATIO):.1f} to {max(S.GPU_RATIO):.0f}, the shaded band of the figure. The figure "
+              "draws a saving below −100% (more than twice the cost, or never reaching the target) at −100%.", ""]
     if "price_sweep" in figures:
         lines += ["![total-cost saving over GRPO against the price of a generated token](price_sweep.png)", ""]
     for ev, rows in zip(evs, prices, strict=True):
@@ -479,7 +492,7 @@ def write_report(results: Sequence[RunResult], out: Path, *, command: str, profi
               f"{MIN_SEEDS_FOR_CI} seeds); the dotted line is the section's target accuracy. Each x-axis ends at the "
               f"longest curve or at {X_STRETCH:g}× the median curve's end, whichever is nearer, so that one long arm "
               "does not squeeze the rest"
-              + (": cut here: " + escape("; ".join(sorted(set(cut["rounds"] + cut["total_cost"])))) if
+              + (". Cut here: " + escape("; ".join(sorted(set(cut["rounds"] + cut["total_cost"])))) if
                  cut["rounds"] or cut["total_cost"] else "") + ".", ""]
     lines += [f"![accuracy vs {AXIS_TITLES[a]}]({FIGURES[a]})" + "\n" for a in ("total_cost", "rounds")]
     lines += ["## Appendix", "", "### Every arm", "", "![accuracy of every arm](accuracy_all_arms.png)", ""]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from costaware.arms import Arm
 from costaware.report import evidence as E
 from costaware.report.evidence import HEADLINE_AXIS, Comparison
-from costaware.report.md import Md, escape, table
+from costaware.report.md import escape, table
 from costaware.report.verdicts import Verdict, fmt, no_interval, verdict
 
 __all__ = ["Row", "rows", "opening_table", "sentences"]
@@ -46,7 +46,7 @@ def rows(evs: Sequence[E.Evidence]) -> list[Row]:
 
 def opening_table(rs: Sequence[Row]) -> list[str]:
     cells = [[r.claim, "–" if r.comparison is None else fmt(r.comparison.savings[HEADLINE_AXIS]),
-              Md(E.verdict_word(r.comparison) if r.comparison is not None else f"**cannot say** ({escape(r.absent)})")]
+              E.verdict_word(r.comparison, bold=False) if r.comparison is not None else f"cannot say ({r.absent})"]
              for r in rs]
     return table(["claim", "total-cost saving [95% CI]", "verdict"], cells)
 
