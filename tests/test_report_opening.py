@@ -198,17 +198,19 @@ def test_report_has_the_price_and_target_tables(five):
 # --- styles -----------------------------------------------------------------------------------------------------
 
 def _drawn_colours(monkeypatch, runs, tmp_path) -> dict[str, str]:
-    seen: dict[str, str] = {}
+    """The colour of every labelled line of every figure of a report, by label; one colour per label."""
+    seen: dict[str, set[str]] = {}
     real = matplotlib.axes.Axes.plot
 
     def plot(self, *args, **kw):
         if "label" in kw and "color" in kw:
-            seen[kw["label"].split(" (n=")[0]] = kw["color"]
+            seen.setdefault(kw["label"].split(" (n=")[0], set()).add(kw["color"])
         return real(self, *args, **kw)
 
     monkeypatch.setattr(matplotlib.axes.Axes, "plot", plot)
     grpo.write_report(runs, tmp_path, command="c")
-    return seen
+    assert all(len(c) == 1 for c in seen.values()), seen  # the same in every panel and figure
+    return {k: c.pop() for k, c in seen.items()}
 
 
 def test_a_method_has_one_colour_whatever_else_the_report_holds(monkeypatch, tmp_path):
