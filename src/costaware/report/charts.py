@@ -61,7 +61,7 @@ def plot_cost_to_target(evs: Sequence[E.Evidence], stats: Mapping[Sid, Mapping[E
                 ax.axvline(st[ev.baseline]["total_cost_to_target"], color="k", lw=0.7, ls=":")
             ax.set_xlim(0, right)
             ax.set_ylim(-0.6, len(order) - 0.4)
-            ax.set(title=f"{sec.task} / {sec.setting}: total cost to accuracy {ev.target:.3f}",
+            ax.set(title=f"{sec.task} / {sec.setting}: cost to accuracy {ev.target:.3f}",
                    xlabel="total cost to the target (lower is better)")
             _eng(ax)
             ax.grid(alpha=0.3, axis="x")
