@@ -445,9 +445,15 @@ def write_report(results: Sequence[RunResult], out: Path, *, command: str, profi
     lines += [f"Target accuracy of a section: {100 * target_fraction:.0f}% of the lowest seed-mean peak among the "
               "methods it compares, so that every seed-mean curve reaches it. Saving = 1 − cost(later)/cost(earlier) "
               "to reach it; positive: the later method needs less. " + _cost_sentence(generation_cost), ""]
-    lines += ["![total cost to the target, per arm](cost_to_target.png)", ""]
+    lines += ["![total cost to the target, per arm](cost_to_target.png)", "",
+              "Total cost to each section's target accuracy, per key arm: the dot on the seed-mean curve, the whisker "
+              f"its 95% CI over seeds (none below {MIN_SEEDS_FOR_CI} seeds); the dotted line is GRPO's.", ""]
     if "waterfall" in figures:
-        lines += ["![the saving by effect: GRPO → nonzero → p*](waterfall.png)", ""]
+        lines += ["![the saving by effect: GRPO → nonzero → p*](waterfall.png)", "",
+                  "The saving by effect: GRPO's total cost to the target, the change from dropping the zero-advantage "
+                  "rows (GRPO → nonzero), the change from cost-aware sampling " + escape("(nonzero → p*), p*'s cost")
+                  + "; green "
+                  "lowers the cost, red raises it, each step labelled with its saving.", ""]
     lines += _what_ran(results)
     lines += [f"Command: {code(command)}", ""]
     if sft:
