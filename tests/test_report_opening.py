@@ -105,6 +105,15 @@ def test_too_few_seeds_give_no_interval_and_no_verdict(tmp_path, seeds):
     assert all(o["saving"]["lo"] is None for o in summary["opening"] if o["saving"])
 
 
+@pytest.mark.parametrize("mod", ["verdicts", "figures", "labels"])
+def test_docstring_examples_run(mod):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(f"costaware.report.{mod}"))
+    assert result.attempted > 0 and result.failed == 0
+
+
 def test_verdict_rule():
     assert verdict(Estimate(0.1, 0.01, 0.2, seeds=3)) is Verdict.YES
     assert verdict(Estimate(-0.1, -0.2, -0.01, seeds=5)) is Verdict.NO
