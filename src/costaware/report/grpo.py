@@ -438,7 +438,7 @@ def write_report(results: Sequence[RunResult], out: Path, *, command: str, profi
                 f"{escape(ev.section.name(t.candidate))}: **{'met' if t.met else 'not met'}**" for t in rev.targets)
                 + " (its section says why).")
             lines += [f"**{escape(ev.section.task)} / {escape(ev.section.setting)}:** "
-                      + O.sentences(ev, baseline, rev.candidates[0][0], text, others=False), ""]
+                      + O.sentences(ev, baseline, rev.candidates[0][0], text), ""]
         elif ev is evs[0]:
             lines += [O.sentences(ev, baseline, candidate), ""]
     lines += [RULE, ""]

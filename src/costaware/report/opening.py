@@ -62,8 +62,9 @@ def _said(c: Comparison) -> str:
     return fmt(s) + ("" if v is Verdict.NO_INTERVAL else f", {v.value}")
 
 
-def sentences(ev: E.Evidence, baseline: Arm, candidate: Arm, target_text: str = "", *, others: bool = True) -> str:
-    """Two or three sentences for one section: what a user gains, and from which effect."""
+def sentences(ev: E.Evidence, baseline: Arm, candidate: Arm, target_text: str = "") -> str:
+    """Two or three sentences for one section: what a user gains, and from which effect (the other claims are
+    in the table above them)."""
     sec, lr = ev.section, ev.section.default_lr
     base, nonzero, cand = ev.baseline, (Arm("nonzero"), lr), (candidate, lr)
     bn, cn = escape(sec.name(base)), escape(sec.name(cand))
@@ -101,10 +102,6 @@ def sentences(ev: E.Evidence, baseline: Arm, candidate: Arm, target_text: str = 
             out.append(f"Both effects add to the saving: {parts}.")
         else:
             out.append(f"Neither effect is shown: {parts}.")
-    rest = [(claim, c) for claim, c, _ in ev.claims if c is not None and c not in (gain, rows_, aware)]
-    if rest and others:
-        out.append("Against the other baselines: " + "; ".join(f"{escape(claim)}: {_said(c)}" for claim, c in rest[:3])
-                   + ".")
     if target_text:
         out.append(target_text)
     return " ".join(out)
