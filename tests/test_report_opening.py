@@ -255,3 +255,15 @@ def test_the_first_screen_holds_the_opening_table(five, tmp_path):
     screenshot(paths["html"], tmp_path / "first.png")
     assert (tmp_path / "first.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     save_artefact(paths["html"], "report-synthetic")
+
+
+def test_a_long_arm_is_cut_from_the_rounds_axis_and_the_report_says_so(tmp_path):
+    """PODS spends five times GRPO's rounds: the rounds axis ends at 1.25 × the median arm's last round."""
+    runs = make_runs("none", seeds=range(3)) + make_runs("nonzero", po_per_round=3750, seeds=range(3))
+    runs += make_runs("p_star", po_per_round=3000, seeds=range(3))
+    runs += make_runs("pods", po_per_round=1000, scale=50.0, seeds=range(3))
+    md = grpo.write_report(runs, tmp_path, command="c")["markdown"].read_text()
+    assert "Cut here: arith/grpo: PODS" in md
+    from costaware.report.figures import x_limit
+
+    assert x_limit([60, 80, 100, 300]) == pytest.approx(1.25 * 90)
