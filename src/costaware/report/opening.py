@@ -8,9 +8,8 @@ cannot disagree.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from costaware.arms import Arm
@@ -106,8 +105,3 @@ def sentences(ev: E.Evidence, baseline: Arm, candidate: Arm, target_text: str = 
         out.append(target_text)
     return " ".join(out)
 
-
-def candidate_of(ev: E.Evidence, candidates: Mapping[tuple[str, str], E.Key], default: Arm) -> Arm:
-    """The section's candidate: its own (a prompt stage's) or the job's."""
-    key = candidates.get((ev.section.task, ev.section.setting))
-    return key[0] if key is not None else dataclasses.replace(default)
