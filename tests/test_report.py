@@ -33,10 +33,11 @@ def test_report_holds_every_part(report):
     out, paths = report
     md = paths["markdown"].read_text()
     text = Page(paths["html"].read_text()).text  # as rendered: labels with '*' are escaped in the Markdown
-    first = md.split("\n\n")[1]  # the opening paragraph is the computed answer
-    assert first.startswith("**arith / cispo**") or first.startswith("**arith / grpo**")
-    assert "lower total cost" in md and "By effect, in total cost" in md  # the headline axis
-    assert "fewer PO tokens" in md and "fewer generated tokens" not in first  # PO tokens still reported beside it
+    first = md.split("\n\n")[1]  # the opening is the table of the headline claims, then sentences
+    assert first.startswith("| claim | total-cost saving [95% CI] | verdict |")
+    assert "p\\* beats GRPO | +" in first and "arith / cispo: p\\* beats GRPO" in first
+    assert "lower total cost" in md and "A user who switches from GRPO to p\\*" in md  # the headline axis
+    assert "fewer PO tokens" in md  # PO tokens still reported beside it
     assert "| method | seeds | peak [95% CI] | total cost to target | PO tokens to target | generated tokens to target |" in md
     assert "### Decomposition" in md and "Δ accuracy at equal rounds" in md
     for step in ("renormalisation", "cost-aware sampling at a matched step", "cost-aware sampling at GRPO's step",
@@ -48,11 +49,13 @@ def test_report_holds_every_part(report):
     assert "Total cost counts one generated token as 0.333" in md and "memory-bound" in md
     for axis in ("total_cost", "po_tokens", "generated_tokens", "rounds"):
         assert paths[axis].stat().st_size > 10_000 and f"]({grpo.FIGURES[axis]})" in md
-    assert paths["ablations"].exists() and "## Proxy fidelity" in md and "## Runs" in md
+    assert paths["ablations"].exists() and "### Proxy fidelity" in md and "## What ran" in md
     assert "| arith | p\\* (σ²=0.1) | 1 |" in md  # the ablation table, against the headline target
     assert "## Tokens per run" in md
     html = paths["html"].read_text()
-    assert html.count("data:image/png;base64") == 5 and "<table>" in html
+    # the four axes, every arm, cost to target, waterfall, price sweep, ablations
+    assert html.count("data:image/png;base64") == 9 and "<table>" in html
+    assert md.count("**Verdict rule.**") == 1 and md.count("A claim is **yes** only when") == 1  # stated once
 
 
 def test_summary_json_has_the_numbers(report):
@@ -86,7 +89,7 @@ def test_numbers_do_not_depend_on_display_labels(tmp_path, monkeypatch):
 
     for sa, sb in zip(a["sections"], b["sections"], strict=True):
         assert numbers(sa) == numbers(sb) and sa["peaks"] == sb["peaks"] and sa["target"] == sb["target"]
-        assert len(sa["decomposition"]) == 3 and len(sa["claims"]) == 4
+        assert len(sa["decomposition"]) == 3 and len(sa["claims"]) == 5
     assert "Xp* beats XGRPO" in Page(paths["html"].read_text()).text
 
 

@@ -196,8 +196,8 @@ def test_write_report_renders_the_prompt_stage_section_with_predictions(tmp_path
     paths = grpo.write_report(runs, tmp_path / "out", command="c", logs=logs)
     md = paths["markdown"].read_text()
     text = Page(paths["html"].read_text()).text
-    assert f"## arith / {ROLLOUT_SETTING}" in md and "### Target (issue 20)" in md
-    assert "Target (issue 20): p* (cost-aware skip, biased): target met" in text  # in the opening answer too
+    assert f"## arith / {ROLLOUT_SETTING}" in md and "### The prompt-stage target" in md
+    assert "p* (cost-aware skip, biased): met" in text  # in the opening answer too
     assert "| p\\* (cost-aware skip, biased) | 600 | 400 | 33% |" in md  # prompts examined, generated, skipped
     assert "### Predicted beside measured" in md and "| oracle | oracle |" in md
     assert "p* (cost-aware skip, biased): predicted share of generated tokens skipped" in text

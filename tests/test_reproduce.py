@@ -458,8 +458,14 @@ def test_ctrl_c_stops_every_worker_then_resume_finishes_the_quick_profile(tmp_pa
                    "sort / dapo", "sort / cispo", "p* beats p* (paper's proxy |A|):",
                    "p* (calibrated proxy) beats p*", "Under loss dapo, p* uses proxy 'auto' = calibrated",
                    "they mean nothing about the methods", "Generation's share of the run wall time",
-                   "sort / grpo-40-prompts", "Target (issue 20)", "Predicted beside measured"):
+                   "sort / grpo-40-prompts", "The prompt-stage target", "Predicted beside measured"):
         assert needle in text, needle
+    # one seed: point estimates, no interval and no verdict; a 1280-px screenshot of the page as a CI artefact
+    assert "CI excludes zero" not in text and "1 seed: no interval" in text
+    assert not any(w in text for w in (": yes.", ": no, it is worse.", ": not shown."))
+    from report_html import save_artefact
+
+    save_artefact(out / "report.html", "report-quick")
     # the quick policy learns: a target lies above the start, so the report computes the comparison (one seed
     # and 96 samples per evaluation: which sections clear their target is noise, that some do is not)
     import json

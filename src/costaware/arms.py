@@ -6,7 +6,7 @@ built here only, and nothing reads it back.
 
 A key is the method id followed by each option that is not at its default, in :data:`KEY_PARTS` order. An
 option added later with a default therefore leaves every earlier key, and every recorded run file named
-after one, unchanged. Issue 20's prompt stage (which prompts get generated) adds its component as one field
+after one, unchanged. The prompt stage (which prompts get generated) adds its component as one field
 here and one ``KEY_PARTS`` line, e.g. ``rollout: str = "all"`` and ``("rollout", str)``, plus the same field
 with the same default on ``RunSpec`` (listed in ``experiments.keys.SPEC_FIELDS_ADDED``) and on ``RunId``
 (records without it read as the default); :func:`arm_fields` then carries it from spec to record. Each arm

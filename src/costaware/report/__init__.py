@@ -5,9 +5,14 @@
 - ``evidence``: the decomposition of a saving by effect, verdicts, the plateau check, the validation-tuned
   baseline; every sentence generated from numbers.
 - ``rollout``: the prompt-stage sections (a finite train set): the decomposition with the prompt stage,
-  the claims against the peers, the issue's target verdict.
+  the claims against the peers, the prompt-stage target's verdict.
 - ``predicted``: predicted J ratios from the runs' per-prompt logs, shown beside the measured savings.
-- ``labels``: the one table of display names, derived from a typed ``costaware.arms.Arm``; nothing keys on a label.
+- ``verdicts``: the one verdict rule and the one way an estimate is written (no interval below 3 seeds).
+- ``opening``: the report's opening table of claims and its sentences, from the claims' own comparisons.
+- ``sweeps``: the verdicts across the price of a generated token and across targets, same bootstrap.
+- ``charts``: cost to target per arm, the decomposition as a waterfall, the saving against the price.
+- ``labels``: the one table of display names, derived from a typed ``costaware.arms.Arm``; nothing keys on a
+  label; and the one fixed colour and marker per method.
 - ``md``: the one Markdown escape; every table (``md.table``) and every label in a sentence goes through it.
 - ``figures``: the report's figures, one panel per task and setting, two a row.
 - ``grpo``: the `costaware reproduce` report (Markdown, HTML, JSON, figures).

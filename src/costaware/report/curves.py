@@ -16,7 +16,7 @@ import numpy as np
 
 from costaware.records import RunResult
 
-__all__ = ["AXES", "DEFAULT_GENERATION_COST", "SeedCurves", "Estimate", "axis_values", "first_crossing",
+__all__ = ["AXES", "DEFAULT_GENERATION_COST", "MIN_SEEDS_FOR_CI", "SeedCurves", "Estimate", "axis_values", "first_crossing",
            "first_crossings", "seed_curves", "saving", "gap_at", "area_under_curve", "bootstrap_ci"]
 
 # The headline axis first: total cost (generated tokens × generation_cost + PO tokens); beside it its two
@@ -25,6 +25,8 @@ AXES = ("total_cost", "po_tokens", "generated_tokens", "rounds")
 # Decoding one token costs ~2N FLOPs, a training token's forward+backward ~6N: 1/3 when decoding is
 # batched and compute-bound. Memory-bound decoding costs more per token, which favours fewer rounds.
 DEFAULT_GENERATION_COST = 1 / 3
+# A bootstrap over one or two seeds resamples the same one or two curves: its "interval" is no interval.
+MIN_SEEDS_FOR_CI = 3
 
 
 def axis_values(run: RunResult, axis: str, generation_cost: float = DEFAULT_GENERATION_COST) -> np.ndarray:
@@ -125,19 +127,30 @@ def _saving(ta: np.ndarray, tb: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Estimate:
-    """A point estimate with a percentile-bootstrap CI; ``undefined`` is the share of resamples that were nan."""
+    """A point estimate with a percentile-bootstrap CI; ``undefined`` is the share of resamples that were nan.
+
+    ``seeds``: the fewest seeds of the curves compared (None: not known). Below :data:`MIN_SEEDS_FOR_CI`
+    the estimate has no interval (:attr:`has_interval`), and nothing is decided by its bounds.
+    """
 
     value: float
     lo: float
     hi: float
     undefined: float = 0.0
+    seeds: int | None = None
+
+    @property
+    def has_interval(self) -> bool:
+        return self.seeds is None or self.seeds >= MIN_SEEDS_FOR_CI
 
     @property
     def excludes_zero(self) -> bool:
-        return bool(self.lo > 0 or self.hi < 0)
+        return bool(self.has_interval and (self.lo > 0 or self.hi < 0))
 
-    def as_dict(self) -> dict[str, float]:
-        return {"value": self.value, "lo": self.lo, "hi": self.hi, "undefined": self.undefined}
+    def as_dict(self) -> dict[str, Any]:
+        if not self.has_interval:
+            return {"value": self.value, "lo": None, "hi": None, "undefined": self.undefined, "seeds": self.seeds}
+        return {"value": self.value, "lo": self.lo, "hi": self.hi, "undefined": self.undefined, "seeds": self.seeds}
 
 
 def _ci(v: np.ndarray, level: float) -> tuple[float, float, float]:
@@ -162,7 +175,7 @@ def saving(a: SeedCurves, b: SeedCurves, target: float, *, n_boot: int = 2000, l
     pb = pa if a.seeds == b.seeds else rng.integers(0, len(b.seeds), size=(n_boot, len(b.seeds)))
     s = _saving(first_crossings(a.grid, a.boot_means(pa), target), first_crossings(b.grid, b.boot_means(pb), target))
     lo, hi, undefined = _ci(s, level)
-    return Estimate(point, lo, hi, undefined)
+    return Estimate(point, lo, hi, undefined, min(len(a.seeds), len(b.seeds)))
 
 
 def _value_at(grid: np.ndarray, y: np.ndarray, x: float) -> np.ndarray:
@@ -185,7 +198,7 @@ def gap_at(a: SeedCurves, b: SeedCurves, x: float | None = None, *, n_boot: int 
     pb = pa if a.seeds == b.seeds else rng.integers(0, len(b.seeds), size=(n_boot, len(b.seeds)))
     d = _value_at(b.grid, b.boot_means(pb), x) - _value_at(a.grid, a.boot_means(pa), x)
     lo, hi, _ = _ci(d, level)
-    return x, Estimate(point, lo, hi)
+    return x, Estimate(point, lo, hi, seeds=min(len(a.seeds), len(b.seeds)))
 
 
 def area_under_curve(x: Any, y: Any, upto: float) -> float:

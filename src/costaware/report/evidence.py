@@ -25,10 +25,11 @@ from costaware.report.curves import AXES, DEFAULT_GENERATION_COST, Estimate, gap
 from costaware.report.labels import label
 from costaware.report.md import escape
 from costaware.report.plateau import MIN_GAIN, Plateau, plateau
+from costaware.report.verdicts import RULE, Verdict, fmt, no_interval, pct, verdict
 
 __all__ = ["Section", "Plateau", "MIN_GAIN", "Effect", "Comparison", "Evidence", "sections", "plateau", "evaluate_section",
-           "judge", "compare", "baseline_key", "HEADLINE_AXIS", "describe", "verdict_line", "answer_paragraph", "as_arm",
-           "COST_AWARE"]
+           "judge", "compare", "axis_saving", "baseline_key", "HEADLINE_AXIS", "describe", "verdict_line", "verdict_word",
+           "answer_paragraph", "as_arm", "COST_AWARE", "RULE"]
 
 Key = tuple[Arm, float]  # (arm, learning rate)
 # the unbiased methods whose distribution uses the costs (the tuned comparison's "best cost-aware method")
@@ -145,10 +146,16 @@ def compare(sec: Section, name: str, effect: Effect, a: Key, b: Key, target: flo
             seed: int) -> Comparison:
     """The saving of ``b`` over ``a`` to ``target`` on every axis, and their accuracy gap at equal rounds."""
     ra, rb = sec.arms[a], sec.arms[b]
-    est = {axis: saving(seed_curves(ra, axis, generation_cost=cost), seed_curves(rb, axis, generation_cost=cost),
-                        target, n_boot=n_boot, seed=seed) for axis in AXES}
+    est = {axis: axis_saving(sec, a, b, axis, target, cost, n_boot, seed) for axis in AXES}
     at, gap = gap_at(seed_curves(ra, "rounds"), seed_curves(rb, "rounds"), n_boot=n_boot, seed=seed)
     return Comparison(name, a, b, est, at, gap, effect)
+
+
+def axis_saving(sec: Section, a: Key, b: Key, axis: str, target: float, cost: float, n_boot: int,
+                seed: int) -> Estimate:
+    """The saving of ``b`` over ``a`` on one axis: the one bootstrap every verdict, sweep and figure uses."""
+    return saving(seed_curves(sec.arms[a], axis, generation_cost=cost),
+                  seed_curves(sec.arms[b], axis, generation_cost=cost), target, n_boot=n_boot, seed=seed)
 
 
 Pair = tuple[str, Effect, Key, Key]  # (name, effect, earlier, later): a step of the decomposition
@@ -227,6 +234,7 @@ def evaluate_section(sec: Section, baseline: str | Arm, *, candidate: str | Arm 
         pairs.append(("tuned baseline → best cost-aware method", Effect.TUNED_BASELINE, tuned, best))
     claim_pairs: list[ClaimPair] = [
         (f"{label(candidate)} beats {label(baseline)}", base, cand),
+        (f"nonzero beats {label(baseline)}", base, nonzero),
         (f"{label(candidate)} beats nonzero", nonzero, cand),
         (f"{label(candidate)} beats tuned {label(baseline)}", tuned, cand),
         (f"{label(candidate)} beats PODS", (Arm("pods"), sec.default_lr), cand)]
@@ -265,12 +273,7 @@ AXIS_WORDS = {"total_cost": "total cost", "po_tokens": "PO tokens", "generated_t
 HEADLINE_AXIS = AXES[0]  # total cost: every verdict is decided by its CI
 
 
-def _pct(v: float) -> str:
-    if math.isnan(v):
-        return "undefined"
-    if math.isinf(v):
-        return "never reached" if v < 0 else "+100%"
-    return f"{100 * v:+.0f}%"
+_pct = pct  # the one percentage format (report.verdicts)
 
 
 def describe(est: Estimate, axis: str) -> str:
@@ -280,6 +283,8 @@ def describe(est: Estimate, axis: str) -> str:
     '30% fewer PO tokens (saving +30% [+12%, +45%], CI excludes zero)'
     >>> describe(Estimate(-0.1, -0.3, 0.05), "rounds")
     '10% more generation rounds (saving -10% [-30%, +5%], within noise)'
+    >>> describe(Estimate(0.3, 0.3, 0.3, seeds=1), "po_tokens")
+    '30% fewer PO tokens (saving +30%, 1 seed: no interval)'
     """
     what = AXIS_WORDS[axis]
     if math.isinf(est.value) and est.value < 0:
@@ -289,8 +294,22 @@ def describe(est: Estimate, axis: str) -> str:
     else:
         less, more = ("lower", "higher") if axis == "total_cost" else ("fewer", "more")  # a cost, or a count
         head = f"{abs(100 * est.value):.0f}% {less if est.value >= 0 else more} {what}"
+    if not est.has_interval:
+        return f"{head} (saving {pct(est.value)}, {no_interval(est.seeds)})"
     tail = "CI excludes zero" if est.excludes_zero else "within noise"
-    return f"{head} (saving {_pct(est.value)} [{_pct(est.lo)}, {_pct(est.hi)}], {tail})"
+    return f"{head} (saving {fmt(est)}, {tail})"
+
+
+def verdict_word(comp: Comparison | None, *, bold: bool = True) -> str:
+    """A claim's verdict in words (bold in a sentence, plain in a table cell): the verdict list and the
+    opening table both use this."""
+    if comp is None:
+        return "**cannot say**" if bold else "cannot say"
+    s = comp.savings[HEADLINE_AXIS]
+    v = verdict(s)
+    if v is Verdict.NO_INTERVAL:
+        return f"{v.value} ({s.seeds} seed{'s' if s.seeds != 1 else ''})"
+    return f"**{v.value}**" if bold else v.value
 
 
 def verdict_line(claim: str, comp: Comparison | None, absent: str, *, target: float) -> str:
@@ -299,12 +318,13 @@ def verdict_line(claim: str, comp: Comparison | None, absent: str, *, target: fl
     if comp is None:
         return f"- {claim}: **cannot say** ({escape(absent)})."
     s = comp.savings[HEADLINE_AXIS]
-    verdict = ("**yes**" if s.lo > 0 else "**no, it is worse**" if s.hi < 0 else "**not shown**")
     rest = "; ".join(f"at {AXIS_WORDS[a]}: {describe(comp.savings[a], a)}" for a in AXES if a != HEADLINE_AXIS)
     g = comp.rounds_gap
-    gap = "" if g is None else (f" At equal rounds (round {comp.rounds_at:.0f}) its accuracy differs by {g.value:+.3f} "
-                                f"[{g.lo:+.3f}, {g.hi:+.3f}], {'CI excludes zero' if g.excludes_zero else 'within noise'}.")
-    return f"- {claim}: {verdict}. To reach {target:.3f}, it needs {describe(s, HEADLINE_AXIS)}; {rest}.{gap}"
+    gap = "" if g is None else (
+        f" At equal rounds (round {comp.rounds_at:.0f}) its accuracy differs by {g.value:+.3f} "
+        + (f"[{g.lo:+.3f}, {g.hi:+.3f}], {'CI excludes zero' if g.excludes_zero else 'within noise'}."
+           if g.has_interval else f"({no_interval(g.seeds)})."))
+    return f"- {claim}: {verdict_word(comp)}. To reach {target:.3f}, it needs {describe(s, HEADLINE_AXIS)}; {rest}.{gap}"
 
 
 def answer_paragraph(ev: Evidence, baseline: str | Arm, candidate: str | Arm = "p_star") -> str:
@@ -344,7 +364,8 @@ def answer_paragraph(ev: Evidence, baseline: str | Arm, candidate: str | Arm = "
         out.append(f"No tuned {base_name} baseline: {escape(ev.tuned_note)}.")
 
     def state(p: Plateau) -> str:
-        return "**is not learning**" if not p.learning else "has plateaued" if p.plateaued else "**has not** plateaued"
+        return ("**is not learning**" if not p.learning else "may or may not have plateaued (too few seeds to say)"
+                if p.undecided else "has plateaued" if p.plateaued else "**has not** plateaued")
 
     out.append(f"The {base_name} baseline {state(ev.plateau)}"
                + ("" if ev.tuned_plateau is None else f", the tuned one {state(ev.tuned_plateau)}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -19,10 +19,10 @@ import numpy as np
 from costaware.arms import Arm
 from costaware.records import RunResult
 from costaware.report import evidence as E
-from costaware.report.curves import seed_curves
-from costaware.report.labels import label
+from costaware.report.curves import MIN_SEEDS_FOR_CI, seed_curves
+from costaware.report.labels import label, style
 
-__all__ = ["AXIS_TITLES", "COLUMNS", "DPI", "PANEL_INCHES", "plot_axis", "plot_ablations"]
+__all__ = ["AXIS_TITLES", "COLUMNS", "DPI", "PANEL_INCHES", "plot_axis", "plot_ablations", "x_limit", "X_STRETCH"]
 
 AXIS_TITLES = {"total_cost": "total cost (generated tokens × ratio + PO tokens)",
                "po_tokens": "cumulative policy-optimisation tokens", "generated_tokens": "cumulative generated tokens",
@@ -71,42 +71,65 @@ def _grid(n: int, legend_rows: int):
     return fig, list(axes.flat[:n])
 
 
-def plot_axis(evs: Sequence[E.Evidence], axis: str, path: Path, sft: Sequence[RunResult]) -> None:
-    """Seed-mean held-out accuracy against ``axis`` with a 95% band over seeds, one panel per section."""
+def x_limit(ends: Sequence[float]) -> float:
+    """Where a panel's x-axis ends: at the longest curve, unless it runs past 1.25 × the median curve's end; then
+    there, so one long arm (PODS spends many more rounds) does not squeeze the rest into a corner.
+
+    >>> x_limit([100, 110, 120])
+    120.0
+    >>> x_limit([100, 110, 400])
+    137.5
+    """
+    ends = [float(e) for e in ends]
+    return min(max(ends), X_STRETCH * float(np.median(ends)))
+
+
+X_STRETCH = 1.25
+
+
+def plot_axis(evs: Sequence[E.Evidence], axis: str, path: Path, sft: Sequence[RunResult],
+              keys: Mapping[tuple[str, str], Sequence[E.Key]] | None = None, *, title: str = "held-out accuracy") -> list[str]:
+    """Seed-mean held-out accuracy against ``axis`` with a 95% band over seeds (none below 3 seeds), one panel per
+    section; ``keys``: the arms to draw per (task, setting) (default: all). Returns the labels of the curves cut
+    by the axis limit (:func:`x_limit`)."""
     plt = _pyplot()
+    cut: list[str] = []
     with plt.rc_context(FONT):
-        legend_rows = max(math.ceil((len(ev.section.arms) + 1) / 2) for ev in evs)
+        drawn = {(ev.section.task, ev.section.setting): [k for k in sorted(ev.section.arms)
+                 if keys is None or k in keys.get((ev.section.task, ev.section.setting), ())] for ev in evs}
+        legend_rows = max(math.ceil((len(v) + 2) / 2) for v in drawn.values())
         fig, axes = _grid(len(evs), legend_rows)
-        # one colour per arm and LR multiple in every panel, so that "p*" is the same line wherever it is drawn
-        # (keyed on the arm, not its label; ordered by label, so the colours follow the legend's order)
-        ids = {_line_id(ev.section, k): ev.section.name(k) for ev in evs for k in ev.section.arms}
-        palette = plt.get_cmap("tab10" if len(ids) <= 10 else "tab20")
-        colour = {i: palette(n % palette.N) for n, i in enumerate(sorted(ids, key=lambda i: (ids[i], i)))}
         for ax, ev in zip(axes, evs, strict=True):
             sec = ev.section
-            for key in sorted(sec.arms, key=lambda k: (k[0], k[1])):
+            ends = []
+            for key in drawn[(sec.task, sec.setting)]:
                 runs = sec.arms[key]
+                st = style(key[0], key[1] / sec.default_lr)
                 c = seed_curves(runs, axis, generation_cost=ev.generation_cost, points=64)
-                picks = np.random.default_rng(0).integers(0, len(runs), size=(500, len(runs)))
-                lo, hi = np.quantile(c.boot_means(picks), [0.025, 0.975], axis=0)
-                ax.plot(c.grid, c.mean, color=colour[_line_id(sec, key)], label=f"{sec.name(key)} (n={len(runs)})")
-                ax.fill_between(c.grid, lo, hi, color=colour[_line_id(sec, key)], alpha=0.15)
+                ax.plot(c.grid, c.mean, color=st.colour, ls=st.linestyle, marker=st.marker, markevery=8, ms=4,
+                        label=f"{sec.name(key)} (n={len(runs)})")
+                if len(runs) >= MIN_SEEDS_FOR_CI:
+                    picks = np.random.default_rng(0).integers(0, len(runs), size=(500, len(runs)))
+                    lo, hi = np.quantile(c.boot_means(picks), [0.025, 0.975], axis=0)
+                    ax.fill_between(c.grid, lo, hi, color=st.colour, alpha=0.15)
+                ends.append((float(c.grid[-1]), sec.name(key)))
             own = [r for r in sft if r.id.task == sec.task]
             if axis == "po_tokens" and own and sec.setting == "grpo":
                 c = seed_curves(own, axis, points=64)
                 ax.plot(c.grid, c.mean, "k--", lw=1, label=f"{label(Arm('sft'))} (x = SFT tokens, n={len(own)})")
             ax.axhline(ev.target, color="k", lw=0.7, ls=":")
-            ax.set(title=f"{sec.task} / {sec.setting}: held-out accuracy", xlabel=AXIS_TITLES[axis],
-                   ylabel="accuracy")
+            if ends:
+                right = x_limit([e for e, _ in ends])
+                ax.set_xlim(0, right)
+                cut += [f"{sec.task}/{sec.setting}: {n}" for e, n in ends if e > right]
+                ax.annotate(f"target {ev.target:.3f}", (right, ev.target), xytext=(-3, 3), textcoords="offset points",
+                            ha="right", va="bottom", fontsize=8)
+            ax.set(title=f"{sec.task} / {sec.setting}: {title}", xlabel=AXIS_TITLES[axis], ylabel="accuracy")
             _tidy(ax)
             _legend_under(ax, len(ax.get_legend_handles_labels()[1]))
         fig.savefig(path, dpi=DPI)
         plt.close(fig)
-
-
-def _line_id(sec: E.Section, key: E.Key) -> tuple[Arm, float]:
-    """What one line of a panel is: its arm and LR multiple (what its label shows, but typed)."""
-    return key[0], key[1] / sec.default_lr
+    return cut
 
 
 def plot_ablations(runs: Sequence[RunResult], path: Path) -> None:
@@ -120,7 +143,9 @@ def plot_ablations(runs: Sequence[RunResult], path: Path) -> None:
         fig, (ax,) = _grid(1, math.ceil(len(by) / 2))
         for k in sorted(by, key=lambda k: (names[k], k)):  # in the legend, by name
             c = seed_curves(by[k], "po_tokens", points=64)
-            ax.plot(c.grid, c.mean, label=f"{names[k]} (n={len(by[k])})")
+            st = style(k[2])
+            ax.plot(c.grid, c.mean, color=st.colour, ls=st.linestyle, marker=st.marker, markevery=8, ms=4,
+                    label=f"{names[k]} (n={len(by[k])})")
         ax.set(title="Ablations (proxy noise, G ≡ 1, α, tokens/step)", xlabel=AXIS_TITLES["po_tokens"],
                ylabel="accuracy")
         _tidy(ax)

@@ -43,20 +43,28 @@ class Plateau:
         return bool(self.peak - self.start > self.min_gain)
 
     @property
+    def undecided(self) -> bool:
+        """A late peak and too few seeds for an interval on the rise: whether it flattened is not shown."""
+        return self.peak_late and not self.rise.has_interval
+
+    @property
     def plateaued(self) -> bool:
-        return (not self.peak_late) or not (self.rise.lo > 0)
+        return (not self.peak_late) or not (self.rise.has_interval and self.rise.lo > 0)
 
     def text(self, name: str) -> str:
         """The plateau line of the report, in Markdown (``name`` is a plain label)."""
         name = escape(name)
         where = (f"its peak is at evaluation {self.peak_index + 1} of {self.n_points}"
                  + (", among the last 20%" if self.peak_late else ", before the last 20%"))
-        rise = (f"over the last quarter of evaluations it rose by {self.rise.value:+.3f} "
-                f"[{self.rise.lo:+.3f}, {self.rise.hi:+.3f}] ({self.seeds} seed{'s' if self.seeds != 1 else ''})")
+        ci = (f"[{self.rise.lo:+.3f}, {self.rise.hi:+.3f}] ({self.seeds} seeds)" if self.rise.has_interval
+              else f"({self.seeds} seed{'s' if self.seeds != 1 else ''}: no interval)")
+        rise = f"over the last quarter of evaluations it rose by {self.rise.value:+.3f} {ci}"
         if not self.learning:
             return (f"Plateau check: **{name} is not learning**: its seed-mean accuracy starts at {self.start:.3f} "
                     f"and its peak, {self.peak:.3f}, is no more than {self.min_gain:.3f} above that; a flat curve "
                     "that never rose is no plateau, and savings to a target on it say nothing about the methods.")
+        if self.undecided:
+            return f"Plateau check: {name}'s peak is late ({where}); {rise}, so whether it has flattened is not shown."
         if self.plateaued:
             return f"Plateau check: {name}'s seed-mean curve has flattened: {where}; {rise}."
         return (f"Plateau check: **{name}'s seed-mean curve has NOT flattened**: {where}, and {rise}, a CI "
@@ -93,5 +101,5 @@ def plateau(runs: Sequence[RunResult], *, late: float = 0.2, tail: float = 0.25,
     picks = np.random.default_rng(seed).integers(0, len(runs), size=(n_boot, len(runs)))
     boot = rises(c.boot_means(picks))
     lo, hi = np.quantile(boot, [0.025, 0.975])
-    return Plateau(k, peak, peak >= k - math.ceil(late * k), Estimate(float(rises(mean)), float(lo), float(hi)),
+    return Plateau(k, peak, peak >= k - math.ceil(late * k), Estimate(float(rises(mean)), float(lo), float(hi), seeds=len(runs)),
                    len(runs), float(mean[0]), float(mean[peak]), min_gain)

@@ -1,10 +1,10 @@
-"""The prompt-stage sections of `costaware reproduce`: which prompts are worth generating (issue 20).
+"""The prompt-stage sections of `costaware reproduce`: which prompts are worth generating.
 
 A section whose setting names a finite train set (``grpo-512-prompts``: the runs of group ``rollout``)
 compares, in total cost to the common target, the candidate :data:`SKIP` (p* rows behind the biased
 cost-aware skip) and, when run, :data:`UNBIASED` (p* rows behind cost-aware prompt sampling with
 prompt weights) against GRPO and the peers: ``nonzero``, PODS, cost-aware PODS, GRESO's skip and DAPO's
-dynamic sampling. The decomposition gains a line for the prompt stage; the issue's target verdict is
+dynamic sampling. The decomposition gains a line for the prompt stage; the prompt-stage target's verdict is
 computed (:class:`TargetVerdict`): ≥ 2× less total cost than GRPO and ≥ 15% less than the best of
 ``nonzero``, PODS, GRESO and DAPO, each with a CI over ≥ 5 seeds that excludes zero.
 """
@@ -25,15 +25,16 @@ from costaware.report.evidence import HEADLINE_AXIS, Comparison, Effect, Key, Se
 from costaware.report.labels import label
 from costaware.report.md import escape, table
 from costaware.report.predicted import Predictions, prompt_table, row_level_line, source
+from costaware.report.verdicts import fmt
 
 __all__ = ["SKIP", "UNBIASED", "PEERS", "TARGET_PEERS", "MIN_SAVING", "MIN_SAVING_OVER_BEST", "MIN_SEEDS", "is_rollout",
-           "TargetVerdict", "PromptCounts", "RolloutEvidence", "evaluate_rollout", "answer", "section_lines", "summary"]
+           "TARGET_WORDS", "TargetVerdict", "PromptCounts", "RolloutEvidence", "evaluate_rollout", "answer", "section_lines", "summary"]
 
 SKIP = Arm("p_star", rollout="cost_aware_skip")  # the candidate (biased)
 UNBIASED = Arm("p_star", rollout="cost_aware")  # the unbiased candidate, when run
 GRESO, DAPO = Arm("none", rollout="greso"), Arm("none", rollout="dapo")
 PEERS = (Arm("nonzero"), Arm("pods"), Arm("cost_pods"), GRESO, DAPO)
-TARGET_PEERS = (Arm("nonzero"), Arm("pods"), GRESO, DAPO)  # the issue's "best of": the largest saving over GRPO
+TARGET_PEERS = (Arm("nonzero"), Arm("pods"), GRESO, DAPO)  # the target's "best of": the largest saving over GRPO
 MIN_SAVING = 0.5  # ≥ 2× less total cost than GRPO
 MIN_SAVING_OVER_BEST = 0.15
 MIN_SEEDS = 5
@@ -45,13 +46,16 @@ def is_rollout(sec: Section) -> bool:
     return bool(_FINITE_SET.search(sec.setting)) or any(a.rollout != "all" for a, _ in sec.arms)
 
 
-def _pct(e: Estimate) -> str:
-    return f"{E._pct(e.value)} [{E._pct(e.lo)}, {E._pct(e.hi)}]"
+_pct = fmt  # the one way an estimate is written (report.verdicts)
+
+TARGET_WORDS = (f"the prompt-stage target: ≥ 2× less total cost than GRPO and ≥ {100 * MIN_SAVING_OVER_BEST:.0f}% less "
+                f"than the best of nonzero, PODS, GRESO's skip and DAPO's dynamic sampling, each with a CI over "
+                f"≥ {MIN_SEEDS} seeds that excludes zero")
 
 
 @dataclass(frozen=True)
 class TargetVerdict:
-    """The issue's target for one candidate; ``shortfalls`` names each failing part, with its numbers."""
+    """The prompt-stage target for one candidate; ``shortfalls`` names each failing part, with its numbers."""
 
     candidate: Key
     met: bool
@@ -184,7 +188,7 @@ def _target(sec: Section, ev: E.Evidence, cand: Key, peer_savings: dict[Key, Est
 def answer(rev: RolloutEvidence, baseline: str | Arm) -> str:
     """The opening paragraph of a prompt-stage section: the usual answer for the candidate, then the target."""
     para = E.answer_paragraph(rev.evidence, baseline, rev.candidates[0][0])
-    return para + " Target (issue 20): " + " ".join(t.text(rev.evidence.section) for t in rev.targets)
+    return para + f" {TARGET_WORDS[0].upper()}{TARGET_WORDS[1:]}. " + " ".join(t.text(rev.evidence.section) for t in rev.targets)
 
 
 def _counts_rows(rev: RolloutEvidence) -> list[list[str]]:
@@ -231,7 +235,8 @@ def _measured_beside(rev: RolloutEvidence, pred: Predictions) -> list[str]:
 def section_lines(rev: RolloutEvidence, pred: Predictions) -> list[str]:
     """The prompt-stage part of a section, after its method table, decomposition and verdicts."""
     sec, ev = rev.evidence.section, rev.evidence
-    lines = ["### Target (issue 20): total cost to the common target", ""]
+    lines = ["### The prompt-stage target: total cost to the common target", "",
+             f"{TARGET_WORDS[0].upper()}{TARGET_WORDS[1:]}.", ""]
     lines += [f"- {t.text(sec)}" for t in rev.targets]
     if rev.peer_savings:
         lines += ["", "Peers' total-cost saving over GRPO (the best one is the bar): " + "; ".join(
