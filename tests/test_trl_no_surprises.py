@@ -155,7 +155,7 @@ def test_torchrun_two_processes_without_use_cpu_is_refused_with_the_fix(tmp_path
     script.write_text(SCRIPT)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                           "--master_port", "0", str(script), "cpu" if use_cpu else "bare"],
+                           "--standalone", str(script), "cpu" if use_cpu else "bare"],
                           capture_output=True, text=True, timeout=300, env=env)
     out = proc.stdout + proc.stderr
     if use_cpu:
