@@ -119,12 +119,10 @@ class CostAwareGRPOConfig(GRPOConfig):
     cost_aware_method: str = field(
         default="auto",
         metadata={
-            "help": f"[sampling] Mini-batch sampling method: 'auto' or one of {METHODS}. 'auto' picks what the "
-            "project's measurements favour (`costaware reproduce`, sort task, PO tokens to equal accuracy): "
-            "'p_star' for sequence-mean losses (grpo, sapo; grpo: 37% [21%, 53%] fewer PO tokens than GRPO, "
-            "+8% [-9%, +32%] against 'nonzero', 5 seeds) and 'nonzero' (zero-advantage rows dropped) for "
-            "token-sum losses (dapo, cispo, bnpo, dr_grpo, luspo, vespo; dapo: p_star with the calibrated "
-            "proxy needed 9% [1%, 25%] more than 'nonzero'; cispo: 150% [7%, 197%] more; 3 seeds). "
+            "help": f"[sampling] Mini-batch sampling method: 'auto' or one of {METHODS}. 'auto' picks, per loss "
+            "type, the method the main job measured best (AUTO_METHOD; the numbers are in the TRL guide): 'p_star' "
+            "for sequence-mean losses (grpo, sapo), 'nonzero' (zero-advantage rows dropped) for token-sum losses "
+            "(dapo, cispo, bnpo, dr_grpo, luspo, vespo). "
             "Refused with beta != 0 (choose 'p_smooth' or 'none')."
         },
     )
@@ -219,8 +217,8 @@ class CostAwareGRPOConfig(GRPOConfig):
         default="transformers",
         metadata={
             "help": "[generation] Rollout engine: 'transformers' TRL's own path (generate, or vLLM), 'kv' the "
-            "batched KV-cached sampler of costaware.generation for small Qwen2 policies (the same law; about 3x "
-            "generate's tokens/s for the main job's CPU policy; temperature, top_k and top_p only)."
+            "batched KV-cached sampler of costaware.generation for small Qwen2 policies (the same law; "
+            "temperature, top_k and top_p only)."
         },
     )
     # -- [zvf] --------------------------------------------------------------------------------------
