@@ -25,8 +25,9 @@ rm -rf dist
 WHEEL=$(ls dist/costaware-*-py3-none-any.whl)
 SDIST=$(ls dist/costaware-*.tar.gz)
 echo "check_wheel.sh: built $WHEEL and $SDIST"
-for f in LICENSE README.md CHANGELOG.md CITATION.cff pyproject.toml; do  # what a source release must hold
-  tar -tzf "$SDIST" | grep -q "/$f\$" || { echo "check_wheel.sh: $f missing from $SDIST" >&2; exit 1; }
+LISTING=$(tar -tzf "$SDIST")  # listed once: grep -q on a pipe would cut tar off under pipefail
+for f in LICENSE README.md CHANGELOG.md CITATION.cff pyproject.toml mkdocs.yml docs/index.md; do
+  grep -qx "costaware-[^/]*/$f" <<<"$LISTING" || { echo "check_wheel.sh: $f missing from $SDIST" >&2; exit 1; }
 done
 "$WORK/build/bin/python" - "$WHEEL" <<'PYEOF'
 import sys, zipfile
