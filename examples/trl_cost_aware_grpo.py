@@ -1,4 +1,4 @@
-"""Cost-Aware GRPO with TRL on a tiny model, CPU and offline (about ten seconds).
+"""Cost-Aware GRPO with TRL on a tiny model, CPU and offline (under a minute).
 
     .venv/bin/python examples/trl_cost_aware_grpo.py [--method p_star] [--steps 16] [--zvf]
 
@@ -32,7 +32,7 @@ def digit_reward(completions: list[str], **_: object) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--method", default="p_star", choices=METHODS)
-    parser.add_argument("--steps", type=int, default=96, help="optimiser steps")
+    parser.add_argument("--steps", type=int, default=16, help="optimiser steps")
     parser.add_argument("--zvf", action="store_true", help="DAPO zero-variance filtering")
     parser.add_argument("--loss-type", default="dapo")
     opts = parser.parse_args()

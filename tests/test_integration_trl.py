@@ -607,24 +607,24 @@ def test_calibrated_proxy_logs_beta_and_round_trips_through_a_checkpoint(tmp_pat
     assert first_resumed["cost_aware/proxy_beta"] == pytest.approx(cal.beta)  # planned with the restored β
 
 
-def test_proxy_auto_resolves_per_loss_type_and_warns_on_the_papers_under_token_sum(tmp_path):
+def test_proxy_auto_resolves_per_loss_type_and_advises_the_papers_under_token_sum(tmp_path):
     def cfg(**over):
         return CostAwareGRPOConfig(**_kwargs(tmp_path, **{"cost_aware_method": "p_star", **over}))
 
-    assert cfg().sampling_config().proxy == "calibrated"  # dapo
+    with pytest.warns(UserWarning, match="set cost_aware_proxy='advantage'"):
+        assert cfg().sampling_config().proxy == "calibrated"  # dapo
     grpo = cfg(loss_type="grpo").sampling_config()
     assert (grpo.proxy, grpo.beta) == ("advantage", 0.0)
     fixed = cfg(cost_aware_proxy="length_aware").sampling_config()
     assert (fixed.proxy, fixed.proxy_beta) == ("length_aware", 1.0)  # the token-sum prior
-    with pytest.warns(UserWarning, match="sums each row's token losses"):
-        cfg(cost_aware_proxy="advantage")
     import warnings as w
 
     with w.catch_warnings():
         w.simplefilter("error")
+        cfg(cost_aware_proxy="advantage")  # the measured advice: no warning
         cfg(cost_aware_proxy="advantage", loss_type="grpo")
-        cfg()
-        cfg(cost_aware_method="auto", cost_aware_proxy="advantage")  # auto: nonzero under dapo, no proxy
+        cfg(loss_type="grpo")
+        cfg(cost_aware_method="auto")  # auto: nonzero under dapo, no proxy
 
 
 @pytest.mark.parametrize(

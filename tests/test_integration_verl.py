@@ -135,25 +135,26 @@ def test_proxy_options_pass_through_to_the_core():
 def test_proxy_auto_resolves_with_the_actors_loss_agg_mode(mode, proxy, beta):
     import warnings
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # auto never warns
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")  # auto with p_star warns only under a token-sum loss, with the advice
         cfg = read_trainer_config(verl_config(
             "actor_rollout_ref.actor.shuffle=false", f"actor_rollout_ref.actor.loss_agg_mode={mode}",
             "+algorithm.cost_aware.method=p_star",
         ))
+    advice = [w for w in seen if "proxy='auto'" in str(w.message)]
+    assert len(advice) == (proxy == "length_aware")
     assert (cfg.proxy, cfg.proxy_beta) == (proxy, beta)
 
 
-def test_the_papers_proxy_under_a_token_sum_loss_warns():
+def test_the_papers_proxy_under_a_token_sum_loss_is_the_measured_advice_and_does_not_warn():
     overrides = ("actor_rollout_ref.actor.shuffle=false", "+algorithm.cost_aware.proxy=advantage")
-    with pytest.warns(UserWarning, match="token-mean.*sums each row's token losses"):
-        cfg = read_trainer_config(verl_config(*overrides))
-    assert (cfg.proxy, cfg.proxy_beta) == ("advantage", None)
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        cfg = read_trainer_config(verl_config(*overrides))
         read_trainer_config(verl_config(*overrides, "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean"))
+    assert (cfg.proxy, cfg.proxy_beta) == ("advantage", None)
 
 
 @pytest.mark.parametrize(

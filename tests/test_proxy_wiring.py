@@ -72,11 +72,14 @@ def test_resolve_proxy_per_loss_family():
         resolve_proxy("auto", None, loss_type="bogus", method="p_star")
 
 
-def test_paper_proxy_warning_only_for_token_sum_and_proxy_methods():
-    assert "sums each row's token losses" in paper_proxy_warning("advantage", loss_type="dapo", method="p_star")
-    assert paper_proxy_warning("advantage", loss_type="grpo", method="p_star") is None
-    assert paper_proxy_warning("advantage", loss_type="dapo", method="uniform") is None
-    assert paper_proxy_warning("calibrated", loss_type="dapo", method="p_star") is None
+def test_proxy_advice_only_for_auto_with_a_proxy_method_under_a_token_sum_loss():
+    # one advice, the training measurements': the paper's proxy under token-sum losses, never the reverse
+    advice = paper_proxy_warning("auto", loss_type="dapo", method="p_star", field="cost_aware_proxy")
+    assert "cost_aware_proxy='advantage'" in advice and "'nonzero'" in advice
+    assert paper_proxy_warning("advantage", loss_type="dapo", method="p_star") is None  # the measured choice
+    assert paper_proxy_warning("calibrated", loss_type="dapo", method="p_star") is None  # named: the user's
+    assert paper_proxy_warning("auto", loss_type="grpo", method="p_star") is None  # auto is the paper's there
+    assert paper_proxy_warning("auto", loss_type="dapo", method="nonzero") is None  # no proxy used
 
 
 # ---------------------------------------------------------------------------------- β = 0 unchanged

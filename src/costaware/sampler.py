@@ -80,9 +80,10 @@ class CostAwareSampler(Sampler[int]):
         seed (int): base seed. The stream of an epoch is fixed by (seed, epoch, rank).
         generator (torch.Generator, optional): if given, each ``iter()`` draws a fresh base seed
             from it (as ``RandomSampler`` does) instead of using ``seed``.
-        rank, world_size (int, optional): as in ``DistributedSampler``; default from
-            ``torch.distributed`` when it is initialised, else 0 and 1. Every rank draws its own
-            independent stream from the same p.
+        rank (int, optional): as in ``DistributedSampler``; default from ``torch.distributed`` when
+            it is initialised, else 0. Every rank draws its own independent stream from the same p.
+        world_size (int, optional): as in ``DistributedSampler``; default from ``torch.distributed``
+            when it is initialised, else 1.
         momentum (float): EMA factor m ∈ [0, 1) for :meth:`update_proxies`:
             G_i ← m·G_i + (1−m)·value. ``0`` replaces.
         yield_weights (bool): yield ``(index, weight)`` pairs instead of plain indices; use with

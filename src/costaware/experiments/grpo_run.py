@@ -51,8 +51,8 @@ def trainer_args(spec: RunSpec, profile: Profile, workdir: Path) -> Any:
 
     spg = profile.steps_per_generation
     with warnings.catch_warnings():
-        if spec.proxy == "advantage":  # the paper's proxy under a token-sum loss is the deliberate comparison arm
-            warnings.filterwarnings("ignore", message="proxy='advantage'", category=UserWarning)
+        # the proxy advice: each of the job's proxies under a token-sum loss is a deliberate comparison arm
+        warnings.filterwarnings("ignore", message="cost_aware_proxy='auto'", category=UserWarning)
         return CostAwareGRPOConfig(
             output_dir=str(workdir), cost_aware_method=spec.method, cost_aware_alpha=spec.alpha,
             cost_aware_weights=spec.weights, cost_aware_proxy_noise=spec.proxy_noise, cost_aware_zvf=spec.zvf or spec.rollout == "dapo",

@@ -149,10 +149,13 @@ class Profile:
             self.long_budget == 0 or 1 < self.long_budget < math.inf
         ):
             raise ValueError(f"long_budget must be 0 (off) or a finite multiple > 1, got {self.long_budget!r}")
-        for name in ("sft_lr", "control_lr", "learning_rate", "generation_cost"):
+        for name in ("sft_lr", "control_lr", "learning_rate"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        value = self.generation_cost  # one rule with the TRL and rollouts options: 0 = generation is free
+        if isinstance(value, bool) or not isinstance(value, int | float) or not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"generation_cost must be a finite number >= 0, got {value!r}")
         if not 0.0 <= self.mistake_prob < 1.0:
             raise ValueError(f"mistake_prob must lie in [0, 1), got {self.mistake_prob!r}")
         for name in ("max_size", "second_max_size"):

@@ -70,7 +70,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--set", nargs="+", metavar="FIELD=VALUE",
                    help="change any profile field, e.g. --set hidden_size=96 lr_sweep=0.5,2 (see --show-profile); "
                         "the options above win over --set")
-    p.add_argument("--show-profile", action="store_true", help="print the profile's fields by group and exit")
+    p.add_argument("--show-profile", action="store_true", help="print the profile that would run (--profile, --set and the options above applied), field by field with the number of runs, and exit")
     p.add_argument("--report-only", action="store_true",
                    help="train nothing: write the report from this profile's runs finished so far (an interrupted "
                         "job), and list the missing ones")  # fmt: skip

@@ -247,11 +247,25 @@ def run_pool(jobs: list[tuple[Any, ...]], processes: int) -> None:
             print(line, file=sys.stderr, flush=True)
 
 
+def show_profile(profile: Profile, name: str, specs: list[RunSpec]) -> str:
+    """The profile that would run, field by field with its help, each change from profile ``name`` marked."""
+    base = PROFILES[name]
+    lines, group = [f"profile {name!r} with the options given: {len(specs)} runs"], None
+    for f in dataclasses.fields(Profile):
+        if f.metadata["group"] != group:
+            group = f.metadata["group"]
+            lines.append(f"[{group}]")
+        value, was = getattr(profile, f.name), getattr(base, f.name)
+        changed = "" if value == was else f" (changed; {name!r} has {was!r})"
+        lines.append(f"  {f.name} = {value!r}{changed}: {f.metadata['help']}")
+    return "\n".join(lines)
+
+
 def reproduce(args: argparse.Namespace, *, command: str) -> int:
-    if args.show_profile:
-        print(Profile.help())
-        return 0
     profile, specs = resolve(args)
+    if args.show_profile:
+        print(show_profile(profile, args.profile, specs))
+        return 0
     out = Path(args.out)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM cleans up like Ctrl-C
     try:

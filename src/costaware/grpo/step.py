@@ -76,7 +76,7 @@ class RankStep:
 class Round:
     """What one generation batch runs: the plan, every rank's steps, the accounting and the seed used.
 
-    steps[r][j] is rank r's part of step j; normalisers[j] the step's (M_j, T_j); global_tokens the T the
+    ``steps[r][j]`` is rank r's part of step j; ``normalisers[j]`` the step's (M_j, T_j); global_tokens the T the
     global-token family divides every step by (TRL's ``num_items_in_batch``); counts the pool's
     :class:`StepCounts` over every rank and epoch (``po_seconds`` left for the engine to add); seed the
     plan generator's seed (:func:`plan_seed`); pad_rows[r] the local row rank r pads with.
@@ -122,8 +122,9 @@ def plan_round(
     Args:
         pool: the global pool, every rank's rows in rank order.
         config: the sampling method (``config.rule``) and its options.
-        seed, step: the run's seed and this generation batch's index; the plan is drawn from
-            ``plan_seed(seed, step)``, so every rank, and a resumed run, gets the same plan.
+        seed: the run's seed; the plan is drawn from ``plan_seed(seed, step)``, so every rank, and a
+            resumed run, gets the same plan.
+        step: this generation batch's index.
         family: the engine loss's normaliser family, one of :data:`~costaware.grpo.factors.FAMILIES`.
         num_steps: the optimiser steps the baseline takes on this pool (its mini-batches).
         minibatch_size: draws per step (default: N // num_steps).

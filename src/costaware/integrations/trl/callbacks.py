@@ -11,11 +11,14 @@ every process stops at the same optimiser step (no collective needed).
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from transformers import TrainerCallback
 
 __all__ = ["TokenBudget", "batch_spent"]
+
+logger = logging.getLogger(__name__)
 
 
 def batch_spent(trainer: Any) -> bool:
@@ -25,12 +28,22 @@ def batch_spent(trainer: Any) -> bool:
 
 class TokenBudget(TrainerCallback):
     """``control.should_training_stop`` once ``cost_aware/total/tokens`` >= ``cost_aware_token_budget``
-    at the end of a generation batch (0 = off)."""
+    at the end of a generation batch (0 = off). The stop is logged (a warning on the main process, with the
+    totals) and kept in ``trainer.cost_aware_stop_reason`` (None while the budget has not stopped the run)."""
 
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
+        trainer.cost_aware_stop_reason = None
 
     def on_step_end(self, args, state, control, **kwargs):
         budget = self.trainer.args.cost_aware_token_budget
-        if budget and batch_spent(self.trainer) and self.trainer.cost_aware_counters.tokens >= budget:
+        counters = self.trainer.cost_aware_counters
+        if budget and batch_spent(self.trainer) and counters.tokens >= budget:
             control.should_training_stop = True
+            self.trainer.cost_aware_stop_reason = message = (
+                f"cost_aware_token_budget={budget} reached: {int(counters.tokens)} policy-optimisation tokens "
+                f"(plain GRPO would have fed {int(counters.tokens_plain)}) after {state.global_step} optimiser "
+                f"steps and {int(counters.generations)} generation batches; training stops here"
+                + (f", before max_steps={args.max_steps}" if args.max_steps > state.global_step else ""))
+            if state.is_world_process_zero:
+                logger.warning(message)

@@ -14,8 +14,10 @@ to the method the project's own measurements favour (:func:`resolve_method`).
 
 from __future__ import annotations
 
+import os
+import re
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
 from trl import GRPOConfig
@@ -33,6 +35,35 @@ __all__ = ["AUTO_METHOD", "CostAwareGRPOConfig", "SUPPORTED_LOSS_TYPES", "resolv
 
 LOGPROB_ROWS = ("fed", "all")
 GENERATION_ENGINES = ("transformers", "kv")
+
+
+# the core's option names -> this config's: an error names the field the user wrote
+_ROLLOUT_NAMES = {"floor": "cost_aware_rollout_floor", "generation_cost": "cost_aware_generation_cost"}
+
+
+def _user_names(exc: ValueError, names: dict[str, str]) -> ValueError:
+    """``exc`` with each core option name that a message uses as a name (``alpha must``, ``proxy=``) renamed."""
+    pattern = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, names)) + r")(?=\s+must\b|\s+needs\b|=)")
+    return ValueError(pattern.sub(lambda m: names[m.group(1)], str(exc)))
+
+
+def _check_launch(args: GRPOConfig) -> None:
+    """Refuse a multi-process launch that the config left unparallel: each process would train alone.
+
+    ``torchrun --nproc_per_node 2`` sets ``WORLD_SIZE=2``; on a CPU without ``use_cpu=True`` transformers
+    then sets up one process (``parallel_mode`` NOT_PARALLEL, ``world_size`` 1) on every rank, which gives
+    as many independent one-process runs, each with the full batch and its own copy of the model.
+    """
+    launched = os.environ.get("WORLD_SIZE", "1")
+    if not launched.isdigit() or int(launched) <= 1 or args.world_size > 1:
+        return
+    raise ValueError(
+        f"WORLD_SIZE={launched} processes were launched, but this config set up one (world_size=1, "
+        f"parallel_mode={args.parallel_mode.value}), so each process would train alone on a copy of the model; "
+        "on a CPU set use_cpu=True in the config (with torchrun, or with `accelerate launch --multi_gpu "
+        f"--num_processes {launched}`, whose --multi_gpu only picks the multi-process launcher); on GPUs check "
+        "that every process sees its own device"
+    )
 
 
 def _int_at_least(name: str, v: object, low: int) -> None:
@@ -88,12 +119,10 @@ class CostAwareGRPOConfig(GRPOConfig):
     cost_aware_method: str = field(
         default="auto",
         metadata={
-            "help": f"[sampling] Mini-batch sampling method: 'auto' or one of {METHODS}. 'auto' picks what the "
-            "project's measurements favour (`costaware reproduce`, sort task, PO tokens to equal accuracy): "
-            "'p_star' for sequence-mean losses (grpo, sapo; grpo: 37% [21%, 53%] fewer PO tokens than GRPO, "
-            "+8% [-9%, +32%] against 'nonzero', 5 seeds) and 'nonzero' (zero-advantage rows dropped) for "
-            "token-sum losses (dapo, cispo, bnpo, dr_grpo, luspo, vespo; dapo: p_star with the calibrated "
-            "proxy needed 9% [1%, 25%] more than 'nonzero'; cispo: 150% [7%, 197%] more; 3 seeds). "
+            "help": f"[sampling] Mini-batch sampling method: 'auto' or one of {METHODS}. 'auto' picks, per loss "
+            "type, the method the main job measured best (AUTO_METHOD; the numbers are in the TRL guide): 'p_star' "
+            "for sequence-mean losses (grpo, sapo), 'nonzero' (zero-advantage rows dropped) for token-sum losses "
+            "(dapo, cispo, bnpo, dr_grpo, luspo, vespo). "
             "Refused with beta != 0 (choose 'p_smooth' or 'none')."
         },
     )
@@ -188,8 +217,8 @@ class CostAwareGRPOConfig(GRPOConfig):
         default="transformers",
         metadata={
             "help": "[generation] Rollout engine: 'transformers' TRL's own path (generate, or vLLM), 'kv' the "
-            "batched KV-cached sampler of costaware.generation for small Qwen2 policies (the same law; about 3x "
-            "generate's tokens/s for the main job's CPU policy; temperature, top_k and top_p only)."
+            "batched KV-cached sampler of costaware.generation for small Qwen2 policies (the same law; "
+            "temperature, top_k and top_p only)."
         },
     )
     # -- [zvf] --------------------------------------------------------------------------------------
@@ -233,6 +262,7 @@ class CostAwareGRPOConfig(GRPOConfig):
             gpu = is_torch_bf16_gpu_available() or is_torch_xla_available()
             self.bf16 = not self.fp16 and not self.use_cpu and gpu
         super().__post_init__()
+        _check_launch(self)
         if self.loss_type not in SUPPORTED_LOSS_TYPES:
             raise ValueError(f"loss_type must be one of {SUPPORTED_LOSS_TYPES} here, got {self.loss_type!r}")
         sampling = self.sampling_config()  # validates every field SamplingConfig holds
@@ -253,8 +283,9 @@ class CostAwareGRPOConfig(GRPOConfig):
         _int_at_least("cost_aware_calibration_interval", self.cost_aware_calibration_interval, 1)
         _int_at_least("cost_aware_calibration_rows", self.cost_aware_calibration_rows, 3)
         method = sampling.method
-        message = paper_proxy_warning(self.cost_aware_proxy, loss_type=self.loss_type, method=method)
-        if message is not None:  # only when chosen explicitly: 'auto' resolves to 'calibrated' here
+        message = paper_proxy_warning(self.cost_aware_proxy, loss_type=self.loss_type, method=method,
+                                      field="cost_aware_proxy")
+        if message is not None:  # 'auto' with p*/p_smooth under a token-sum loss: the measured advice
             warnings.warn(message, UserWarning, stacklevel=3)
         drawing = not sampling.rule.plain
         if drawing and (self.entropy_coef != 0.0 or self.use_adaptive_entropy):
@@ -282,8 +313,11 @@ class CostAwareGRPOConfig(GRPOConfig):
     def _check_rollout(self) -> None:
         if self.cost_aware_rollout not in ("all", *PROMPT_METHODS):
             raise ValueError(f"cost_aware_rollout must be 'all' or one of {PROMPT_METHODS}, got {self.cost_aware_rollout!r}")
-        prompt_method(self.cost_aware_rollout if self.cost_aware_rollout != "all" else "greso",
-                      floor=self.cost_aware_rollout_floor, generation_cost=self.cost_aware_generation_cost)
+        try:  # the floor is checked whatever the method, so a bad value fails before it is used
+            prompt_method("cost_aware", floor=self.cost_aware_rollout_floor,
+                          generation_cost=self.cost_aware_generation_cost)
+        except ValueError as exc:
+            raise _user_names(exc, _ROLLOUT_NAMES) from None
         if self.cost_aware_rollout != "all" and self.cost_aware_zvf:
             raise ValueError(f"cost_aware_rollout={self.cost_aware_rollout!r} with cost_aware_zvf=True: ZVF's refills "
                              "generate prompts the prompt stage did not draw; choose one")
@@ -327,6 +361,13 @@ class CostAwareGRPOConfig(GRPOConfig):
                 f"cost_aware_proxy_beta={self.cost_aware_proxy_beta!r} with cost_aware_proxy='calibrated' (β is "
                 "fitted); use cost_aware_proxy='length_aware' for a fixed β"
             )
+        names = {f.name: f"cost_aware_{f.name}" for f in fields(SamplingConfig)}
+        try:
+            return self._sampling_config(method)
+        except ValueError as exc:
+            raise _user_names(exc, names) from None
+
+    def _sampling_config(self, method: str) -> SamplingConfig:
         proxy, beta = resolve_proxy(
             self.cost_aware_proxy, self.cost_aware_proxy_beta, loss_type=self.loss_type, method=method
         )

@@ -29,7 +29,7 @@ from torch.utils.data import Sampler
 
 from costaware.rollouts.stage import PromptStage, prompt_method
 
-__all__ = ["PromptStageSampler", "fold_round", "train_sampler", "build_stage", "STATE_FILE"]
+__all__ = ["PromptStageSampler", "fold_round", "train_sampler", "build_stage", "round_metrics", "rounds_per_pass", "STATE_FILE"]
 
 STATE_FILE = "cost_aware_prompt_stage.json"  # in every checkpoint folder, beside the counters
 
@@ -99,10 +99,36 @@ def build_stage(trainer: Any) -> PromptStage | None:
 
 def train_sampler(trainer: Any) -> PromptStageSampler:
     """The sampler for ``trainer`` (a CostAwareGRPOTrainer with a prompt stage)."""
-    args = trainer.args
     return PromptStageSampler(trainer.prompt_stage, group_size=trainer.num_generations,
-                              repeat_count=trainer.num_iterations * args.steps_per_generation,
-                              rounds=max(1, int(args.max_steps) // args.steps_per_generation + 1))
+                              repeat_count=trainer.num_iterations * trainer.args.steps_per_generation,
+                              rounds=rounds_per_pass(trainer))
+
+
+def rounds_per_pass(trainer: Any) -> int:
+    """Rounds per pass over the sampler. With ``max_steps`` > 0 the trainer stops by it: enough rounds for
+    it. With ``max_steps`` <= 0 (epoch-based) TRL sizes the run from the sampler's length, so a pass holds
+    the rounds of one epoch of TRL's own sampler, N // B, and the run trains as many steps as without the
+    stage (each round draws B prompts by the stage's rule, not an epoch's permutation)."""
+    args = trainer.args
+    if int(args.max_steps) > 0:
+        return int(args.max_steps) // args.steps_per_generation + 1
+    return max(1, len(trainer.train_dataset) // trainer.prompt_stage.batch)
+
+
+def round_metrics(draw: Any, rewards: torch.Tensor, group_size: int) -> dict[str, float]:
+    """A scored round's counts, logged under ``cost_aware/prompts/*``: prompts generated, candidates examined
+    and skipped (the skip rules), distinct prompts, the prompt factors' mean and largest value, and the share
+    of groups whose rewards are all equal (zero advantage, no signal)."""
+    r = rewards.double().reshape(-1, group_size)
+    return {
+        "cost_aware/prompts/generated": float(draw.prompt_ids.size),
+        "cost_aware/prompts/examined": float(draw.examined),
+        "cost_aware/prompts/skipped": float(draw.examined - draw.prompt_ids.size),
+        "cost_aware/prompts/unique": float(np.unique(draw.prompt_ids).size),
+        "cost_aware/prompts/weight_mean": float(np.mean(draw.factors)),
+        "cost_aware/prompts/weight_max": float(np.max(draw.factors)),
+        "cost_aware/prompts/zero_variance_share": float((r.max(1).values == r.min(1).values).double().mean()),
+    }
 
 
 def save_stage(trainer: Any, folder: str) -> None:

@@ -188,7 +188,10 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, KVRolloutMixin, GR
         spg, procs, rank = self.args.steps_per_generation, self.accelerator.num_processes, self.accelerator.process_index
         pool = self._gather_pool(batch, rewards)
         if self.prompt_stage is not None:  # fold the round into the prompt state; weighted: scale A by 1/(N q)
+            drawn = self.prompt_stage.draw()
             factors = torch.from_numpy(prompts.fold_round(self.prompt_stage, pool.rewards, pool.lengths, pool.costs))
+            for key, value in prompts.round_metrics(drawn, pool.rewards, self.num_generations).items():
+                self._metrics["train"][key].append(value)
             if self.prompt_stage.method.weighted:
                 offset, n = int(rank_offsets(pool.rank_sizes)[rank]), adv.shape[0]
                 pool = replace(pool, advantages=(pool.advantages.double() * factors).float())

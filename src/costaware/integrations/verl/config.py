@@ -240,7 +240,7 @@ def read_trainer_config(config: Any) -> CostAwareConfig | None:
     from costaware.grpo.config import paper_proxy_warning
 
     message = paper_proxy_warning(cfg.proxy, loss_type=mode, method=cfg.method)
-    if message is not None:  # only when chosen explicitly: 'auto' resolves to 'length_aware' here
+    if message is not None:  # 'auto' with p*/p_smooth under a token-sum loss: the measured advice
         warnings.warn(message, UserWarning, stacklevel=2)
         logger.warning("costaware: %s", message)
     cfg = cfg.resolved(mode)

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Builds the wheel and the sdist, installs the wheel with its `trl` extra into a clean virtual
+# environment (torch first, the way scripts/setup.sh does: a local CPU wheel, else PyTorch's CPU
+# index), and runs the README's quickstart from a folder outside the checkout, so that it imports the
+# installed package, not src/.
+#
+#   bash scripts/check_wheel.sh            # build into dist/, check in a temporary venv
+#
+# PYTHON picks the interpreter (default python3); COSTAWARE_TORCH_VERSION the torch version;
+# KEEP_VENV=1 keeps the temporary folder and prints its path.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PY=${PYTHON:-python3}
+TORCH_VERSION=${COSTAWARE_TORCH_VERSION:-2.13.0}
+CPU_INDEX=https://download.pytorch.org/whl/cpu
+WORK=$(mktemp -d)
+[ "${KEEP_VENV:-0}" = 1 ] && echo "check_wheel.sh: working in $WORK" || trap 'rm -rf "$WORK"' EXIT
+
+# 1. build: an isolated build venv, so the checkout's environment cannot leak into the artefacts
+"$PY" -m venv "$WORK/build"
+"$WORK/build/bin/python" -m pip install -q --upgrade pip build
+rm -rf dist
+"$WORK/build/bin/python" -m build --outdir dist . >"$WORK/build.log" 2>&1 || { tail -30 "$WORK/build.log"; exit 1; }
+WHEEL=$(ls dist/costaware-*-py3-none-any.whl)
+SDIST=$(ls dist/costaware-*.tar.gz)
+echo "check_wheel.sh: built $WHEEL and $SDIST"
+LISTING=$(tar -tzf "$SDIST")  # listed once: grep -q on a pipe would cut tar off under pipefail
+for f in LICENSE README.md CHANGELOG.md CITATION.cff pyproject.toml mkdocs.yml docs/index.md; do
+  grep -qx "costaware-[^/]*/$f" <<<"$LISTING" || { echo "check_wheel.sh: $f missing from $SDIST" >&2; exit 1; }
+done
+"$WORK/build/bin/python" - "$WHEEL" <<'PYEOF'
+import sys, zipfile
+names = zipfile.ZipFile(sys.argv[1]).namelist()
+need = ["costaware/py.typed", "costaware/integrations/trl/trainer.py", "costaware/cli.py"]
+missing = [n for n in need if n not in names]
+assert not missing and not any(n.startswith(("tests/", "examples/")) for n in names), missing
+assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), "LICENSE not in the wheel"
+PYEOF
+
+# 2. a clean venv: torch first, then the wheel with its trl extra
+"$PY" -m venv "$WORK/venv"
+PIP=("$WORK/venv/bin/python" -m pip)
+"${PIP[@]}" install -q --upgrade pip
+if "${PIP[@]}" install -q --no-index --no-deps "torch==$TORCH_VERSION" 2>/dev/null; then
+  "${PIP[@]}" install -q "torch==$TORCH_VERSION"
+else
+  "${PIP[@]}" install -q "torch==$TORCH_VERSION" --index-url "$CPU_INDEX"
+fi
+"${PIP[@]}" install -q "$WHEEL[trl]"
+
+# 3. the README's quickstart, from outside the checkout
+mkdir -p "$WORK/run"
+"$WORK/venv/bin/python" - "$ROOT/README.md" >"$WORK/run/quickstart.py" <<'PYEOF'
+import re, sys
+blocks = re.findall(r"^```python\n(.*?)^```", open(sys.argv[1]).read(), re.S | re.M)
+print(next(b for b in blocks if "CostAwareGRPOTrainer" in b))
+PYEOF
+cd "$WORK/run"
+OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 "$WORK/venv/bin/python" - <<'PYEOF'
+import costaware
+assert "site-packages" in costaware.__file__, costaware.__file__  # the installed wheel, not src/
+print(f"check_wheel.sh: costaware {costaware.__version__} from {costaware.__file__}")
+PYEOF
+OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 "$WORK/venv/bin/python" quickstart.py 2>&1 | tail -3
+"$WORK/venv/bin/costaware" --help >/dev/null
+echo "check_wheel.sh: the wheel installs with its trl extra and the quickstart runs from it"
