@@ -20,12 +20,15 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl", reason="the 'trl' extra is not installed")
 
-from test_trl_multiprocess import LOSS_TYPES, _get, run_cases  # noqa: E402
+from test_trl_multiprocess import LOSS_TYPES, _get, _total, run_cases  # noqa: E402
 
 LR = 1e-2
 ADAMW = {"optim": "adamw_torch", "learning_rate": LR, "weight_decay": 0.1, "cost_aware_method": "p_star"}
 SGD = {"optim": "sgd", "learning_rate": 0.5, "cost_aware_method": "p_star"}
 ZERO_MODES = ("first", "rank1", "all")
+# 4 nonzero rows in 6 micro-steps: `nonzero` fills steps 0-3, leaves 4 and 5 empty; with 3 micro-steps per
+# optimiser step, step 5 closes an optimiser step whose step 3 ran, so DDP must still sync in it
+SYNC_AFTER_SKIP = {"cost_aware_method": "nonzero", "steps_per_generation": 6, "gradient_accumulation_steps": 3}
 
 
 def _case(name, zero, base=ADAMW, **config):
@@ -41,7 +44,9 @@ CASES = [
           gradient_accumulation_steps=2),
     _case("adamw-bnpo-spg4-ga2-rank1", "rank1", loss_type="bnpo", steps_per_generation=4,
           gradient_accumulation_steps=2),
-    _case("adamw-dapo-iters2-first", "first", loss_type="dapo", num_iterations=2),
+    _case("adamw-grpo-nonzero-ga3-group0", "group0", loss_type="grpo", **SYNC_AFTER_SKIP),
+    _case("adamw-dapo-nonzero-ga3-group0", "group0", loss_type="dapo", **SYNC_AFTER_SKIP),
+    _case("adamw-dapo-iters2-first", "first", loss_type="dapo", num_iterations=2, max_steps=8),
     _case("adamw-dapo-tokens-first", "first", loss_type="dapo", cost_aware_budget="tokens"),
     _case("adamw-grpo-nonzero-first", "first", loss_type="grpo", cost_aware_method="nonzero"),
     # the prompt stages: prompts drawn from the gathered rewards, weighted ones scale the advantages
@@ -75,20 +80,25 @@ def _steps_taken(result) -> list[float]:
     return [float(state[i]["step"]) for i in sorted(state)]
 
 
+def _max_steps(case) -> int:
+    return case["config"].get("max_steps", 4)  # the worker's default
+
+
 def _rounds(case) -> tuple[int, int]:
-    """(optimiser steps per generation batch, generation batches) of the worker's 4-step run."""
+    """(optimiser steps per generation batch, generation batches) of the worker's run."""
     cfg = case["config"]
     per_round = cfg.get("steps_per_generation", 2) * cfg.get("num_iterations", 1) // cfg.get(
         "gradient_accumulation_steps", 1
     )
-    return per_round, 4 // per_round
+    return per_round, _max_steps(case) // per_round
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
 def test_two_processes_match_one_after_skipped_and_partly_zero_rounds(runs, case):
     two, one = runs
     ranks, (ref,) = _get(two, case["name"]), _get(one, case["name"])
-    assert all(r["global_step"] == 4 for r in ranks) and ref["global_step"] == 4
+    assert all(r["global_step"] == _max_steps(case) for r in (*ranks, ref))
+    assert _rounds(case)[1] >= 2, "a first-round skip needs a later round to compare"
     torch.testing.assert_close(ranks[0]["params"], ranks[1]["params"], rtol=0, atol=0)  # DDP kept in step
     if case["zero"] == "all":  # no update at all: weight decay must not shrink θ either
         for r in (*ranks, ref):
@@ -104,7 +114,8 @@ def test_a_skipped_step_leaves_adamw_state_alone_on_every_process(runs, case):
     two, one = runs
     ranks, (ref,) = _get(two, case["name"]), _get(one, case["name"])
     per_round, rounds = _rounds(case)
-    stepped = {"all": 0, "first": per_round * (rounds - 1), "rank1": 4}[case["zero"]]
+    every = per_round * rounds
+    stepped = {"all": 0, "first": per_round * (rounds - 1), "rank1": every, "group0": every}[case["zero"]]
     for r in (*ranks, ref):
         counts = _steps_taken(r)
         assert counts == [float(stepped)] * len(counts), f"AdamW step counts {sorted(set(counts))}, want {stepped}"
@@ -119,11 +130,12 @@ def test_a_skipped_step_leaves_adamw_state_alone_on_every_process(runs, case):
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
 def test_the_learning_rate_schedule_advances_on_every_optimiser_step(runs, case):
     """TRL's convention: the scheduler steps with every optimiser step, skipped or not (stock TRL steps on
-    an all-zero pool too). The worker's linear schedule logs lr·(1 − k/4) at step k = 0..3."""
+    an all-zero pool too). The worker's linear schedule logs lr·(1 − k/K) at step k = 0..K−1."""
     two, one = runs
     ranks, (ref,) = _get(two, case["name"]), _get(one, case["name"])
     lr = case["config"]["learning_rate"]
-    want = [pytest.approx(lr * (1 - k / 4)) for k in range(4)]
+    total = _max_steps(case)
+    want = [pytest.approx(lr * (1 - k / total)) for k in range(total)]
     for r in (*ranks, ref):
         assert r["learning_rates"] == want
 
@@ -134,3 +146,16 @@ def test_an_all_zero_run_runs_no_forward_on_any_process(runs):
     for case in (c for c in CASES if c["zero"] == "all"):
         for r in (*_get(two, case["name"]), *_get(one, case["name"])):
             assert r["fed"] == [], case["name"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_counters_count_what_every_process_fed(runs, case):
+    """Tokens fed by every process, padding included, equal the logged totals; the same pools and plans as one
+    process, so the same counts, padding aside (one process feeds none)."""
+    two, one = runs
+    ranks, (ref,) = _get(two, case["name"]), _get(one, case["name"])
+    fed = sum(sum(r["fed"]) for r in ranks)
+    assert _total(ranks[0], "tokens") + _total(ranks[0], "tokens_padding") == fed
+    assert _total(ref, "tokens") == sum(ref["fed"]) and _total(ref, "tokens_padding") == 0
+    for name in ("tokens", "rows_drawn", "skipped", "generations"):
+        assert _total(ranks[0], name) == _total(ref, name), name

@@ -35,7 +35,7 @@ def fixed_rollout(zero: str):
     zero = "rank1": the second half of the global batch (rank 1's rows on two processes) gets the same
     completion in every slot of its group, hence a constant reward and all-zero advantages;
     "all": every row does; "first": every row of the first generation batch does, none later;
-    "none": no row does.
+    "group0": every row but the first group's does; "none": no row does.
     """
     calls = [0]  # generation batches so far (every process calls once per batch)
 
@@ -51,7 +51,12 @@ def fixed_rollout(zero: str):
         for i, p in enumerate(prompts):
             g = offset + i
             j = g % NUM_GENERATIONS
-            constant = zero == "all" or (zero == "first" and first) or (zero == "rank1" and g >= total // 2)
+            constant = (
+                zero == "all"
+                or (zero == "first" and first)
+                or (zero == "rank1" and g >= total // 2)
+                or (zero == "group0" and g >= NUM_GENERATIONS)
+            )
             slot = 0 if constant else j
             length = 1 + (len(p) + 3 * slot + g // NUM_GENERATIONS) % max_len  # unequal lengths
             text = "".join("7" if (k * (slot + 1) + len(p)) % 3 == 0 else "a" for k in range(length))
