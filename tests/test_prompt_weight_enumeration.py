@@ -95,7 +95,7 @@ def test_every_draw_of_the_stage_averages_to_the_full_train_set_exactly(monkeypa
 torch = pytest.importorskip("torch")
 
 
-def _trainer(tmp_path):
+def _trainer(tmp_path, reward=None, max_steps=2):
     pytest.importorskip("trl", reason="the 'trl' extra is not installed")
     datasets = pytest.importorskip("datasets")
     from costaware.integrations.trl import CostAwareGRPOConfig, CostAwareGRPOTrainer
@@ -104,13 +104,13 @@ def _trainer(tmp_path):
     tok = char_tokenizer()
     args = CostAwareGRPOConfig(
         output_dir=str(tmp_path), max_completion_length=4, num_generations=G, per_device_train_batch_size=G,
-        steps_per_generation=B, max_steps=2, report_to="none", use_cpu=True, bf16=False, save_strategy="no",
+        steps_per_generation=B, max_steps=max_steps, report_to="none", use_cpu=True, bf16=False, save_strategy="no",
         seed=0, beta=0.0, loss_type="grpo", disable_tqdm=True, cost_aware_method="none",
         cost_aware_rollout="cost_aware", cost_aware_rollout_floor=FLOOR,
     )  # fmt: skip
     data = datasets.Dataset.from_dict({"prompt": [f"{i}=" for i in range(N)]})
     trainer = CostAwareGRPOTrainer(model=tiny_qwen2(tok, hidden_size=16, num_layers=1, seed=0), args=args,
-                                   reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+                                   reward_funcs=reward or (lambda completions, **kw: [0.0] * len(completions)),
                                    train_dataset=data, processing_class=tok)  # fmt: skip
     assert trainer.prompt_stage.batch == B and trainer.prompt_stage.method.weighted
     return trainer
@@ -173,3 +173,44 @@ def test_split_scales_each_row_by_its_own_prompts_factor(tmp_path, monkeypatch):
             assert a == pytest.approx(ADVANTAGES[j - 1, s - 1] / (N * forced.q[j - 1]), rel=1e-12, abs=1e-15)
             rows += 1
     assert rows == B * G
+
+
+def test_fold_round_gives_each_row_its_own_prompts_factor_in_draw_order(monkeypatch):
+    """``fold_round`` (the TRL adapter's row map): row b·G + s carries 1/(N q) of the b-th drawn prompt."""
+    pytest.importorskip("trl", reason="the 'trl' extra is not installed")
+    from costaware.integrations.trl.prompts import fold_round
+
+    forced = _Forced(monkeypatch)
+    stage = _warm_stage()
+    forced.ids = [3, 0]
+    q = cost_aware_prompts(floor=FLOOR).probabilities(stage.state, stage.round)  # the method's own q
+    stage.draw()
+    np.testing.assert_allclose(q, forced.q, rtol=1e-12)  # the sampler draws from it
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0], dtype=torch.float64)
+    factors = fold_round(stage, rewards, torch.full((B * G,), 5.0))
+    np.testing.assert_allclose(factors, np.repeat(1.0 / (N * q[forced.ids]), G), rtol=1e-12)
+    assert stage.round == 16  # the round was folded in
+
+
+def test_a_training_run_scales_every_scored_advantage_by_its_prompts_factor(tmp_path):
+    """End to end (TRL's generation, scoring and split): each round's micro-batch advantages are the scored
+    ones times 1/(N q) of their prompt, q the stage's distribution when it drew the round."""
+    trainer = _trainer(tmp_path, reward=lambda completions, **kw: [len(c) / 4.0 for c in completions], max_steps=6)
+    stage, method, split = trainer.prompt_stage, trainer.prompt_stage.method, trainer._split
+    checked = []
+
+    def checking(batch, rewards):
+        d = stage.draw()  # the round being folded (drawn when its prompts were asked for)
+        f = 1.0 / (N * method.probabilities(stage.state, stage.round)[d.prompt_ids])
+        np.testing.assert_allclose(d.factors, f, rtol=1e-12)
+        want = batch["advantages"].double() * torch.from_numpy(np.repeat(f, G))
+        micro = split(batch, rewards)
+        got = torch.cat([mb["advantages"].double() for mb in micro])
+        torch.testing.assert_close(got.sort().values, want.sort().values, rtol=1e-6, atol=1e-7)
+        checked.append((float(want.abs().sum()), float(np.ptp(f))))
+        return micro
+
+    trainer._split = checking
+    trainer.train()
+    assert len(checked) == 3
+    assert any(a > 0 and spread > 0.05 for a, spread in checked)  # a round with A ≠ 0 and q far from uniform
