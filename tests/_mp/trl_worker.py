@@ -34,10 +34,14 @@ def fixed_rollout(zero: str):
 
     zero = "rank1": the second half of the global batch (rank 1's rows on two processes) gets the same
     completion in every slot of its group, hence a constant reward and all-zero advantages;
-    "all": every row does; "none": no row does.
+    "all": every row does; "first": every row of the first generation batch does, none later;
+    "group0": every row but the first group's does; "none": no row does.
     """
+    calls = [0]  # generation batches so far (every process calls once per batch)
 
     def rollout(prompts, trainer):
+        first = calls[0] == 0
+        calls[0] += 1
         tok = trainer.processing_class
         n_local = len(prompts)
         total = n_local * trainer.accelerator.num_processes
@@ -47,7 +51,12 @@ def fixed_rollout(zero: str):
         for i, p in enumerate(prompts):
             g = offset + i
             j = g % NUM_GENERATIONS
-            constant = zero == "all" or (zero == "rank1" and g >= total // 2)
+            constant = (
+                zero == "all"
+                or (zero == "first" and first)
+                or (zero == "rank1" and g >= total // 2)
+                or (zero == "group0" and g >= NUM_GENERATIONS)
+            )
             slot = 0 if constant else j
             length = 1 + (len(p) + 3 * slot + g // NUM_GENERATIONS) % max_len  # unequal lengths
             text = "".join("7" if (k * (slot + 1) + len(p)) % 3 == 0 else "a" for k in range(length))
@@ -143,6 +152,10 @@ def run_case(case: dict, out: Path, global_rows: int) -> None:
     trainer.train()
     params = torch.cat([p.detach().double().flatten().cpu() for p in trainer.model.parameters()])
     logged = [h for h in trainer.state.log_history if any(k.startswith("cost_aware/") for k in h)]
+    opt = trainer.optimizer.state_dict()["state"]  # per parameter: step count and moments (absent: never stepped)
+    optimizer_state = {
+        i: {k: torch.as_tensor(v).detach().double().cpu().clone() for k, v in st.items()} for i, st in opt.items()
+    }
     result = {
         "params": params,
         "init": init,
@@ -150,6 +163,8 @@ def run_case(case: dict, out: Path, global_rows: int) -> None:
         "state": dict(getattr(trainer, "cost_aware_state", {})),
         "logged": logged,
         "global_step": trainer.state.global_step,
+        "optimizer_state": optimizer_state,
+        "learning_rates": [h["learning_rate"] for h in trainer.state.log_history if "learning_rate" in h],
         "seconds": time.perf_counter() - start,
         "world": world,
     }

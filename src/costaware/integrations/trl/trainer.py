@@ -38,14 +38,19 @@ of stock TRL's. With ``cost_aware_budget="tokens"`` the draws per step are rando
 divides by the realised count: a ratio estimator (its bias is measured in the tests); ``"pool"``
 does not.
 
-Skipped pools (every advantage zero, on every process): on one process no forward, backward or
-parameter update happens (every ``.grad`` stays ``None``, so the optimiser leaves every parameter
-and its moments alone). On several processes every process feeds one zero-factor row per micro-step,
-so every collective (DDP's all-reduce, TRL's gathers) runs in step. A process whose own rows all
-have A = 0 while others' do not simply holds no drawn rows and feeds padding. Either way the
-optimiser step, and with it the learning-rate schedule, advances as in stock TRL: the schedule is a
-function of ``global_step`` (stock TRL also steps on an all-zero pool, with zero policy gradient), so
-a run with skips keeps stock's schedule step for step.
+Skipped steps (an all-zero pool, or a step the plan leaves empty): the plan is global, so every process
+knows when a step holds only padding on every process, and then no process runs a forward or backward,
+on any number of processes. With no forward there is no collective to keep in step (DDP's all-reduce
+runs in the backward, TRL's metric gathers in the loss), and every ``.grad`` stays ``None``, so every
+optimiser TRL offers leaves each parameter, its step count, its moments and its weight decay alone
+(torch's optimisers and Adafactor skip parameters without a gradient); the gradient clipping sees no
+gradient. One exception keeps DDP in step under gradient accumulation: when such a micro-step closes
+an optimiser step (DDP syncs in its backward) after earlier micro-steps of that step ran, every
+process feeds one zero-factor padding row, which adds exact zeros. A process whose own rows all have
+A = 0 while others' do not feeds padding rows in the steps the others feed. The learning-rate
+schedule follows HF's ``Trainer`` and stock TRL: the scheduler steps with every optimiser step,
+skipped or not (stock TRL steps on an all-zero pool with zero policy gradient), so a run with skips
+keeps stock's schedule step for step, on one process and on several alike.
 
 Counters (:class:`~costaware.grpo.accounting.Counters`) come from the global plan, so they are
 totals over processes, and count every forward/backward: ×``num_iterations`` (TRL re-runs each plan
@@ -100,6 +105,7 @@ CALIBRATOR_FILE = measure.CALIBRATOR_FILE  # beside accounting's STATE_FILE in e
 
 _WEIGHT_KEY = "cost_aware_weight"  # (k,) per-row loss factor folded into advantages
 _SKIP_KEY = "cost_aware_skip"
+_PADDING_KEY = "cost_aware_padding"  # a skipped step's padding rows: fed only when DDP must sync
 
 
 class _OptimizerTimer(TrainerCallback):
@@ -113,6 +119,7 @@ class _OptimizerTimer(TrainerCallback):
         self.start = time.perf_counter()
 
     def on_optimizer_step(self, args, state, control, **kwargs):
+        self.trainer._ca_grads_pending = False  # the gradients were used; zero_grad sets them to None
         if self.start is not None:
             self.trainer.cost_aware_counters.po_seconds += time.perf_counter() - self.start
             self.start = None
@@ -141,6 +148,7 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, KVRolloutMixin, GR
         self.per_row_grad_norms = per_sequence_grad_norms
         self.prompt_stage = prompts.build_stage(self)  # None: TRL's sampler, every prompt generated
         measure.init_calibration(self)
+        self._ca_grads_pending = False  # a micro-step since the last optimiser step ran a backward
         self.add_callback(_OptimizerTimer(self))
         self.add_callback(TokenBudget(self))
 
@@ -159,7 +167,23 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, KVRolloutMixin, GR
             batch, rewards = self._generate_filtered(generation_batch)
             self._buffered_inputs = self._split(batch, rewards)
             self._ca_prepare_seconds += time.perf_counter() - start
-        return self._buffered_inputs[self._step % spg]
+        return self._skip_or_feed(self._buffered_inputs[self._step % spg])
+
+    def _skip_or_feed(self, micro: dict[str, Any]) -> dict[str, Any]:
+        """A step of padding on every process runs no forward, unless DDP must sync earlier gradients in it.
+
+        The decision reads only what every process shares (the global plan, the trainer's accumulation
+        position and the forwards run so far), so every process takes the same branch."""
+        if not micro.get(_SKIP_KEY):
+            self._ca_grads_pending = True
+            return micro
+        padding = micro.get(_PADDING_KEY)
+        if padding is None or not (self._ca_grads_pending and self.accelerator.sync_gradients):
+            return {_SKIP_KEY: True}
+        rows, counts = padding
+        self.cost_aware_counters.rows_padding += counts.rows_padding
+        self.cost_aware_counters.tokens_padding += counts.tokens_padding
+        return rows
 
     def _gather_pool(self, batch: dict[str, Any], rewards: torch.Tensor) -> GlobalPool:
         """Two gathers, run on every process whatever its rows hold (collective-safe)."""
@@ -225,19 +249,29 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, KVRolloutMixin, GR
         deferred = self._missing_logprobs(batch)
         if deferred:  # TRL's passes were skipped while scoring: run them on the fed rows (a new dict: the
             batch = {**batch, **self._fed_logprobs(batch, rnd.shards, list(rnd.pad_rows), deferred)}  # caller's
-        micro = self._weighted_minibatches(batch, rnd, rank)  # is left as it was)
-        self._account(rnd.counts)
+        padding = _padding_counts(rnd, pool)
+        micro = self._weighted_minibatches(batch, rnd, rank, padding)  # is left as it was)
+        fed = [c for j, c in enumerate(padding) if not _empty_step(rnd, j)]  # a skipped step's: when fed
+        epochs = self.num_iterations
+        self._account(replace(rnd.counts, rows_padding=epochs * sum(c.rows_padding for c in fed),
+                              tokens_padding=epochs * sum(c.tokens_padding for c in fed)))  # fmt: skip
         return micro
 
-    def _weighted_minibatches(self, batch: dict[str, Any], rnd: Round, rank: int) -> list[dict[str, Any]]:
-        """This process's rows of every step, with the round's loss factor folded into ``advantages``."""
+    def _weighted_minibatches(
+        self, batch: dict[str, Any], rnd: Round, rank: int, padding: list[StepCounts]
+    ) -> list[dict[str, Any]]:
+        """This process's rows of every step, with the round's loss factor folded into ``advantages``.
+
+        A step whose rows are padding on every process is marked skipped (no forward on any process);
+        on several processes it keeps its padding rows, fed only when DDP must sync (``_skip_or_feed``)."""
         n, procs = batch["advantages"].shape[0], self.accelerator.num_processes
         global_tokens = TRL_LOSS_FAMILY[self.loss_type] == "global_tokens"
         num_items = torch.tensor(rnd.global_tokens, device=self.accelerator.device)
         micro: list[dict[str, Any]] = []
-        for step in rnd.steps[rank]:
-            if procs == 1 and bool(step.shard.padding.all()):
-                micro.append({_SKIP_KEY: True})  # no forward: nothing to keep in step with
+        for j, step in enumerate(rnd.steps[rank]):
+            empty = _empty_step(rnd, j)
+            if empty and procs == 1:
+                micro.append({_SKIP_KEY: True})  # no collective to join: the padding rows are never fed
                 continue
             sub = index_rows(batch, step.shard.rows, n)
             if global_tokens:
@@ -247,7 +281,7 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, KVRolloutMixin, GR
             sub["advantages"] = step.advantages.to(device, dtype) * sub[_WEIGHT_KEY]
             if self.pad_to_multiple_of is None:
                 sub = trim_padding(sub)
-            micro.append(sub)
+            micro.append({_SKIP_KEY: True, _PADDING_KEY: (sub, padding[j])} if empty else sub)
         return micro
 
     def _account(self, step: StepCounts) -> None:
@@ -345,3 +379,20 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, KVRolloutMixin, GR
                 self.cost_aware_counters = saved
             measure.load_calibration(self, checkpoint)
             prompts.load_stage(self, checkpoint)
+
+
+def _empty_step(rnd: Round, j: int) -> bool:
+    """Step j holds only padding rows on every process (the plan is global: every process knows it)."""
+    return all(bool(per_rank[j].shard.padding.all()) for per_rank in rnd.steps)
+
+
+def _padding_counts(rnd: Round, pool: GlobalPool) -> list[StepCounts]:
+    """Per step, the padding rows and tokens all processes together feed in it, once (one PPO epoch)."""
+    offsets = rank_offsets(pool.rank_sizes)
+    cost = [int(pool.costs[int(offsets[r]) + pad]) for r, pad in enumerate(rnd.pad_rows)]
+    out = []
+    for j in range(len(rnd.steps[0])):
+        rows = [int(per_rank[j].shard.padding.sum()) for per_rank in rnd.steps]
+        tokens = sum(k * c for k, c in zip(rows, cost, strict=True))
+        out.append(StepCounts(rows_padding=float(sum(rows)), tokens_padding=float(tokens)))
+    return out
