@@ -223,7 +223,9 @@ def verl_check(a: argparse.Namespace) -> list[str]:
     for line in lines:
         print(line, flush=True)
     finite = all(bool(torch.isfinite(p).all()) for p in base.parameters())
-    return [] if finite and any("time saved" in line for line in lines) else ["verl: the PO phase did not complete"]
+    # One table row per arm, each starting with the arm's name: p_star's row means the PO phase ran through.
+    ran = any(line.split()[:1] == ["p_star"] for line in lines)
+    return [] if finite and ran else ["verl: the PO phase did not complete"]
 
 
 def main(argv: list[str] | None = None) -> int:
