@@ -107,6 +107,27 @@ _ARRAYS = ("successes", "failures", "length_sum", "length_weight", "last_round",
            "prompt_tokens")
 
 
+def _saved_values(arr: np.ndarray, name: str, key: str) -> np.ndarray:
+    """A saved per-prompt array, checked as :meth:`PromptState.update` would have left it: a NaN count
+    would make every prompt look unseen-but-informative and the skip rules keep them all silently."""
+    ok = np.isfinite(arr)
+    if name == "prompt_tokens":  # NaN: the length was never given
+        ok |= np.isnan(arr)
+        ok &= ~(arr < 0)
+    elif name == "last_round":
+        ok &= (arr >= -1) & (arr == np.round(arr))
+    elif name == "status":
+        ok &= np.isin(arr, (UNSEEN, INFORMATIVE, ALL_CORRECT, ALL_WRONG))
+    else:  # decayed counts and sums; the streak counts groups
+        ok &= arr >= 0
+        if name == "zero_streak":
+            ok &= arr == np.round(arr)
+    if not ok.all():
+        i = int(np.flatnonzero(~ok)[0])
+        raise ValueError(f"{key} holds an impossible value {float(arr[i])!r} at index {i}")
+    return arr
+
+
 class PromptState:
     """The online state of N prompts; :meth:`update` after each round, query before the next."""
 
@@ -283,11 +304,13 @@ class PromptState:
         st = cls(StateConfig(**state["config"]), state["num_prompts"])
         for name in _ARRAYS:
             ref = getattr(st, name)
-            vals = [np.nan if v is None else v for v in state[name]]
-            arr = np.asarray(vals, dtype=ref.dtype)
+            key = f"state[{name!r}]"
+            if state[name] is None or isinstance(state[name], (str, bytes, dict, set)):
+                raise TypeError(f"{key} must be a list of numbers, got {type(state[name]).__name__}")
+            arr = as_array([np.nan if v is None else v for v in state[name]], key)
             if arr.shape != ref.shape:
-                raise ValueError(f"state[{name!r}] must hold {st.num_prompts} values, got {arr.shape}")
-            setattr(st, name, arr)
+                raise ValueError(f"{key} must hold {st.num_prompts} values, got {arr.shape}")
+            setattr(st, name, _saved_values(arr, name, key).astype(ref.dtype))
         st.round = integer(state["round"], "state['round']", minimum=-1)
         st.total_length = real_scalar(state["total_length"], "state['total_length']")
         st.total_completions = real_scalar(state["total_completions"], "state['total_completions']")
