@@ -107,6 +107,25 @@ def process_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor
     >>> s.tolist()
     [[-inf, 2.0, 4.0]]
     """
+    if not isinstance(params, SamplingParams):
+        raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
+    if not isinstance(logits, torch.Tensor):
+        logits = torch.from_numpy(as_array(logits, "logits"))
+    if logits.ndim != 2 or 0 in logits.shape:
+        raise ValueError(f"logits must be a non-empty (rows, vocabulary) tensor, got shape {tuple(logits.shape)}")
+    if logits.is_complex() or logits.dtype == torch.bool:
+        raise ValueError(f"logits must be real numbers, got dtype {logits.dtype}")
+    if not torch.isfinite(logits).all():  # -inf is an output (a filtered token), not an input
+        raise ValueError(f"logits must be finite, got {_show(logits)}")
+    scores = _process_logits(logits, params)
+    if torch.isnan(scores).any() or (scores == float("inf")).any():  # float32 scores after the temperature
+        raise ValueError(f"logits / temperature overflow float32 for temperature={params.temperature!r}, "
+                         f"logits {_show(logits)}")
+    return scores
+
+
+def _process_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """:func:`process_logits` on checked inputs (the sampler's per-step kernel)."""
     scores = logits.float()
     if params.temperature not in (0, 1):
         scores = scores / params.temperature
@@ -131,7 +150,7 @@ def next_tokens(logits: torch.Tensor, params: SamplingParams, generator: torch.G
     """
     if params.temperature == 0:
         return torch.argmax(logits.float(), dim=-1)
-    cdf = torch.softmax(process_logits(logits, params), dim=-1).double().cumsum_(dim=-1)
+    cdf = torch.softmax(_process_logits(logits, params), dim=-1).double().cumsum_(dim=-1)
     u = torch.rand(cdf.shape[0], 1, dtype=torch.float64, generator=generator, device=cdf.device) * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=cdf.shape[1] - 1)
 

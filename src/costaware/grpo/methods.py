@@ -45,7 +45,7 @@ import torch
 
 from costaware import distributions as dist
 from costaware._checks import integer, real_scalar
-from costaware.grpo.pods import cost_pods_select, pods_advantages, pods_select
+from costaware.grpo.pods import _cost_pods_select, _pods_select, pods_advantages
 from costaware.grpo.proxy import _adaptive_alpha, _proxy_probs
 
 __all__ = [
@@ -299,7 +299,7 @@ class Pods(_GroupSubset):
     name: ClassVar[str] = "pods"
 
     def _mask(self, pool: RowPool, group_size: int, keep: int) -> torch.Tensor:
-        return pods_select(pool.rewards, group_size, keep)
+        return _pods_select(pool.rewards, group_size, keep)
 
 
 @dataclass(frozen=True)
@@ -311,7 +311,7 @@ class CostPods(_GroupSubset):
     uses_costs: ClassVar[bool] = True
 
     def _mask(self, pool: RowPool, group_size: int, keep: int) -> torch.Tensor:
-        return cost_pods_select(pool.rewards, torch.from_numpy(pool.costs), group_size, keep)
+        return _cost_pods_select(pool.rewards, torch.from_numpy(pool.costs), group_size, keep)
 
 
 # -- factories (the public way to build a method) -------------------------------------------------

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from costaware import distributions as dist
-from costaware._checks import _show, as_array, as_generator, integer, real_scalar
+from costaware._checks import _show, as_array, as_generator, in_unit_interval, integer, real_scalar
 from costaware.rollouts.group import predictive_abs_adv_sum
 from costaware.rollouts.state import ALL_CORRECT, ALL_WRONG, PromptState
 
@@ -249,6 +249,10 @@ class GresoControl:
 
     p_easy: float = 0.5
     p_hard: float = 0.5
+
+    def __post_init__(self) -> None:
+        for name in ("p_easy", "p_hard"):
+            object.__setattr__(self, name, in_unit_interval(getattr(self, name), name))
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,8 @@ __all__ = ["UNSEEN", "INFORMATIVE", "ALL_CORRECT", "ALL_WRONG", "StateConfig", "
 UNSEEN, INFORMATIVE, ALL_CORRECT, ALL_WRONG = 0, 1, 2, 3
 STATUS_NAMES = ("unseen", "informative", "all_correct", "all_wrong")
 _STATE_VERSION = 1
+# The longest completion or prompt, in tokens, the state takes: its sums then stay far inside float64
+MAX_TOKENS = 2**40
 
 
 def _open_unit(x: Any, name: str) -> float:
@@ -147,7 +149,7 @@ class PromptState:
         self.prompt_tokens = np.full(n, np.nan)
         if prompt_tokens is not None:
             pt = as_array(prompt_tokens, "prompt_tokens").reshape(-1)
-            if pt.size != n or not (np.isfinite(pt).all() and (pt >= 0).all()):
+            if pt.size != n or not (np.isfinite(pt).all() and (pt >= 0).all() and (pt <= MAX_TOKENS).all()):
                 raise ValueError(f"prompt_tokens must be {n} finite lengths >= 0, got {_show(pt)}")
             self.prompt_tokens = pt.astype(np.float64)
         self.round = -1  # the latest round updated
@@ -170,9 +172,10 @@ class PromptState:
         ln = as_array(lengths, "completion_lengths")
         if ln.shape != r.shape:
             raise ValueError(f"completion_lengths must have shape {r.shape}, got {ln.shape}")
-        if not (np.isfinite(ln).all() and (ln >= 0).all()):
-            bad = ln[~(np.isfinite(ln) & (ln >= 0))][0]
-            raise ValueError(f"completion_lengths must be finite and >= 0 (a negative length is not one), got {bad!r}")
+        if not (np.isfinite(ln).all() and (ln >= 0).all() and (ln <= MAX_TOKENS).all()):
+            bad = ln[~(np.isfinite(ln) & (ln >= 0) & (ln <= MAX_TOKENS))][0]
+            raise ValueError(f"completion_lengths must be token counts in [0, {MAX_TOKENS}] (a negative length is "
+                             f"not one), got {float(bad)!r}")
         t = integer(round, "round", minimum=0)
         if t < self.round:
             raise ValueError(f"round must not go back: got {t} after round {self.round}")
@@ -189,7 +192,7 @@ class PromptState:
         ids, r, ln, t = self._check_batch(prompt_ids, rewards, completion_lengths, round)
         if prompt_tokens is not None:
             pt = as_array(prompt_tokens, "prompt_tokens").reshape(-1)
-            if pt.size != ids.size or not (np.isfinite(pt).all() and (pt >= 0).all()):
+            if pt.size != ids.size or not (np.isfinite(pt).all() and (pt >= 0).all() and (pt <= MAX_TOKENS).all()):
                 raise ValueError(f"prompt_tokens must be {ids.size} finite lengths >= 0, got {_show(pt)}")
         if ids.size == 0:
             self.round = t
