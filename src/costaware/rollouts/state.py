@@ -174,8 +174,8 @@ class PromptState:
             raise ValueError(f"completion_lengths must have shape {r.shape}, got {ln.shape}")
         if not (np.isfinite(ln).all() and (ln >= 0).all() and (ln <= MAX_TOKENS).all()):
             bad = ln[~(np.isfinite(ln) & (ln >= 0) & (ln <= MAX_TOKENS))][0]
-            raise ValueError(f"completion_lengths must be token counts in [0, {MAX_TOKENS}] (a negative length is "
-                             f"not one), got {float(bad)!r}")
+            raise ValueError(f"completion_lengths must be finite and >= 0 (a negative length is not one) and at "
+                             f"most {MAX_TOKENS} tokens, got {float(bad)!r}")
         t = integer(round, "round", minimum=0)
         if t < self.round:
             raise ValueError(f"round must not go back: got {t} after round {self.round}")
