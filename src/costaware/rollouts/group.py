@@ -154,7 +154,11 @@ def predictive_abs_adv_sum(
     except ValueError:
         raise ValueError(f"a, b and first_correct must have one shape (or broadcast), got shapes "
                          f"{aa.shape}, {bb.shape}, {k1.shape}") from None
-    pmf = beta_binomial_pmf(aa + k1, bb + (f - k1), G - f)
+    with np.errstate(all="ignore"):
+        pmf = beta_binomial_pmf(aa + k1, bb + (f - k1), G - f)
+    if not np.isfinite(pmf).all():  # betaln's inf − inf at pseudo-counts near the float64 limits
+        raise ValueError(f"a and b are beyond the range the Beta-binomial is computed in (float64), got "
+                         f"a = {_show(aa)}, b = {_show(bb)}")
     return _moment(pmf, k1.astype(np.int64), G, std, eps, m)
 
 
