@@ -174,7 +174,7 @@ def test_bad_round_arguments_are_refused_naming_them():
     with pytest.raises(ValueError, match=r"rank_sizes \[12, 9\] hold 21 rows, the pool has 20"):
         bad = GlobalPool(pool.advantages, pool.costs, pool.lengths, pool.rewards, (12, 9))
         plan_round(bad, SamplingConfig(), seed=0, step=0, family="row_mean", num_steps=2)
-    with pytest.raises(ValueError, match="seed must be an integer >= 0"):
+    with pytest.raises(ValueError, match=r"seed must be a non-negative integer, got -1"):
         plan_round(pool, SamplingConfig(), seed=-1, step=0, family="row_mean", num_steps=2)
     with pytest.raises(TypeError, match="pool must be a GlobalPool"):
         plan_round({}, SamplingConfig(), seed=0, step=0, family="row_mean", num_steps=2)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,8 @@ def read_jsonl_objects(path: Path, limit: int | None = None) -> list[tuple[int, 
     """The JSON objects of a JSON Lines file with their 1-based line numbers (blank lines skipped; at most
     ``limit`` objects, the rest of the file unread). A bad line is a ValueError naming ``path:line``."""
     out: list[tuple[int, dict[str, Any]]] = []
-    with Path(path).open(encoding="utf-8") as fh:
+    lineno = 0
+    with Path(path).open(encoding="utf-8") as fh, _utf8(path, lambda: lineno + 1):
         for lineno, line in enumerate(fh, 1):
             if limit is not None and len(out) == limit:
                 break
@@ -39,6 +42,16 @@ def read_jsonl_objects(path: Path, limit: int | None = None) -> list[tuple[int, 
                 raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
             out.append((lineno, row))
     return out
+
+
+@contextmanager
+def _utf8(path: Path, line: Callable[[], int] | None = None) -> Iterator[None]:
+    """A binary or non-UTF-8 file is a ValueError naming the file (and the line), not a bare codec error."""
+    try:
+        yield
+    except UnicodeDecodeError as err:
+        where = f"{path}:{line()}" if line is not None else str(path)
+        raise ValueError(f"{where}: not UTF-8 text (byte {err.object[err.start]:#04x}); is it a binary file?") from None
 
 
 def read_located_rows(path: str | Path) -> list[tuple[dict[str, Any], str]]:
@@ -57,7 +70,8 @@ def read_located_rows(path: str | Path) -> list[tuple[dict[str, Any], str]]:
         return [(row, f"{path}:{lineno}") for lineno, row in read_jsonl_objects(path)]
     if suffix == ".json":
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            with _utf8(path):
+                data = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as err:
             raise ValueError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
         if isinstance(data, dict):  # {"data": [...]} style, one list of rows inside
@@ -75,7 +89,7 @@ def read_located_rows(path: str | Path) -> list[tuple[dict[str, Any], str]]:
 
         return [(row, f"{path}: row {i}") for i, row in enumerate(pq.read_table(path).to_pylist(), 1)]
     if suffix == ".csv":
-        with path.open(encoding="utf-8", newline="") as fh:
+        with path.open(encoding="utf-8", newline="") as fh, _utf8(path):
             reader = csv.DictReader(fh)
             rows, start = [], 2  # line 1 is the header
             for row in reader:

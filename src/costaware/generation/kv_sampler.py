@@ -26,17 +26,23 @@ True
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+import numbers
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
+from costaware._checks import _show, _unwrap, as_array, integer, positive_scalar, real_scalar
 from costaware.generation.qwen2 import KVCache, forward, key_bias, qwen2_weights
 
 __all__ = ["Rollout", "SamplingParams", "kv_generate", "next_tokens", "process_logits"]
 
+# Upper bounds on the counts that size the cache (rows × (prompt + new tokens)): a huge count is a
+# ValueError, not an OverflowError or a terabyte allocation
+MAX_NEW_TOKENS = 2**20
+MAX_ROWS = 2**20
 # finished rows leave the batch once they are this fraction of it (each removal copies the cache)
 _COMPACT_FRACTION = 0.25
 
@@ -63,15 +69,15 @@ class SamplingParams:
     repetition_penalty: float = 1.0
 
     def __post_init__(self) -> None:
-        t = self.temperature
-        if isinstance(t, bool) or not isinstance(t, int | float) or not (math.isfinite(t) and t >= 0):
-            raise ValueError(f"temperature must be a finite number >= 0, got {t!r}")
-        k = self.top_k
-        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
-            raise ValueError(f"top_k must be an integer >= 0 or None, got {k!r}")
-        p = self.top_p
-        if p is not None and (isinstance(p, bool) or not isinstance(p, int | float) or not 0 < p <= 1):
-            raise ValueError(f"top_p must lie in (0, 1] or be None, got {p!r}")
+        # numpy scalars and integral floats are normalised to Python numbers (the README's rule)
+        object.__setattr__(self, "temperature", positive_scalar(self.temperature, "temperature", allow_zero=True))
+        if self.top_k is not None:
+            object.__setattr__(self, "top_k", integer(self.top_k, "top_k", minimum=0))
+        if self.top_p is not None:
+            p = real_scalar(self.top_p, "top_p")
+            if not 0 < p <= 1:
+                raise ValueError(f"top_p must lie in (0, 1] or be None, got {p!r}")
+            object.__setattr__(self, "top_p", p)
         if self.min_p is not None:
             raise ValueError(f"min_p={self.min_p!r} is not supported by the KV sampler (only None); "
                              "use generation='transformers'")  # fmt: skip
@@ -101,6 +107,25 @@ def process_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor
     >>> s.tolist()
     [[-inf, 2.0, 4.0]]
     """
+    if not isinstance(params, SamplingParams):
+        raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
+    if not isinstance(logits, torch.Tensor):
+        logits = torch.from_numpy(as_array(logits, "logits"))
+    if logits.ndim != 2 or 0 in logits.shape:
+        raise ValueError(f"logits must be a non-empty (rows, vocabulary) tensor, got shape {tuple(logits.shape)}")
+    if logits.is_complex() or logits.dtype == torch.bool:
+        raise ValueError(f"logits must be real numbers, got dtype {logits.dtype}")
+    if not torch.isfinite(logits).all():  # -inf is an output (a filtered token), not an input
+        raise ValueError(f"logits must be finite, got {_show(logits)}")
+    scores = _process_logits(logits, params)
+    if torch.isnan(scores).any() or (scores == float("inf")).any():  # float32 scores after the temperature
+        raise ValueError(f"logits / temperature overflow float32 for temperature={params.temperature!r}, "
+                         f"logits {_show(logits)}")
+    return scores
+
+
+def _process_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """:func:`process_logits` on checked inputs (the sampler's per-step kernel)."""
     scores = logits.float()
     if params.temperature not in (0, 1):
         scores = scores / params.temperature
@@ -125,16 +150,47 @@ def next_tokens(logits: torch.Tensor, params: SamplingParams, generator: torch.G
     """
     if params.temperature == 0:
         return torch.argmax(logits.float(), dim=-1)
-    cdf = torch.softmax(process_logits(logits, params), dim=-1).double().cumsum_(dim=-1)
+    cdf = torch.softmax(_process_logits(logits, params), dim=-1).double().cumsum_(dim=-1)
     u = torch.rand(cdf.shape[0], 1, dtype=torch.float64, generator=generator, device=cdf.device) * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=cdf.shape[1] - 1)
 
 
-def _as_id_list(name: str, value: int | Sequence[int]) -> list[int]:
-    ids = [value] if isinstance(value, int) else list(value)
-    if not ids or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in ids):
+def _token_ids(value: Any, name: str, vocab: int | None = None) -> list[int]:
+    """Token ids as ints: a list, array or tensor of integral numbers in [0, vocab); ValueError otherwise
+    (a float id is not truncated, a NaN is not cast)."""
+    a = as_array(value, name).reshape(-1)
+    bad = ~(np.isfinite(a) & (a == np.round(a)) & (a >= 0) & (a < (vocab if vocab is not None else 2**63)))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        where = f"in 0..{vocab - 1} (the model's vocabulary)" if vocab is not None else ">= 0"
+        raise ValueError(f"{name} must hold integer token ids {where}, got {float(a[i])!r} at index {i}")
+    return a.astype(np.int64).tolist()
+
+
+def _as_id_list(name: str, value: Any) -> list[int]:
+    """One token id or a non-empty list of them (numpy integers and integral floats accepted)."""
+    if isinstance(_unwrap(value), (numbers.Real, np.generic)) or np.ndim(_unwrap(value)) == 0:
+        return [integer(value, name, minimum=0)]
+    ids = _token_ids(value, name)
+    if not ids:
         raise ValueError(f"{name} must be a token id or a non-empty list of them, got {value!r}")
     return ids
+
+
+def _prompt_rows(prompts: Any) -> list[list[int]]:
+    """The prompts as lists of ids: a list of id lists (ragged allowed), or a (B, L) array or tensor."""
+    if prompts is None or isinstance(prompts, (str, bytes, Mapping, Set)):
+        raise TypeError(f"prompts must be a list of token-id lists, got {type(prompts).__name__}")
+    rows = _unwrap(prompts)
+    if isinstance(rows, np.ndarray) and rows.ndim != 2:
+        raise ValueError(f"prompts must be a list of token-id lists or a 2-D array, got shape {rows.shape}")
+    out = []
+    for j, row in enumerate(rows):
+        row = _unwrap(row)
+        if row is None or isinstance(row, (str, bytes, Mapping, Set)) or np.ndim(row) != 1:
+            raise ValueError(f"prompts[{j}] must be a list of token ids, got {_show(row)}")
+        out.append(_token_ids(row, f"prompts[{j}]"))
+    return out
 
 
 @torch.no_grad()
@@ -154,24 +210,31 @@ def kv_generate(
     ``logits_hook(step, rows, logits)``, if given, sees each step's raw logits (R, V) and the indices
     of their rows in ``prompts`` (R,) before the draw (the exactness tests read them).
     """
-    params = params or SamplingParams()
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    if params is None:
+        params = SamplingParams()
+    elif not isinstance(params, SamplingParams):
+        raise TypeError(f"params must be a SamplingParams or None, got {type(params).__name__}")
+    max_new_tokens = integer(max_new_tokens, "max_new_tokens", minimum=1, maximum=MAX_NEW_TOKENS)
     eos = _as_id_list("eos_token_ids", eos_token_ids)
-    if isinstance(pad_token_id, bool) or not isinstance(pad_token_id, int) or pad_token_id < 0:
-        raise ValueError(f"pad_token_id must be a token id, got {pad_token_id!r}")
+    pad_token_id = integer(pad_token_id, "pad_token_id", minimum=0)
+    prompts = _prompt_rows(prompts)
     lengths_list = [len(p) for p in prompts]
     if not prompts or min(lengths_list) < 1:
         raise ValueError(f"prompts must be a non-empty list of non-empty token-id lists, got lengths {lengths_list[:8]}")
+    if len(prompts) > MAX_ROWS or max(lengths_list) > MAX_NEW_TOKENS:
+        raise ValueError(f"prompts must hold at most {MAX_ROWS} rows of at most {MAX_NEW_TOKENS} tokens, "
+                         f"got {len(prompts)} rows, the longest {max(lengths_list)}")
     width, rows = max(lengths_list), len(prompts)
     w = qwen2_weights(model, max_positions=width + max_new_tokens)
     device = w.embed.device
     vocab = w.embed.shape[0]
+    for name, tokens in (("pad_token_id", [pad_token_id]), ("eos_token_ids", eos),
+                         ("prompts", [t for p in prompts for t in p])):
+        if max(tokens) >= vocab:
+            raise ValueError(f"{name} holds token id {max(tokens)}, outside the model's vocabulary 0..{vocab - 1}")
     lengths = torch.tensor(lengths_list, device=device)
     ids = torch.full((rows, width), pad_token_id, dtype=torch.long, device=device)
     flat = torch.tensor([t for p in prompts for t in p], dtype=torch.long, device=device)
-    if flat.numel() and (flat.min() < 0 or flat.max() >= vocab):
-        raise ValueError(f"prompts hold token ids outside the model's vocabulary 0..{vocab - 1}")
     slot = torch.arange(width, device=device)
     real = slot >= (width - lengths)[:, None]  # left padding: a row's tokens end at the last column
     ids[real] = flat

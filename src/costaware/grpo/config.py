@@ -25,9 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
-from costaware._checks import real_scalar
+from costaware._checks import integer, real_scalar
 from costaware.grpo.methods import (
     ALPHA_AUTO_MAX,
     METHODS,
@@ -197,10 +195,9 @@ def plan_seed(seed: int, generation: int, salt: int = 0) -> int:
     >>> plan_seed(0, 3) == plan_seed(0, 3) != plan_seed(0, 4)
     True
     """
-    for name, v in (("seed", seed), ("generation", generation), ("salt", salt)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
-            raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
-    return ((int(seed) * 1_000_003 + int(generation)) * 1_009 + int(salt)) % (2**63 - 1)
+    seed, generation, salt = (integer(v, name, minimum=0) for name, v in
+                              (("seed", seed), ("generation", generation), ("salt", salt)))
+    return ((seed * 1_000_003 + generation) * 1_009 + salt) % (2**63 - 1)
 
 
 def _uses_proxy(method: str) -> bool:

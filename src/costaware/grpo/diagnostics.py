@@ -36,6 +36,16 @@ def _row_count(rows: Mapping[str, torch.Tensor]) -> int:
     return next(iter(counts.values()))
 
 
+def _finite_norms(norms: torch.Tensor) -> torch.Tensor:
+    """The norms, or a ValueError naming the rows whose gradient overflowed (a NaN or inf norm)."""
+    bad = ~torch.isfinite(norms)
+    if bad.any():
+        i = int(torch.nonzero(bad)[0])
+        raise ValueError(f"rows give a non-finite gradient norm ({norms[i].item()!r} at row {i}): "
+                         "the loss or its gradient overflows on these inputs")
+    return norms
+
+
 def per_sequence_grad_norms(
     model: torch.nn.Module,
     loss_fn: Callable[[torch.nn.Module, dict[str, torch.Tensor]], torch.Tensor],
@@ -76,7 +86,7 @@ def per_sequence_grad_norms(
             grads = torch.autograd.grad(loss, params, allow_unused=True)
             sq = sum((g.detach().double() ** 2).sum() for g in grads if g is not None)
             norms[i] = torch.sqrt(torch.as_tensor(sq, dtype=torch.float64))
-        return norms
+        return _finite_norms(norms)
     if method == "vmap":
         from torch.func import functional_call, grad, vmap
 
@@ -106,7 +116,7 @@ def per_sequence_grad_norms(
             detached, *(rows[key] for key in keys)
         )
         sq = sum((g.double() ** 2).flatten(1).sum(dim=1) for g in grads.values())
-        return torch.sqrt(sq)
+        return _finite_norms(torch.sqrt(sq))
     raise ValueError(f"method must be 'loop' or 'vmap', got {method!r}")
 
 

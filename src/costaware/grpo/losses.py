@@ -21,6 +21,7 @@ tensor(2.)
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -31,6 +32,7 @@ __all__ = ["AGG_MODES", "grpo_token_loss", "cispo_token_loss", "aggregate", "imp
 
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 _LOG_RATIO_CLAMP = 20.0  # verl clamps log π − log π_old for numerical stability
+_NEVER_BINDS = 2.0 * math.exp(_LOG_RATIO_CLAMP)  # a clip_high above the largest ratio
 
 
 def _finite_matrix(x: Any, name: str) -> torch.Tensor:
@@ -87,7 +89,9 @@ def _check_clip(clip_low: float, clip_high: float) -> tuple[float, float]:
         raise ValueError(f"clip_low must lie in [0, 1), got {clip_low!r}")
     if not hi >= 0.0:
         raise ValueError(f"clip_high must be finite and >= 0, got {clip_high!r}")
-    return lo, hi
+    # ρ never exceeds e^20 (the log-ratio clamp), so a larger bound never binds; capping it keeps
+    # 1 + clip_high inside float32 (1e300 would overflow the clamp) without changing any loss
+    return lo, min(hi, _NEVER_BINDS)
 
 
 def importance_ratio(logp: torch.Tensor, old_logp: torch.Tensor) -> torch.Tensor:

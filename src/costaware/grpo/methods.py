@@ -35,7 +35,6 @@ PSmooth(alpha=0.0, adaptive_max_weight=None)
 from __future__ import annotations
 
 import inspect
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,7 +44,8 @@ import numpy as np
 import torch
 
 from costaware import distributions as dist
-from costaware.grpo.pods import cost_pods_select, pods_advantages, pods_select
+from costaware._checks import integer, real_scalar
+from costaware.grpo.pods import _cost_pods_select, _pods_select, pods_advantages
 from costaware.grpo.proxy import _adaptive_alpha, _proxy_probs
 
 __all__ = [
@@ -60,33 +60,34 @@ ALPHA_AUTO_MAX = 0.5
 MIN_ALPHA = 1e-300
 
 
-def _real(x: object) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
 def check_alpha(alpha: Any, name: str = "alpha") -> float:
-    """α of p_smooth: 0, or in [:data:`MIN_ALPHA`, 1]."""
-    if not (_real(alpha) and (alpha == 0.0 or MIN_ALPHA <= alpha <= 1.0)):
-        raise ValueError(f"{name} must be 0 or lie in [{MIN_ALPHA}, 1], got {alpha!r}")
-    return float(alpha)
+    """α of p_smooth: 0, or in [:data:`MIN_ALPHA`, 1] (numpy floats accepted, as every real)."""
+    a = real_scalar(alpha, name)
+    if not (a == 0.0 or MIN_ALPHA <= a <= 1.0):
+        raise ValueError(f"{name} must be 0 or lie in [{MIN_ALPHA}, 1], got {a!r}")
+    return a
 
 
 def check_keep(keep: Any, name: str = "keep") -> int | None:
     """Rows kept per group: a positive integer, or None (half the group)."""
-    if keep is not None and (isinstance(keep, bool) or not isinstance(keep, (int, np.integer)) or keep < 1):
-        raise ValueError(f"{name} must be a positive integer or None, got {keep!r}")
-    return None if keep is None else int(keep)
+    if keep is None:
+        return None
+    try:
+        return integer(keep, name, minimum=1)
+    except ValueError:
+        raise ValueError(f"{name} must be a positive integer or None, got {keep!r}") from None
 
 
 def check_max_weight(w: Any, alpha: float, name: str = "adaptive_max_weight") -> float | None:
     """W of adaptive smoothing: None, or a finite number > 1 (with the floor α <= :data:`ALPHA_AUTO_MAX`)."""
     if w is None:
         return None
-    if not (_real(w) and w > 1.0):
-        raise ValueError(f"{name} must be a finite number > 1 or None, got {w!r}")
+    v = real_scalar(w, name)
+    if not v > 1.0:
+        raise ValueError(f"{name} must be a finite number > 1 or None, got {v!r}")
     if alpha > ALPHA_AUTO_MAX:
         raise ValueError(f"alpha={alpha!r} is the floor of adaptive smoothing and must be <= {ALPHA_AUTO_MAX}")
-    return float(w)
+    return v
 
 
 @dataclass(frozen=True)
@@ -298,7 +299,7 @@ class Pods(_GroupSubset):
     name: ClassVar[str] = "pods"
 
     def _mask(self, pool: RowPool, group_size: int, keep: int) -> torch.Tensor:
-        return pods_select(pool.rewards, group_size, keep)
+        return _pods_select(pool.rewards, group_size, keep)
 
 
 @dataclass(frozen=True)
@@ -310,7 +311,7 @@ class CostPods(_GroupSubset):
     uses_costs: ClassVar[bool] = True
 
     def _mask(self, pool: RowPool, group_size: int, keep: int) -> torch.Tensor:
-        return cost_pods_select(pool.rewards, torch.from_numpy(pool.costs), group_size, keep)
+        return _cost_pods_select(pool.rewards, torch.from_numpy(pool.costs), group_size, keep)
 
 
 # -- factories (the public way to build a method) -------------------------------------------------

@@ -233,12 +233,9 @@ def plan_minibatches(
         r = _as_vector(rewards, "rewards", torch.float64)
         if r.shape != adv.shape:
             raise ValueError(f"rewards has {r.numel()} rows but advantages has {n}")
-        if (
-            isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer))
-            or group_size < 2 or n % group_size
-        ):
+        group_size = integer(group_size, "group_size", minimum=2)
+        if n % group_size:
             raise ValueError(f"group_size must be an integer >= 2 dividing N={n}, got {group_size!r}")
-        group_size = int(group_size)
     # numpy from here on (torch views of the same memory where a torch op needs them): a torch op on
     # 65,536 rows costs several times its numpy twin, and the plan's goal is < 5 ms at that size
     c_np = np.maximum(np.round(cost_np), 1.0).astype(np.int64)  # a fractional cost still feeds one token

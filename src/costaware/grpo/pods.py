@@ -20,11 +20,13 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 from itertools import combinations
+from typing import Any
 
 import numpy as np
 import torch
 
-from costaware.grpo.advantages import group_advantages
+from costaware._checks import integer, positive_vector, same_length
+from costaware.grpo.advantages import _rewards_vector, group_advantages
 
 __all__ = ["MAX_SUBSETS", "pods_select", "cost_pods_select", "pods_advantages"]
 
@@ -34,7 +36,28 @@ MAX_SUBSETS = 1 << 16
 _CHUNK = 1 << 22  # subset entries evaluated at once (groups × subsets × keep): ~32 MB of float64
 
 
-def pods_select(rewards: torch.Tensor, group_size: int, keep: int) -> torch.Tensor:
+def _checked(rewards: Any, group_size: Any, keep: Any) -> tuple[torch.Tensor, int, int]:
+    r = _rewards_vector(rewards)
+    m = integer(group_size, "group_size", minimum=1, maximum=max(r.numel(), 1))
+    if r.numel() == 0 or r.numel() % m:
+        raise ValueError(f"rewards must hold whole groups of group_size={m}, got {r.numel()} rows")
+    return r, m, integer(keep, "keep", minimum=1, maximum=m)
+
+
+def pods_select(rewards: Any, group_size: int, keep: int) -> torch.Tensor:
+    """:func:`_pods_select` on checked arguments (rewards (N,), groups of ``group_size``, 1 <= keep <= group_size)."""
+    return _pods_select(*_checked(rewards, group_size, keep))
+
+
+def cost_pods_select(rewards: Any, costs: Any, group_size: int, keep: int) -> torch.Tensor:
+    """:func:`_cost_pods_select` on checked arguments (costs (N,) > 0, as many as rewards)."""
+    r, m, k = _checked(rewards, group_size, keep)
+    c = positive_vector(costs, "costs")
+    same_length(rewards=r.numpy(), costs=c)
+    return _cost_pods_select(r, torch.from_numpy(c), m, k)
+
+
+def _pods_select(rewards: torch.Tensor, group_size: int, keep: int) -> torch.Tensor:
     """PODS max-variance down-sampling: per group, the ``keep`` rows whose rewards vary most.
 
     For sorted rewards the max-variance subset of size m takes the k largest and the m−k smallest
@@ -83,7 +106,7 @@ def check_subset_search(group_size: int, keep: int) -> None:
         )
 
 
-def cost_pods_select(rewards: torch.Tensor, costs: torch.Tensor, group_size: int, keep: int) -> torch.Tensor:
+def _cost_pods_select(rewards: torch.Tensor, costs: torch.Tensor, group_size: int, keep: int) -> torch.Tensor:
     """Cost-aware PODS: per group, the ``keep`` rows with the most reward variation per PO token.
 
     For group g with rewards r_i and costs c_i (prompt + completion tokens), the kept set is

@@ -27,7 +27,14 @@ import numpy as np
 
 from costaware import distributions as dist
 from costaware import theory
-from costaware._checks import in_unit_interval, nonnegative_vector, positive_vector, same_length
+from costaware._checks import (
+    _show,
+    finite_result,
+    in_unit_interval,
+    nonnegative_vector,
+    positive_vector,
+    same_length,
+)
 from costaware.grpo.beta import BetaCalibrator, BetaFit, _finite, _norms, fit_beta, shrink
 from costaware.grpo.loss_families import BETA_BOUNDS, LOSS_FAMILY_PRIOR_BETA, LossFamily, loss_family
 
@@ -105,6 +112,8 @@ def predicted_j_ratios(p: Any, grad_norms: Any, costs: Any) -> dict[str, float]:
     ``p`` is the sampling distribution restricted to those rows (renormalised here); J = S·C from
     :mod:`costaware.theory`. ``j_vs_optimal`` ≥ 1 is the price of the proxy; ``j_vs_uniform`` < 1 says
     cost-aware sampling is predicted to beat uniform sampling. Rows with non-finite G are dropped.
+    Both are +inf when ``p`` misses a row with G > 0 (as :func:`costaware.theory.J`); a ratio beyond
+    float64 is a ValueError.
     """
     w = nonnegative_vector(p, "p", not_all_zero=True)
     c = positive_vector(costs, "costs")
@@ -116,7 +125,10 @@ def predicted_j_ratios(p: Any, grad_norms: Any, costs: Any) -> dict[str, float]:
     # J ratios are scale-free in G and c: scaled by powers of two (exact), no J underflows to 0
     w, g, c = w[keep] / w[keep].sum(), theory._scaled(g[keep]), theory._scaled(c[keep])
     j = theory.J(w, g, c)
+    if j == float("inf"):  # p misses a row with G > 0: the documented +inf of J
+        return {"j_vs_optimal": j, "j_vs_uniform": j}
+    what = f"p = {_show(w)}, grad_norms = {_show(g)}, costs = {_show(c)}"
     return {
-        "j_vs_optimal": j / theory.J_optimal(g, c),
-        "j_vs_uniform": j / theory.J(dist.uniform(g.size), g, c),
+        "j_vs_optimal": finite_result(j / theory.J_optimal(g, c), "j_vs_optimal", what),
+        "j_vs_uniform": finite_result(j / theory.J(dist.uniform(g.size), g, c), "j_vs_uniform", what),
     }

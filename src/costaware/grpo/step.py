@@ -140,6 +140,10 @@ def plan_round(
     """
     if not isinstance(pool, GlobalPool):
         raise TypeError(f"pool must be a GlobalPool, got {type(pool).__name__}")
+    if not isinstance(config, SamplingConfig):
+        raise TypeError(f"config must be a SamplingConfig, got {type(config).__name__}")
+    seed = integer(seed, "seed", minimum=0)
+    step = integer(step, "step", minimum=0)
     if not (isinstance(family, str) and family in FAMILIES):
         raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
     if not (isinstance(normaliser, str) and normaliser in NORMALISERS):

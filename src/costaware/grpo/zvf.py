@@ -17,9 +17,15 @@ from typing import Any
 
 import torch
 
+from costaware._checks import integer
 from costaware.grpo.advantages import _check_group_size, _rewards_vector
 
 __all__ = ["nonzero_variance_groups", "FillReport", "FillResult", "fill_batch"]
+
+# Bounds on fill_batch's counts (a huge count is a ValueError, not a hang): groups per batch or per
+# call of ``generate``, and calls of ``generate``
+MAX_GROUPS = 2**20
+MAX_ROUNDS = 2**16
 
 
 def nonzero_variance_groups(rewards: Any, group_size: int) -> torch.Tensor:
@@ -108,14 +114,11 @@ def fill_batch(
     >>> out.batch["x"].tolist(), out.report.rounds, out.report.filled
     ([0, 1, 2, 3, 4, 5], 1, True)
     """
-    for name, v in (("target_groups", target_groups), ("max_rounds", max_rounds)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be a positive int, got {v!r}")
-    _check_group_size(group_size, group_size)
-    if groups_per_round is not None and (
-        isinstance(groups_per_round, bool) or not isinstance(groups_per_round, int) or groups_per_round < 1
-    ):
-        raise ValueError(f"groups_per_round must be a positive int or None, got {groups_per_round!r}")
+    target_groups = integer(target_groups, "target_groups", minimum=1, maximum=MAX_GROUPS)
+    max_rounds = integer(max_rounds, "max_rounds", minimum=1, maximum=MAX_ROUNDS)
+    group_size = _check_group_size(group_size, group_size)
+    if groups_per_round is not None:
+        groups_per_round = integer(groups_per_round, "groups_per_round", minimum=1, maximum=MAX_GROUPS)
 
     pieces: list[dict[str, torch.Tensor]] = []
     reward_pieces: list[torch.Tensor] = []

@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from costaware._checks import real_scalar
+from costaware._checks import integer, real_scalar
 from costaware.rollouts.group import TRL_EPS, row_abs_advantages
 from costaware.rollouts.logs import PromptRound
-from costaware.rollouts.prompts import CostAwareSkip, CostModel, Greso, TwoStage, _floor
+from costaware.rollouts.prompts import MAX_PROMPTS, CostAwareSkip, CostModel, Greso, TwoStage, _floor
 from costaware.rollouts.state import PromptState, StateConfig
 
 __all__ = ["ROW_METHODS", "AnalysisConfig", "Ratios", "SkipEffect", "RolloutAnalysis", "analyse", "format_table",
@@ -64,11 +64,11 @@ class AnalysisConfig:
         for a in self.alphas:
             _floor(a, "alphas")
         _floor(self.two_stage_floor, "two_stage_floor")
-        for m in self.first:
-            if not (isinstance(m, int) and m >= 1):
-                raise ValueError(f"first must hold integers >= 1, got {self.first!r}")
-        if not (isinstance(self.size_bins, int) and self.size_bins >= 1):
-            raise ValueError(f"size_bins must be a positive integer, got {self.size_bins!r}")
+        if self.first is None or isinstance(self.first, (str, bytes, dict, set)):
+            raise TypeError(f"first must be a tuple of integers >= 1, got {self.first!r}")
+        object.__setattr__(self, "first", tuple(integer(m, "first", minimum=1) for m in self.first))
+        # the bins split the prompts by size: at most one prompt per bin is all a round can fill
+        object.__setattr__(self, "size_bins", integer(self.size_bins, "size_bins", minimum=1, maximum=MAX_PROMPTS))
 
 
 @dataclass(frozen=True)
@@ -141,8 +141,17 @@ def _rounds(records: list[PromptRound]) -> tuple[list[int], dict[int, list[Promp
 
 def analyse(records: list[PromptRound], config: AnalysisConfig | None = None) -> RolloutAnalysis:
     """Predicted J ratios of every candidate, round by round, from per-prompt logs (online)."""
+    if config is not None and not isinstance(config, AnalysisConfig):
+        raise TypeError(f"config must be an AnalysisConfig or None, got {type(config).__name__}")
     cfg = config or AnalysisConfig()
-    rounds, by, G, N = _rounds(list(records))
+    if records is None or isinstance(records, (str, bytes, dict, set)):
+        raise TypeError(f"records must be a list of PromptRound, got {type(records).__name__}")
+    records = list(records)
+    bad = next((r for r in records if not isinstance(r, PromptRound)), None)
+    if bad is not None:
+        raise TypeError(f"records must hold PromptRound entries (read_prompt_rounds gives them), "
+                        f"got {bad!r} ({type(bad).__name__})")
+    rounds, by, G, N = _rounds(records)
     cost = CostModel(cfg.generation_cost, ROW_METHODS[cfg.row_method])
     state = PromptState(StateConfig(G, cfg.prior_pass_rate, cfg.prior_strength, cfg.decay, eps=cfg.eps), N)
     two = {m: TwoStage(first=m, floor=cfg.two_stage_floor, cost=cost) for m in cfg.first if m < G}

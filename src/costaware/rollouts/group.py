@@ -149,7 +149,16 @@ def predictive_abs_adv_sum(
     k1 = as_array(first_correct, "first_correct")
     if not ((k1 == np.round(k1)).all() and (k1 >= 0).all() and (k1 <= f).all()):
         raise ValueError(f"first_correct must hold integers in [0, first={f}], got {_show(k1)}")
-    pmf = beta_binomial_pmf(aa + k1, bb + (f - k1), G - f)
+    try:
+        np.broadcast_shapes(aa.shape, bb.shape, k1.shape)
+    except ValueError:
+        raise ValueError(f"a, b and first_correct must have one shape (or broadcast), got shapes "
+                         f"{aa.shape}, {bb.shape}, {k1.shape}") from None
+    with np.errstate(all="ignore"):
+        pmf = beta_binomial_pmf(aa + k1, bb + (f - k1), G - f)
+    if not np.isfinite(pmf).all():  # betaln's inf − inf at pseudo-counts near the float64 limits
+        raise ValueError(f"a and b are beyond the range the Beta-binomial is computed in (float64), got "
+                         f"a = {_show(aa)}, b = {_show(bb)}")
     return _moment(pmf, k1.astype(np.int64), G, std, eps, m)
 
 
@@ -164,4 +173,5 @@ def row_abs_advantages(rewards: Any, *, std: Std = "sample", eps: float = TRL_EP
         return np.zeros_like(r)
     dev = np.abs(r - r.mean(axis=1, keepdims=True))
     s = r.std(axis=1, ddof=1 if std == "sample" else 0, keepdims=True)
-    return dev / (s + eps)
+    den = s + eps  # 0 only for a constant group with eps = 0, whose deviations are 0: |A| = 0 there
+    return np.divide(dev, den, out=np.zeros_like(dev), where=den > 0)

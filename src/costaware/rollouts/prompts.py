@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from costaware import distributions as dist
-from costaware._checks import _show, as_array, as_generator, integer, real_scalar
+from costaware._checks import _show, as_array, as_generator, in_unit_interval, integer, real_scalar
 from costaware.rollouts.group import predictive_abs_adv_sum
 from costaware.rollouts.state import ALL_CORRECT, ALL_WRONG, PromptState
 
@@ -57,6 +57,12 @@ __all__ = [
 ]
 
 PO_ROWS = ("all", "nonzero")
+# Bounds on the counts that size a round's arrays or loops (a huge count is a ValueError, not a hang
+# or a MemoryError): prompts per round or per candidate batch, candidate batches per round, and the
+# candidates one round may examine in all.
+MAX_PROMPTS = 2**20
+MAX_CALLS = 2**16
+MAX_EXAMINED = 2**28
 
 
 def _floor(x: Any, name: str = "floor") -> float:
@@ -184,9 +190,12 @@ def fill_prompt_batch(
     keep = as_array(keep_probability, "keep_probability").reshape(-1)
     if not (np.isfinite(keep).all() and (keep >= 0).all() and (keep <= 1).all()):
         raise ValueError(f"keep_probability must lie in [0, 1], got {_show(keep)}")
-    b = integer(batch_size, "batch_size", minimum=1)
-    m = integer(candidates_per_call, "candidates_per_call", minimum=1)
-    calls = integer(max_calls, "max_calls", minimum=1)
+    b = integer(batch_size, "batch_size", minimum=1, maximum=MAX_PROMPTS)
+    m = integer(candidates_per_call, "candidates_per_call", minimum=1, maximum=MAX_PROMPTS)
+    calls = integer(max_calls, "max_calls", minimum=1, maximum=MAX_CALLS)
+    if m * calls > MAX_EXAMINED:
+        raise ValueError(f"candidates_per_call × max_calls must be at most {MAX_EXAMINED} candidates, "
+                         f"got {m} × {calls}")
     gen = as_generator(rng)
     kept: list[np.ndarray] = []
     seen = have = 0
@@ -240,6 +249,10 @@ class GresoControl:
 
     p_easy: float = 0.5
     p_hard: float = 0.5
+
+    def __post_init__(self) -> None:
+        for name in ("p_easy", "p_hard"):
+            object.__setattr__(self, name, in_unit_interval(getattr(self, name), name))
 
 
 @dataclass(frozen=True)

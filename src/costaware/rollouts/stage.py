@@ -34,6 +34,8 @@ import numpy as np
 
 from costaware._checks import as_array, integer
 from costaware.rollouts.prompts import (
+    MAX_CALLS,
+    MAX_PROMPTS,
     CostAwarePrompts,
     CostAwareSkip,
     Greso,
@@ -109,10 +111,12 @@ class PromptStage:
             raise TypeError(f"method must be one of {[m.__name__ for m in METHODS_IN_ENGINES]}, got {type(method).__name__}")
         self.method = method
         n = integer(num_prompts, "num_prompts", minimum=1)
-        g = integer(group_size, "group_size", minimum=1)
-        self.batch = integer(prompts_per_round, "prompts_per_round", minimum=1, maximum=n if method.biased else None)
+        g = integer(group_size, "group_size", minimum=2)  # one completion has no group advantage
+        self.batch = integer(prompts_per_round, "prompts_per_round", minimum=1,
+                             maximum=min(n, MAX_PROMPTS) if method.biased else MAX_PROMPTS)
         self.seed = integer(seed, "seed", minimum=0)
-        self.max_candidate_batches = integer(max_candidate_batches, "max_candidate_batches", minimum=1)
+        self.max_candidate_batches = integer(max_candidate_batches, "max_candidate_batches", minimum=1,
+                                             maximum=MAX_CALLS)
         config = state_config or StateConfig(group_size=g)
         if config.group_size != g:
             raise ValueError(f"state_config.group_size must equal group_size={g}, got {config.group_size}")

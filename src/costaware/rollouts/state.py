@@ -39,6 +39,8 @@ __all__ = ["UNSEEN", "INFORMATIVE", "ALL_CORRECT", "ALL_WRONG", "StateConfig", "
 UNSEEN, INFORMATIVE, ALL_CORRECT, ALL_WRONG = 0, 1, 2, 3
 STATUS_NAMES = ("unseen", "informative", "all_correct", "all_wrong")
 _STATE_VERSION = 1
+# The longest completion or prompt, in tokens, the state takes: its sums then stay far inside float64
+MAX_TOKENS = 2**40
 
 
 def _open_unit(x: Any, name: str) -> float:
@@ -107,6 +109,27 @@ _ARRAYS = ("successes", "failures", "length_sum", "length_weight", "last_round",
            "prompt_tokens")
 
 
+def _saved_values(arr: np.ndarray, name: str, key: str) -> np.ndarray:
+    """A saved per-prompt array, checked as :meth:`PromptState.update` would have left it: a NaN count
+    would make every prompt look unseen-but-informative and the skip rules keep them all silently."""
+    ok = np.isfinite(arr)
+    if name == "prompt_tokens":  # NaN: the length was never given
+        ok |= np.isnan(arr)
+        ok &= ~(arr < 0)
+    elif name == "last_round":
+        ok &= (arr >= -1) & (arr == np.round(arr))
+    elif name == "status":
+        ok &= np.isin(arr, (UNSEEN, INFORMATIVE, ALL_CORRECT, ALL_WRONG))
+    else:  # decayed counts and sums; the streak counts groups
+        ok &= arr >= 0
+        if name == "zero_streak":
+            ok &= arr == np.round(arr)
+    if not ok.all():
+        i = int(np.flatnonzero(~ok)[0])
+        raise ValueError(f"{key} holds an impossible value {float(arr[i])!r} at index {i}")
+    return arr
+
+
 class PromptState:
     """The online state of N prompts; :meth:`update` after each round, query before the next."""
 
@@ -126,7 +149,7 @@ class PromptState:
         self.prompt_tokens = np.full(n, np.nan)
         if prompt_tokens is not None:
             pt = as_array(prompt_tokens, "prompt_tokens").reshape(-1)
-            if pt.size != n or not (np.isfinite(pt).all() and (pt >= 0).all()):
+            if pt.size != n or not (np.isfinite(pt).all() and (pt >= 0).all() and (pt <= MAX_TOKENS).all()):
                 raise ValueError(f"prompt_tokens must be {n} finite lengths >= 0, got {_show(pt)}")
             self.prompt_tokens = pt.astype(np.float64)
         self.round = -1  # the latest round updated
@@ -149,9 +172,10 @@ class PromptState:
         ln = as_array(lengths, "completion_lengths")
         if ln.shape != r.shape:
             raise ValueError(f"completion_lengths must have shape {r.shape}, got {ln.shape}")
-        if not (np.isfinite(ln).all() and (ln >= 0).all()):
-            bad = ln[~(np.isfinite(ln) & (ln >= 0))][0]
-            raise ValueError(f"completion_lengths must be finite and >= 0 (a negative length is not one), got {bad!r}")
+        if not (np.isfinite(ln).all() and (ln >= 0).all() and (ln <= MAX_TOKENS).all()):
+            bad = ln[~(np.isfinite(ln) & (ln >= 0) & (ln <= MAX_TOKENS))][0]
+            raise ValueError(f"completion_lengths must be finite and >= 0 (a negative length is not one) and at "
+                             f"most {MAX_TOKENS} tokens, got {float(bad)!r}")
         t = integer(round, "round", minimum=0)
         if t < self.round:
             raise ValueError(f"round must not go back: got {t} after round {self.round}")
@@ -168,7 +192,7 @@ class PromptState:
         ids, r, ln, t = self._check_batch(prompt_ids, rewards, completion_lengths, round)
         if prompt_tokens is not None:
             pt = as_array(prompt_tokens, "prompt_tokens").reshape(-1)
-            if pt.size != ids.size or not (np.isfinite(pt).all() and (pt >= 0).all()):
+            if pt.size != ids.size or not (np.isfinite(pt).all() and (pt >= 0).all() and (pt <= MAX_TOKENS).all()):
                 raise ValueError(f"prompt_tokens must be {ids.size} finite lengths >= 0, got {_show(pt)}")
         if ids.size == 0:
             self.round = t
@@ -283,11 +307,13 @@ class PromptState:
         st = cls(StateConfig(**state["config"]), state["num_prompts"])
         for name in _ARRAYS:
             ref = getattr(st, name)
-            vals = [np.nan if v is None else v for v in state[name]]
-            arr = np.asarray(vals, dtype=ref.dtype)
+            key = f"state[{name!r}]"
+            if state[name] is None or isinstance(state[name], (str, bytes, dict, set)):
+                raise TypeError(f"{key} must be a list of numbers, got {type(state[name]).__name__}")
+            arr = as_array([np.nan if v is None else v for v in state[name]], key)
             if arr.shape != ref.shape:
-                raise ValueError(f"state[{name!r}] must hold {st.num_prompts} values, got {arr.shape}")
-            setattr(st, name, arr)
+                raise ValueError(f"{key} must hold {st.num_prompts} values, got {arr.shape}")
+            setattr(st, name, _saved_values(arr, name, key).astype(ref.dtype))
         st.round = integer(state["round"], "state['round']", minimum=-1)
         st.total_length = real_scalar(state["total_length"], "state['total_length']")
         st.total_completions = real_scalar(state["total_completions"], "state['total_completions']")

@@ -7,7 +7,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from costaware._checks import positive_scalar, positive_vector
+from costaware._checks import as_array, positive_scalar, positive_vector
 
 __all__ = ["FiniteSum", "LeastSquares", "Loss", "LogisticRegression"]
 
@@ -39,10 +39,7 @@ class FiniteSum(Protocol):
 
 
 def _matrix(A: Any, name: str) -> np.ndarray:
-    try:
-        arr = np.asarray(A, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name} must be a numeric 2-D array, got {type(A).__name__}") from exc
+    arr = as_array(A, name)  # None, strings and dicts: TypeError; complex, bool, ragged: ValueError
     if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] == 0:
         raise ValueError(f"{name} must be a non-empty 2-D array, got shape {arr.shape}")
     if not np.isfinite(arr).all():
@@ -51,7 +48,7 @@ def _matrix(A: Any, name: str) -> np.ndarray:
 
 
 def _target(b: Any, n: int, name: str) -> np.ndarray:
-    arr = np.asarray(b, dtype=np.float64)
+    arr = as_array(b, name)
     if arr.ndim != 1 or arr.size != n:
         raise ValueError(f"{name} must be 1-D with {n} entries (one per row), got shape {arr.shape}")
     if not np.isfinite(arr).all():

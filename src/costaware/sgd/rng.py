@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from costaware._checks import integer
 from costaware.alias import alias_draw_single, build_alias
 from costaware.sgd.schedules import _positive_int
 
@@ -58,4 +59,6 @@ def _indices_kernel(prob, alias, steps, seed, trial):  # pragma: no cover - comp
 def runner_indices(p: Any, steps: int, seed: int, trial: int) -> np.ndarray:
     """The exact draw sequence :func:`run_trials` uses for ``trial`` (replay it with ``cost_aware_sgd``)."""
     prob, alias = build_alias(p)
-    return _indices_kernel(prob, alias, _positive_int(steps, "steps"), np.uint64(seed), np.uint64(trial))
+    steps = _positive_int(steps, "steps")
+    seed, trial = integer(seed, "seed", minimum=0), integer(trial, "trial", minimum=0)
+    return _indices_kernel(prob, alias, steps, np.uint64(seed), np.uint64(trial))

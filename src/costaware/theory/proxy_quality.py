@@ -65,7 +65,22 @@ def suboptimality(p_proxy: Any, G: Any, c: Any) -> float:
     ``p_proxy`` is the distribution actually used (e.g. from a proxy G′); ``G`` are the true norms.
     """
     p_star = dist.optimal(G, c)
-    return 1.0 + chi2_divergence(cost_biased(p_star, c), cost_biased(p_proxy, c))
+    P, Q = cost_biased(p_star, c), cost_biased(p_proxy, c)
+    if not ((Q == 0) & (P > 0)).any():
+        return 1.0 + chi2_divergence(P, Q)
+    # A zero in Q is either a row p_proxy misses (the documented +inf) or cost-biased mass that
+    # underflowed (p_i·c_i tiny against C(p)): the latter is finite or an overflow, so redo it in logs.
+    p, cc = probability_vector(p_proxy, "p_proxy"), positive_vector(c, "c")
+    if ((p == 0) & (p_star > 0)).any():
+        return float("inf")
+    keep = p_star > 0
+    with np.errstate(divide="ignore"):
+        log_P = np.log(p_star) + np.log(cc)
+        log_Q = np.log(p) + np.log(cc)
+    log_P, log_Q = log_P - log_sum_exp(log_P), log_Q - log_sum_exp(log_Q)
+    total = _exp(log_sum_exp(2.0 * log_P[keep] - log_Q[keep]), "suboptimality",
+                 f"p_proxy = {_show(p)}, G = {_show(G)}, c = {_show(cc)}")
+    return max(total, 1.0)  # Σ P²/Q ≥ 1 (Cauchy–Schwarz); rounding must not take it below
 
 
 # Pearson correlation and Theorem D.5 (expected sub-optimality of a noisy proxy)
