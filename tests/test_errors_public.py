@@ -1,7 +1,7 @@
 """Bad inputs to the prompt stage, the KV sampler, the PODS methods, plan_round, the losses and the
 theory functions: each is a ValueError naming the argument (TypeError only for a wrong container),
 integers come as np.int64(2) or 2.0, huge counts are refused before they hang or allocate, and no inf
-or NaN comes back where the README promises an error."""
+or NaN comes back where docs/index.md promises an error."""
 
 from __future__ import annotations
 
