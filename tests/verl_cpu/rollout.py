@@ -7,9 +7,10 @@ but is registered in neither registry, so without a GPU engine the loop has no r
 registers ``rollout.name=hf``:
 
 - ``HFServer``: a Ray actor holding the model (loaded from ``model.path``) that samples one request at
-  a time with its own ``torch.Generator``, seeded from (seed, weights version, request id). Under
-  ``rollout.full_determinism=true`` verl's request id is ``det-<row>``, so the same rows get the same
-  samples whichever server serves them: two runs with the same seed see the same rollouts.
+  a time with its own ``torch.Generator``, seeded from (seed, weights version, request id, how many
+  requests with that id this version has served). Under ``rollout.full_determinism=true`` verl's request
+  id is ``det-<prompt>``, shared by the prompt's n samples, and the router is sticky on it, so a group is
+  served by one server and gets the same n samples in every run with the same seed (in arrival order).
 - ``HFReplica``: starts one ``HFServer`` per replica (named, so that the workers can find it).
 - ``HFServerAdapter``: the worker side. ``update_weights`` gathers the full tensors on every rank
   (FSDP2's ``full_tensor`` is a collective) and the replica's first rank pushes them to its server.
@@ -30,8 +31,8 @@ from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 SERVER_PREFIX = "verl_cpu_hf_server_"
 
 
-def _request_seed(seed: int, version: int, request_id: str) -> int:
-    digest = hashlib.sha256(f"{seed}/{version}/{request_id}".encode()).digest()
+def _request_seed(seed: int, version: int, request_id: str, k: int) -> int:
+    digest = hashlib.sha256(f"{seed}/{version}/{request_id}/{k}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
@@ -59,11 +60,14 @@ class HFServer:
         self.response_length = response_length
         self.seed = seed
         self.version = 0
+        self.served: dict[str, int] = {}  # request id -> requests served under this version
         self.lock = asyncio.Lock()
 
     @torch.no_grad()
     def _sample(self, prompt_ids: list[int], params: dict[str, Any], request_id: str) -> TokenOutput:
-        gen = torch.Generator().manual_seed(_request_seed(self.seed, self.version, request_id))
+        k = self.served.get(request_id, 0)
+        self.served[request_id] = k + 1
+        gen = torch.Generator().manual_seed(_request_seed(self.seed, self.version, request_id, k))
         temperature = float(params.get("temperature", 1.0))
         want_logprobs = bool(params.get("logprobs", False))
         ids = torch.tensor([prompt_ids])
@@ -104,6 +108,7 @@ class HFServer:
             if unexpected or set(missing) - tied:
                 raise RuntimeError(f"weight push: missing {missing}, unexpected {unexpected}")
             self.version = version
+            self.served = {}
 
     async def weights_version(self) -> int:
         return self.version
