@@ -15,6 +15,7 @@ own ``file`` logger wrote:
 A method the plugin's config refuses is reported with its error line, and the others still run.
 
     .venv-verl/bin/python benchmarks/bench_verl_e2e.py --steps 4
+    python benchmarks/bench_verl_e2e.py --gpu --steps 4     # CUDA GPUs, vLLM rollouts (verl[vllm] installed)
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=["nonzero", "p_star"])
     parser.add_argument("--alpha", type=float, default=0.01)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--gpu", action="store_true", help="CUDA GPUs with vLLM rollouts instead of the CPU support")
     parser.add_argument("--out", type=Path, default=None, help="working folder (default: a temporary one)")
     args = parser.parse_args()
     if args.steps < 1:
@@ -74,8 +76,8 @@ def main() -> None:
         extra = [] if method == "stock" else [f"+algorithm.cost_aware.method={method}",
                                               f"+algorithm.cost_aware.alpha={args.alpha}"]
         try:
-            metrics, _ = launch(root, overrides(root, workers=args.workers, steps=args.steps, name=method) + extra,
-                                name=method)
+            metrics, _ = launch(root, overrides(root, workers=args.workers, steps=args.steps, name=method,
+                                                gpu=args.gpu) + extra, name=method, gpu=args.gpu)
             results[method] = summarise(metrics)
         except RuntimeError as err:
             results[method] = f"refused or failed: {refusal(str(err))}"
@@ -83,7 +85,7 @@ def main() -> None:
     stock = results["stock"]
     if not isinstance(stock, dict):
         raise SystemExit(f"stock verl did not run: {stock}")
-    print(f"verl main_ppo on the CPU, {args.workers} worker(s), {args.steps} steps, 4 prompts x 8 a step; "
+    print(f"verl main_ppo on {'CUDA (vLLM)' if args.gpu else 'the CPU (HF server)'}, {args.workers} worker(s), {args.steps} steps, 4 prompts x 8 a step; "
           f"PO s = old_log_prob + ref + update_actor")
     print("| method | PO tokens/step | PO s/step | update_actor s | gen s | time saved vs stock | "
           "tokens saved vs stock | tokens saved (own pools) |")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,32 @@ REPO = HERE.parents[1]
 
 
 def overrides(root: Path, *, workers: int = 1, steps: int = 3, batch: int = 4, n: int = 8, trainer_v1: bool = True,
-              save_freq: int = -1, name: str = "run") -> list[str]:
+              save_freq: int = -1, name: str = "run", gpu: bool = False) -> list[str]:
+    """main_ppo's overrides; ``gpu=True``: the same run on CUDA GPUs with vLLM rollouts (no CPU lines)."""
+    args = _common(root, workers=workers, steps=steps, batch=batch, n=n, trainer_v1=trainer_v1,
+                   save_freq=save_freq, name=name)
+    if gpu:
+        return args + [
+            "actor_rollout_ref.rollout.name=vllm",
+            "actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
+            "actor_rollout_ref.rollout.enforce_eager=true",
+            "trainer.device=cuda",
+        ]
+    return args + [
+        "actor_rollout_ref.model.use_remove_padding=false",  # CPU: no flash-attn varlen kernels
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",  # CPU: workers/config/model.py:185
+        "actor_rollout_ref.actor.strategy=fsdp2",  # CPU: FSDP1's sync_module_states refuses CPU params (:437)
+        "actor_rollout_ref.ref.strategy=fsdp2",
+        "actor_rollout_ref.rollout.name=hf",  # CPU: verl_cpu.rollout (vLLM/SGLang need a GPU)
+        "trainer.device=cpu",
+        "ray_kwargs.ray_init.num_cpus=16",  # CPU: logical CPUs, TransferQueue's actors each ask for one
+        f"+ray_kwargs.ray_init.num_gpus={workers}",  # CPU: logical GPUs for single_controller/ray/base.py:210
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",  # 8 units x 1 CPU: hangs on 2 cores
+    ]
+
+
+def _common(root: Path, *, workers: int, steps: int, batch: int, n: int, trainer_v1: bool, save_freq: int,
+            name: str) -> list[str]:
     model = root / "model"
     return [
         "algorithm.adv_estimator=grpo",
@@ -32,11 +58,7 @@ def overrides(root: Path, *, workers: int = 1, steps: int = 3, batch: int = 4, n
         "data.shuffle=false",
         "data.dataloader_num_workers=0",
         f"actor_rollout_ref.model.path={model}",
-        "actor_rollout_ref.model.use_remove_padding=false",  # CPU: no flash-attn varlen kernels
-        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",  # CPU: workers/config/model.py:185
         "actor_rollout_ref.model.enable_gradient_checkpointing=false",
-        "actor_rollout_ref.actor.strategy=fsdp2",  # CPU: FSDP1's sync_module_states refuses CPU params (:437)
-        "actor_rollout_ref.ref.strategy=fsdp2",
         "actor_rollout_ref.actor.optim.lr=1e-4",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={batch}",
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={batch * n // workers}",
@@ -46,7 +68,6 @@ def overrides(root: Path, *, workers: int = 1, steps: int = 3, batch: int = 4, n
         "actor_rollout_ref.actor.entropy_coeff=0",
         f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={batch * n // workers}",
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={batch * n // workers}",
-        "actor_rollout_ref.rollout.name=hf",  # CPU: verl_cpu.rollout (vLLM/SGLang need a GPU)
         f"actor_rollout_ref.rollout.n={n}",
         "actor_rollout_ref.rollout.full_determinism=true",  # stable request ids: same seed, same rollouts
         "actor_rollout_ref.rollout.agent.num_workers=1",
@@ -54,7 +75,6 @@ def overrides(root: Path, *, workers: int = 1, steps: int = 3, batch: int = 4, n
         "reward.num_workers=1",
         f"reward.custom_reward_function.path={HERE / 'fixture.py'}",
         "reward.custom_reward_function.name=compute_score",
-        "trainer.device=cpu",
         f"trainer.use_v1={str(trainer_v1).lower()}",
         f"trainer.n_gpus_per_node={workers}",
         "trainer.nnodes=1",
@@ -67,18 +87,17 @@ def overrides(root: Path, *, workers: int = 1, steps: int = 3, batch: int = 4, n
         "trainer.project_name=verl_cpu",
         f"trainer.experiment_name={name}",
         f"trainer.default_local_dir={root / 'ckpt' / name}",
-        "ray_kwargs.ray_init.num_cpus=16",  # CPU: logical CPUs, TransferQueue's actors each ask for one
-        f"+ray_kwargs.ray_init.num_gpus={workers}",  # CPU: logical GPUs for single_controller/ray/base.py:210
-        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",  # 8 units x 1 CPU: hangs on 2 cores
     ]
 
 
-def environment(extra_pythonpath: str = "") -> dict[str, str]:
+def environment(*, gpu: bool = False) -> dict[str, str]:
+    """The subprocess environment: this checkout's ``src`` and ``tests`` first; the CPU support unless ``gpu``."""
     env = dict(os.environ)
-    paths = [str(REPO / "src"), str(REPO / "tests")] + ([extra_pythonpath] if extra_pythonpath else [])
+    paths = [str(REPO / "src"), str(REPO / "tests")]
     env["PYTHONPATH"] = os.pathsep.join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    env["VERL_USE_EXTERNAL_MODULES"] = "verl_cpu"
-    env["VERL_PLATFORM"] = "cpu"
+    if not gpu:
+        env["VERL_USE_EXTERNAL_MODULES"] = "verl_cpu.patches"
+        env["VERL_PLATFORM"] = "cpu"
     env.update(TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", RAY_DEDUP_LOGS="0",
                HYDRA_FULL_ERROR="1", WANDB_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
     return env
@@ -92,14 +111,22 @@ def read_metrics(path: Path) -> list[dict]:
 
 
 def launch(root: Path, args: list[str], *, name: str, python: str | None = None, timeout: float = 600,
-           module: str = "verl.trainer.main_ppo") -> tuple[list[dict], str]:
+           module: str = "verl.trainer.main_ppo", gpu: bool = False) -> tuple[list[dict], str]:
     """Run verl's entry point; returns (per-step metrics from verl's file logger, the combined log)."""
     log_path = root / f"{name}.metrics.jsonl"
-    env = environment()
+    env = environment(gpu=gpu)
     env["VERL_FILE_LOGGER_PATH"] = str(log_path)
     cmd = [python or sys.executable, "-m", module, *args]
-    proc = subprocess.run(cmd, env=env, cwd=root, capture_output=True, text=True, timeout=timeout)
-    out = proc.stdout + proc.stderr
+    # its own session: on a timeout the whole group (the driver and the Ray processes it started) goes
+    proc = subprocess.Popen(cmd, env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        (root / f"{name}.log").write_text(out)
+        raise RuntimeError(f"{name}: main_ppo ran past {timeout} s; log: {root / f'{name}.log'}") from None
     (root / f"{name}.log").write_text(out)
     if proc.returncode != 0:
         raise RuntimeError(f"{name}: main_ppo exited {proc.returncode}; last lines:\n" + "\n".join(out.splitlines()[-40:]))
