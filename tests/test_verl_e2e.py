@@ -8,15 +8,17 @@ the metrics verl's own ``file`` logger wrote.
 
 Runs (about 1 min each on 2 cores, most of it Ray start-up): stock and ``none`` (1 worker, same seed),
 ``p_smooth`` with KL (2 workers), ``p_star`` on a 2-node ``ray.cluster_utils.Cluster`` with a token budget,
-and trainer v0 with the prompt-stage sampler, saved at step 2 and resumed.
+and trainer v0 with the prompt-stage sampler, straight to step 3 and saved at step 2 then resumed.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -40,11 +42,13 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("verl_e2e")
+def root():
+    # its own folder, not pytest's basetemp: a concurrent pytest session prunes old basetemps mid-run
+    root = Path(tempfile.mkdtemp(prefix="costaware_verl_e2e_"))
     subprocess.run([str(VERL_PYTHON), "-m", "verl_cpu.fixture", str(root)], env=environment(), check=True,
                    capture_output=True, timeout=600)
-    return root
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def run(root: Path, name: str, extra: list[str] = (), *, module: str = "verl.trainer.main_ppo", **kw) -> list[dict]:
@@ -78,9 +82,9 @@ def check_loss_ran(metrics: list[dict], workers: int) -> None:
     for m in metrics:
         if m["cost_aware/step/skipped"]:
             continue
-        assert m["cost_aware/loss/rank_min"] == 0
-        assert m["cost_aware/loss/rank_max"] == workers - 1
-        assert m["cost_aware/loss/weights_mean"] == pytest.approx(m["cost_aware/weights/mean"], rel=1e-5)
+        assert m["actor/cost_aware/loss/rank_min"] == 0
+        assert m["actor/cost_aware/loss/rank_max"] == workers - 1
+        assert m["actor/cost_aware/loss/weights_mean"] == pytest.approx(m["cost_aware/weights/mean"], rel=1e-5)
 
 
 def test_stock_and_none_same_update(root):
@@ -118,10 +122,14 @@ def test_p_star_two_node_cluster_token_budget(root):
 
 
 def test_v0_prompt_stage_checkpoint_resume(root):
-    """Trainer v0 with the prompt-stage sampler: saved at step 2, resumed to step 3 with both states."""
+    """Trainer v0 with the prompt-stage sampler: saved at step 2 and resumed to step 3, against a run
+    straight to step 3. The resumed step draws the same prompts (the sampler's state), gets the same
+    rollouts (the weights) and continues the plugin's counters."""
     extra = plugin("p_smooth", alpha=0.1) + [
         "+data.sampler.class_path=pkg://costaware.integrations.verl.prompts",
         "+data.sampler.class_name=CostAwarePromptSampler", "+data.sampler.costaware.method=greso"]
+    straight = run(root, "v0_straight", extra, trainer_v1=False, steps=3)
+    check_counters(straight)
     first = run(root, "v0", extra, trainer_v1=False, save_freq=2)
     check_counters(first)
     ckpt = root / "ckpt" / "v0" / "global_step_2"
@@ -132,3 +140,6 @@ def test_v0_prompt_stage_checkpoint_resume(root):
     check_counters(resumed, first_step=3)
     assert resumed[0]["cost_aware/total/tokens"] == pytest.approx(
         first[-1]["cost_aware/total/tokens"] + resumed[0]["cost_aware/step/tokens"])
+    for key in ("prompt_length/mean", "response_length/mean", "critic/score/mean", "cost_aware/total/tokens",
+                "cost_aware/total/rows_unique"):
+        assert resumed[0][key] == pytest.approx(straight[2][key], rel=1e-6), key

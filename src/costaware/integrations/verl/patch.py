@@ -112,7 +112,8 @@ def patch_losses(module: Any) -> None:
 
 
 def _worker_metrics(data: Any, dp_group: Any) -> dict[str, Any]:
-    """What the worker's weighted loss saw, logged through verl's own metric reduction.
+    """What the worker's weighted loss saw, logged through verl's own metric reduction (verl logs the
+    actor's loss metrics under ``actor/``: ``actor/cost_aware/loss/...``).
 
     ``cost_aware/loss/weights_mean``: the mean factor of the micro-batch's rows (mean over ranks and
     micro-batches: the plan's mean when every rank ran it); ``.../rank_min`` and ``.../rank_max``: the
