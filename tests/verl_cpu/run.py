@@ -37,6 +37,9 @@ def overrides(root: Path, *, workers: int = 1, steps: int = 3, batch: int = 4, n
         "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",  # CPU: workers/config/model.py:185
         "actor_rollout_ref.actor.strategy=fsdp2",  # CPU: FSDP1's sync_module_states refuses CPU params (:437)
         "actor_rollout_ref.ref.strategy=fsdp2",
+        # CPU: fp32 compute (FSDP's default bf16 params are slow on a CPU, and 1e-3-precise)
+        "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
+        "+actor_rollout_ref.ref.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
         "actor_rollout_ref.rollout.name=hf",  # CPU: verl_cpu.rollout (vLLM/SGLang need a GPU)
         "trainer.device=cpu",
         "ray_kwargs.ray_init.num_cpus=16",  # CPU: logical CPUs, TransferQueue's actors each ask for one
