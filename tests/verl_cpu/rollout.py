@@ -7,10 +7,12 @@ but is registered in neither registry, so without a GPU engine the loop has no r
 registers ``rollout.name=hf``:
 
 - ``HFServer``: a Ray actor holding the model (loaded from ``model.path``) that samples one request at
-  a time with its own ``torch.Generator``, seeded from (seed, weights version, request id, how many
-  requests with that id this version has served). Under ``rollout.full_determinism=true`` verl's request
-  id is ``det-<prompt>``, shared by the prompt's n samples, and the router is sticky on it, so a group is
-  served by one server and gets the same n samples in every run with the same seed (in arrival order).
+  a time with its own ``torch.Generator``, seeded from (seed, weights version, prompt tokens, how many
+  requests with these prompt tokens this version has served). The seed depends on what is asked, not on
+  arrival order or request ids (trainer v1's agent loop gives every request ``det-0`` under
+  ``rollout.full_determinism=true``, and a random id otherwise): a group's n samples are the same in
+  every run with the same seed, in arrival order. ``full_determinism`` also makes the router sticky on
+  the request id, so with several servers one server serves a whole group.
 - ``HFReplica``: starts one ``HFServer`` per replica (named, so that the workers can find it).
 - ``HFServerAdapter``: the worker side. ``update_weights`` gathers the full tensors on every rank
   (FSDP2's ``full_tensor`` is a collective) and the replica's first rank pushes them to its server.
@@ -31,8 +33,8 @@ from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 SERVER_PREFIX = "verl_cpu_hf_server_"
 
 
-def _request_seed(seed: int, version: int, request_id: str, k: int) -> int:
-    digest = hashlib.sha256(f"{seed}/{version}/{request_id}/{k}".encode()).digest()
+def _request_seed(seed: int, version: int, prompt_ids: list[int], k: int) -> int:
+    digest = hashlib.sha256(f"{seed}/{version}/{prompt_ids}/{k}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
@@ -60,14 +62,15 @@ class HFServer:
         self.response_length = response_length
         self.seed = seed
         self.version = 0
-        self.served: dict[str, int] = {}  # request id -> requests served under this version
+        self.served: dict[tuple[int, ...], int] = {}  # prompt tokens -> requests served under this version
         self.lock = asyncio.Lock()
 
     @torch.no_grad()
     def _sample(self, prompt_ids: list[int], params: dict[str, Any], request_id: str) -> TokenOutput:
-        k = self.served.get(request_id, 0)
-        self.served[request_id] = k + 1
-        gen = torch.Generator().manual_seed(_request_seed(self.seed, self.version, request_id, k))
+        key = tuple(prompt_ids)
+        k = self.served.get(key, 0)
+        self.served[key] = k + 1
+        gen = torch.Generator().manual_seed(_request_seed(self.seed, self.version, prompt_ids, k))
         temperature = float(params.get("temperature", 1.0))
         want_logprobs = bool(params.get("logprobs", False))
         ids = torch.tensor([prompt_ids])
