@@ -115,8 +115,8 @@ def _worker_metrics(data: Any, dp_group: Any) -> dict[str, Any]:
     """What the worker's weighted loss saw, logged through verl's own metric reduction (verl logs the
     actor's loss metrics under ``actor/``: ``actor/cost_aware/loss/...``).
 
-    ``cost_aware/loss/weights_mean``: the mean factor of the micro-batch's rows (mean over ranks and
-    micro-batches: the plan's mean when every rank ran it); ``.../rank_min`` and ``.../rank_max``: the
+    ``cost_aware/loss/factors_mean``: the mean loss factor of the micro-batch's rows (mean over ranks and
+    micro-batches: the trainer's ``cost_aware/factors/mean`` when every rank ran it); ``.../rank_min`` and ``.../rank_max``: the
     data-parallel ranks that ran it (0 and world - 1 when every rank did).
     """
     import torch.distributed as dist
@@ -126,7 +126,7 @@ def _worker_metrics(data: Any, dp_group: Any) -> dict[str, Any]:
     per_token = data.select(WEIGHTS_KEY).to_padded_tensor()[WEIGHTS_KEY]  # the row's factor, 0 past its end
     weights = per_token.amax(-1) if per_token.ndim > 1 else per_token
     return {
-        "cost_aware/loss/weights_mean": Metric(AggregationType.MEAN, float(weights.float().mean())),
+        "cost_aware/loss/factors_mean": Metric(AggregationType.MEAN, float(weights.float().mean())),
         "cost_aware/loss/rank_min": Metric(AggregationType.MIN, float(rank)),
         "cost_aware/loss/rank_max": Metric(AggregationType.MAX, float(rank)),
     }
