@@ -78,13 +78,13 @@ def check_counters(metrics: list[dict], first_step: int = 1) -> None:
 
 def check_loss_ran(metrics: list[dict], workers: int) -> None:
     """verl's reduction of the worker-side loss metrics: rank 0 and rank ``workers - 1`` ran the weighted
-    loss, and the mean factor they saw is the plan's."""
+    loss, and the mean loss factor they saw is the plan's."""
     for m in metrics:
         if m["cost_aware/step/skipped"]:
             continue
         assert m["actor/cost_aware/loss/rank_min"] == 0
         assert m["actor/cost_aware/loss/rank_max"] == workers - 1
-        assert m["actor/cost_aware/loss/weights_mean"] == pytest.approx(m["cost_aware/weights/mean"], rel=1e-5)
+        assert m["actor/cost_aware/loss/factors_mean"] == pytest.approx(m["cost_aware/factors/mean"], rel=1e-5)
 
 
 def test_stock_and_none_same_update(root):
