@@ -12,10 +12,16 @@ large to carry). Builds the policy and a character tokenizer in code (random wei
 2. verl: the whole PO phase of ``benchmarks/bench_verl_po.py`` (old and reference log-prob passes and the
    actor update, through verl's real trainer methods) on identical pools, stock against the plugin,
    printing time saved / tokens saved.
+3. ``--verl-loop``: verl's own trainer (``python -m verl.trainer.main_ppo``: Ray, FSDP workers, vLLM
+   rollouts) with the plugin, through ``benchmarks/bench_verl_e2e.py --gpu``: stock, ``nonzero`` and
+   ``p_star`` for a few steps on the tiny ``sort`` policy, with verl's own timing metrics. Run it with the
+   interpreter of an environment that has ``verl[vllm]`` and no TRL (``--verl-python``; see
+   ``docs/verl-cpu.md``). It needs a GPU and vLLM, so only a maintainer with one can run it.
 
     python scripts/gpu_check.py                 # CUDA, bf16, Qwen2-0.5B-like (~360M parameters with chars)
     python scripts/gpu_check.py --size 75m      # the smaller model
     python scripts/gpu_check.py --cpu --tiny    # CPU dry run of the same code path (CI, seconds)
+    python scripts/gpu_check.py --skip-verl --verl-loop --verl-python .venv-verl/bin/python
 
 The CUDA and CPU paths are the same functions; only the device, the dtype and the model size differ.
 """
@@ -228,6 +234,22 @@ def verl_check(a: argparse.Namespace) -> list[str]:
     return [] if finite and ran else ["verl: the PO phase did not complete"]
 
 
+def verl_loop_check(a: argparse.Namespace) -> list[str]:
+    """verl's main_ppo with vLLM rollouts: stock, nonzero, p_star (bench_verl_e2e.py --gpu); failures listed."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cmd = [a.verl_python, os.path.join(root, "benchmarks", "bench_verl_e2e.py"), "--gpu", "--steps",
+           str(a.verl_steps), "--out", os.path.join(os.path.abspath(a.out), "verl_loop")]
+    print("verl loop: " + " ".join(cmd), flush=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    print(proc.stdout, flush=True)
+    if proc.returncode != 0:
+        return [f"verl loop: bench_verl_e2e.py exited {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}"]
+    return [f"verl loop: {line}" for line in proc.stdout.splitlines() if "refused or failed" in line
+            and "p_star" in line]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cpu", action="store_true", help="run on CPU in float32 (dry run)")
@@ -237,7 +259,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--methods", default="none,nonzero,p_star", help="comma-separated cost_aware_method values")
     p.add_argument("--size", choices=sorted(SIZES), default="qwen2-0.5b", help="model size (default: %(default)s)")
-    p.add_argument("--skip-verl", action="store_true", help="run the TRL part only")
+    p.add_argument("--skip-verl", action="store_true", help="skip the verl PO-phase check")
+    p.add_argument("--verl-loop", action="store_true", help="also run verl's main_ppo with vLLM (GPU only)")
+    p.add_argument("--verl-python", default=sys.executable, help="interpreter of the verl environment (no TRL)")
+    p.add_argument("--verl-steps", type=int, default=4, help="steps per method in the verl loop check")
     p.add_argument("--loss-type", default="dapo")
     p.add_argument("--batch", type=int, default=None, help="rows per step per device (default 32; tiny 8)")
     p.add_argument("--num-generations", type=int, default=8)
@@ -245,6 +270,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="gpu_check_out", help="output folder (trainer dirs and results.json)")
     a = p.parse_args(argv)
+    if a.verl_loop and a.cpu:
+        p.error("--verl-loop runs vLLM on CUDA; on a CPU, tests/test_verl_e2e.py runs the same loop")
+    if a.verl_steps < 1:
+        p.error(f"--verl-steps must be >= 1, got {a.verl_steps}")
     a.rounds = a.rounds or (2 if a.tiny else 4)
     a.batch = a.batch or (8 if a.tiny else 32)
     a.completion_length = a.completion_length or (8 if a.tiny else 128)
@@ -288,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     bad = check(results)
     if not a.skip_verl:
         bad += verl_check(a)
+    if a.verl_loop:
+        bad += verl_loop_check(a)
     print(f"total {time.perf_counter() - started:.0f} s")
     print("FAIL:\n  " + "\n  ".join(bad) if bad else "OK: all checks passed")
     return 1 if bad else 0

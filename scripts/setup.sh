@@ -4,6 +4,13 @@
 #   bash scripts/setup.sh            # picks the route: GPU if `nvidia-smi` runs, else CPU
 #   bash scripts/setup.sh --cpu      # force the CPU-only route   (or COSTAWARE_TORCH=cpu)
 #   bash scripts/setup.sh --gpu      # force the CUDA route        (or COSTAWARE_TORCH=cuda)
+#   bash scripts/setup.sh --engine verl   # .venv-verl: costaware[verl,dev] without TRL, for verl's trainer
+#
+# Why verl gets its own environment: verl 0.9.x builds every FSDP model through
+# verl/models/transformers/monkey_patch.py, which imports `AutoModelForCausalLMWithValueHead` from trl
+# whenever trl is importable; TRL 1.16 (the `trl` extra) no longer has it, so with both installed verl
+# cannot build a model. `.venv` (all extras) still imports verl's modules for the unit tests; verl's
+# trainer runs from `.venv-verl` (verl 0.9.x, transformers 5.5.3-5.10, ray >= 2.41, no trl).
 #
 # Why torch goes in first, on its own: pyproject.toml asks for `torch>=2.3`, and with no torch
 # present pip would resolve that from PyPI, whose Linux wheel is the multi-GB CUDA build. Installing
@@ -25,14 +32,23 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 route=${COSTAWARE_TORCH:-auto}
-for arg in "$@"; do
-  case "$arg" in
+engine=all
+while [ $# -gt 0 ]; do
+  case "$1" in
     --cpu) route=cpu ;;
     --gpu | --cuda) route=cuda ;;
+    --engine) shift; engine=${1:-} ;;
+    --engine=*) engine=${1#--engine=} ;;
     -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 0 ;;
-    *) echo "setup.sh: unknown argument '$arg' (use --cpu or --gpu)" >&2; exit 2 ;;
+    *) echo "setup.sh: unknown argument '$1' (use --cpu, --gpu or --engine verl)" >&2; exit 2 ;;
   esac
+  shift
 done
+case "$engine" in
+  all) VENV=.venv; EXTRAS="all,dev" ;;
+  verl) VENV=.venv-verl; EXTRAS="verl,dev" ;;
+  *) echo "setup.sh: --engine must be verl (or omitted for every extra in .venv), got '$engine'" >&2; exit 2 ;;
+esac
 if [ "$route" = auto ]; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then route=cuda; else route=cpu; fi
 fi
@@ -45,8 +61,8 @@ esac
 TORCH_VERSION=${COSTAWARE_TORCH_VERSION:-2.13.0}
 CPU_INDEX=https://download.pytorch.org/whl/cpu
 PY=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
-PIP=(.venv/bin/python -m pip)
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+PIP=("$VENV/bin/python" -m pip)
 "${PIP[@]}" install -q --upgrade pip
 
 echo "setup.sh: torch $TORCH_VERSION, $route route"
@@ -63,14 +79,17 @@ if [ "$route" = cpu ]; then
 else
   "${PIP[@]}" install -q "torch==$TORCH_VERSION"
 fi
-"${PIP[@]}" install -q -e ".[all,dev]"
-.venv/bin/python - "$route" <<'EOF'
+"${PIP[@]}" install -q -e ".[$EXTRAS]"
+if [ "$engine" = verl ] && "$VENV/bin/python" -c "import trl" 2>/dev/null; then
+  echo "setup.sh: trl is importable in $VENV; verl cannot build a model next to TRL 1.16" >&2; exit 1
+fi
+"$VENV/bin/python" - "$route" "$VENV" <<'EOF'
 import sys
 
 import torch
 
-route, cuda = sys.argv[1], torch.version.cuda
-print(f"costaware installed in .venv: torch {torch.__version__} ({'CUDA ' + cuda if cuda else 'CPU-only build'}),"
+route, venv, cuda = sys.argv[1], sys.argv[2], torch.version.cuda
+print(f"costaware installed in {venv}: torch {torch.__version__} ({'CUDA ' + cuda if cuda else 'CPU-only build'}),"
       f" GPU visible: {torch.cuda.is_available()}")
 if route == "cuda" and not cuda:
     print("setup.sh: warning: the GPU route installed a CPU-only torch (a local CPU wheel took precedence?)")

@@ -117,6 +117,27 @@ def patch_losses(module: Any) -> None:
             user.ppo_loss = module.ppo_loss
 
 
+def _worker_metrics(data: Any, dp_group: Any) -> dict[str, Any]:
+    """What the worker's weighted loss saw, logged through verl's own metric reduction (verl logs the
+    actor's loss metrics under ``actor/``: ``actor/cost_aware/loss/...``).
+
+    ``cost_aware/loss/factors_mean``: the mean loss factor of the micro-batch's rows (mean over ranks and
+    micro-batches: the trainer's ``cost_aware/factors/mean`` when every rank ran it); ``.../rank_min`` and ``.../rank_max``: the
+    data-parallel ranks that ran it (0 and world - 1 when every rank did).
+    """
+    import torch.distributed as dist
+    from verl.utils.metric import AggregationType, Metric
+
+    rank = dist.get_rank(dp_group) if dist.is_available() and dist.is_initialized() else 0
+    per_token = data.select(WEIGHTS_KEY).to_padded_tensor()[WEIGHTS_KEY]  # the row's factor, 0 past its end
+    weights = per_token.amax(-1) if per_token.ndim > 1 else per_token
+    return {
+        "cost_aware/loss/factors_mean": Metric(AggregationType.MEAN, float(weights.float().mean())),
+        "cost_aware/loss/rank_min": Metric(AggregationType.MIN, float(rank)),
+        "cost_aware/loss/rank_max": Metric(AggregationType.MAX, float(rank)),
+    }
+
+
 def weighted_ppo_loss(
     config: Any, model_output: Any, data: Any, dp_group: Any = None, *, original: Any
 ) -> Any:
@@ -133,6 +154,7 @@ def weighted_ppo_loss(
     from verl.workers.utils.padding import no_padding_2_padding
 
     loss, metrics = original(config, model_output, data, dp_group)
+    metrics.update(_worker_metrics(data, dp_group))
     entropy = model_output.get("entropy", None)
     if entropy is None and not config.use_kl_loss:
         return loss, metrics

@@ -57,6 +57,8 @@ def _record(trainer: Any, result: Any, seconds: float) -> dict[str, float]:
     if result.weights is not None:
         metrics["cost_aware/weights/mean"] = float(result.weights.mean())
         metrics["cost_aware/weights/max"] = float(result.weights.max())
+    if result.factors is not None:  # what the workers multiply in (``actor/cost_aware/loss/factors_mean``)
+        metrics["cost_aware/factors/mean"] = float(result.factors.mean())
     return metrics
 
 

@@ -1,0 +1,103 @@
+"""PO tokens and seconds per step on verl's own trainer loop (main_ppo under Ray on the CPU), per method.
+
+Runs stock verl and each ``--methods`` entry (default ``nonzero p_star``) for ``--steps`` steps with the
+same seed, the tiny ``sort`` policy and the CPU support of ``tests/verl_cpu``, in the verl environment
+(``.venv-verl``; ``bash scripts/setup.sh --engine verl``). Everything printed comes from the metrics verl's
+own ``file`` logger wrote:
+
+- PO seconds per step: ``timing_s/old_log_prob`` + ``timing_s/ref`` (when a ref model runs) +
+  ``timing_s/update_actor``; ``timing_s/gen`` beside it;
+- PO tokens per step: ``cost_aware/step/tokens`` (fed) for a plugin run; for stock, the plugin's own
+  count of the same pool is not there, so stock's tokens are verl's ``perf/total_num_tokens``;
+- saved: 1 − method/stock for time and for tokens (stock run in the same invocation), and the plugin's
+  own ``1 − tokens/tokens_plain`` (fed against every row once, on the same pools).
+
+A method the plugin's config refuses is reported with its error line, and the others still run.
+
+    .venv-verl/bin/python benchmarks/bench_verl_e2e.py --steps 4
+    python benchmarks/bench_verl_e2e.py --gpu --steps 4     # CUDA GPUs, vLLM rollouts (verl[vllm] installed)
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from verl_cpu.fixture import build_model, write_data  # noqa: E402
+from verl_cpu.run import launch, overrides  # noqa: E402
+
+PO_KEYS = ("timing_s/old_log_prob", "timing_s/ref", "timing_s/update_actor")
+
+
+def summarise(metrics: list[dict]) -> dict[str, float]:
+    mean = lambda key: float(np.mean([m.get(key, 0.0) for m in metrics]))  # noqa: E731
+    po_s = float(np.mean([sum(m.get(k, 0.0) for k in PO_KEYS) for m in metrics]))
+    plugin = "cost_aware/step/tokens" in metrics[0]
+    return {
+        "steps": len(metrics),
+        "gen_s": mean("timing_s/gen"),
+        "po_s": po_s,
+        "update_s": mean("timing_s/update_actor"),
+        "tokens": mean("cost_aware/step/tokens") if plugin else mean("perf/total_num_tokens"),
+        "own_saving": 1 - mean("cost_aware/step/tokens") / mean("cost_aware/step/tokens_plain") if plugin else 0.0,
+    }
+
+
+def refusal(log: str) -> str:
+    found = re.findall(r"(ValueError: .*)", log)
+    return found[-1] if found else log.strip().splitlines()[-1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--methods", nargs="+", default=["nonzero", "p_star"])
+    parser.add_argument("--alpha", type=float, default=0.01)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--gpu", action="store_true", help="CUDA GPUs with vLLM rollouts instead of the CPU support")
+    parser.add_argument("--out", type=Path, default=None, help="working folder (default: a temporary one)")
+    args = parser.parse_args()
+    if args.steps < 1:
+        raise ValueError(f"--steps must be >= 1, got {args.steps}")
+    root = args.out or Path(tempfile.mkdtemp(prefix="bench_verl_e2e_"))
+    root.mkdir(parents=True, exist_ok=True)
+    build_model(root)
+    write_data(root)
+    results: dict[str, dict | str] = {}
+    for method in ["stock", *args.methods]:
+        extra = [] if method == "stock" else [f"+algorithm.cost_aware.method={method}",
+                                              f"+algorithm.cost_aware.alpha={args.alpha}"]
+        try:
+            metrics, _ = launch(root, overrides(root, workers=args.workers, steps=args.steps, name=method,
+                                                gpu=args.gpu) + extra, name=method, gpu=args.gpu)
+            results[method] = summarise(metrics)
+        except RuntimeError as err:
+            results[method] = f"refused or failed: {refusal(str(err))}"
+        print(f"{method}: done", file=sys.stderr, flush=True)
+    stock = results["stock"]
+    if not isinstance(stock, dict):
+        raise SystemExit(f"stock verl did not run: {stock}")
+    print(f"verl main_ppo on {'CUDA (vLLM)' if args.gpu else 'the CPU (HF server)'}, {args.workers} worker(s), {args.steps} steps, 4 prompts x 8 a step; "
+          f"PO s = old_log_prob + ref + update_actor")
+    print("| method | PO tokens/step | PO s/step | update_actor s | gen s | time saved vs stock | "
+          "tokens saved vs stock | tokens saved (own pools) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for method, r in results.items():
+        if isinstance(r, str):
+            print(f"| {method} | {r} |")
+            continue
+        print(f"| {method} | {r['tokens']:.0f} | {r['po_s']:.3f} | {r['update_s']:.3f} | {r['gen_s']:.2f} | "
+              f"{1 - r['po_s'] / stock['po_s']:+.2f} | {1 - r['tokens'] / stock['tokens']:+.2f} | "
+              f"{r['own_saving']:+.2f} |")
+
+
+if __name__ == "__main__":
+    main()
