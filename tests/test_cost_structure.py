@@ -6,7 +6,12 @@ import math
 
 import pytest
 
-from costaware.report.cost_structure import cost_structure, cost_structure_of_logs, cost_structure_section
+from costaware.report.cost_structure import (
+    cost_structure,
+    cost_structure_of_logs,
+    cost_structure_section,
+    first_rounds,
+)
 from costaware.rollouts.logs import PromptRound, write_prompt_rounds
 
 # g0: costs 6, 10, 14 (prompt 4); g1: all right (not mixed); g2: costs 10, 6 (prompt 2)
@@ -57,3 +62,12 @@ def test_section_has_one_row_per_task_and_rejects_bad_input(tmp_path):
         cost_structure_section([path])
     with pytest.raises(ValueError, match="right_at"):
         cost_structure(LOG, right_at=math.nan)
+
+
+def test_first_rounds_keep_the_starting_policys_groups(tmp_path):
+    path = tmp_path / "a.prompts.jsonl"
+    write_prompt_rounds(path, LOG)
+    assert first_rounds(LOG, 1) == LOG[:2] and first_rounds(LOG, 2) == LOG
+    assert cost_structure_of_logs([path], rounds=1) == cost_structure(LOG[:2])
+    with pytest.raises(ValueError, match="n must be an integer >= 1, got 0"):
+        first_rounds(LOG, 0)

@@ -31,7 +31,7 @@ import numpy as np
 
 from costaware.rollouts.logs import PromptRound, read_prompt_rounds
 
-__all__ = ["CostStructure", "cost_structure", "cost_structure_of_logs", "cost_structure_section"]
+__all__ = ["CostStructure", "cost_structure", "cost_structure_of_logs", "cost_structure_section", "first_rounds"]
 
 
 @dataclass(frozen=True)
@@ -107,13 +107,25 @@ def cost_structure(records: Sequence[PromptRound], *, right_at: float = 0.5) -> 
     )  # fmt: skip
 
 
-def cost_structure_of_logs(paths: Sequence[str | os.PathLike[str]], *, right_at: float = 0.5) -> CostStructure:
-    """:func:`cost_structure` over every record of the per-prompt logs ``paths``."""
+def first_rounds(records: Sequence[PromptRound], n: int) -> list[PromptRound]:
+    """The records of the first ``n`` distinct rounds (the policy's rollouts before ``n`` updates, in one log)."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    keep = set(sorted({r.round for r in records})[:n])
+    return [r for r in records if r.round in keep]
+
+
+def cost_structure_of_logs(paths: Sequence[str | os.PathLike[str]], *, right_at: float = 0.5,
+                           rounds: int | None = None) -> CostStructure:
+    """:func:`cost_structure` over the records of the per-prompt logs ``paths`` (``rounds``: only each log's
+    first that many rounds, e.g. 1 for the starting policy's rollouts)."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     if not paths:
         raise ValueError("paths must name at least one per-prompt log (runs/*.prompts.jsonl), got none")
-    return cost_structure(read_prompt_rounds(paths), right_at=right_at)
+    records = [r for p in paths for r in (read_prompt_rounds([p]) if rounds is None
+                                          else first_rounds(read_prompt_rounds([p]), rounds))]  # fmt: skip
+    return cost_structure(records, right_at=right_at)
 
 
 def _f(x: float, fmt: str) -> str:
@@ -150,3 +162,20 @@ def cost_structure_section(
                      f"{_f(s.mean_length_wrong, '.1f')} |")  # fmt: skip
     lines.append("")
     return lines, stats
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m costaware.report.cost_structure [--rounds N] LOG...``: print the statistics of the logs."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("logs", nargs="+", help="per-prompt logs (runs/*.prompts.jsonl)")
+    ap.add_argument("--rounds", type=int, default=None, help="only each log's first N rounds (1: the starting policy)")
+    args = ap.parse_args(argv)
+    s = cost_structure_of_logs(args.logs, rounds=args.rounds)
+    for name, value in vars(s).items():
+        print(f"{name:>26}: {value:.4g}" if isinstance(value, float) else f"{name:>26}: {value}")
+
+
+if __name__ == "__main__":
+    main()
