@@ -57,7 +57,7 @@ def test_default_profile_runs_the_decomposition_with_five_seeds():
     assert {x.setting for x in specs if x.group == "rollout"} == {f"grpo-{p.rollout_train_prompts}-prompts"}
     assert {x.group for x in specs} == {"headline", "lr_sweep", "rollout"}  # the rest is in --profile full
     full = run_specs(PROFILES["full"])
-    assert {x.task for x in full if x.group == "headline"} == {"arith", "sort", "sort:9"}
+    assert {x.task for x in full if x.group == "headline"} == {"arith", "sort", "sort:9", "sortcheck:7"}
     for group in ("zvf", "cispo", "dapo", "proxy"):
         assert len({x.seed for x in full if x.group == group}) >= 3
     for loss in ("cispo", "dapo"):  # calibrated ('auto') and the paper's proxy, with the controls
@@ -88,7 +88,8 @@ def test_extra_task_is_a_family_at_its_own_sizes_with_a_ten_fold_length_spread()
     from costaware.experiments.tasks import get_task
 
     full = PROFILES["full"]
-    assert full.tasks() == ("sort", "arith", "sort:9")
+    assert full.tasks() == ("sort", "arith", "sort:9", "sortcheck:7")
+    assert full.sizes("sortcheck:7") == (2, 7)  # responses of uneven length within a group (experiments.sortcheck)
     assert (full.sizes("sort"), full.sizes("arith"), full.sizes("sort:9")) == ((2, 7), (2, 6), (2, 9))
     # a family other than digit sums whose prompt + response lengths span >= 10x
     task, (lo, hi) = get_task("sort:9"), full.sizes("sort:9")

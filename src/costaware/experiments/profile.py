@@ -338,8 +338,10 @@ PROFILES: dict[str, Profile] = {
     "default": Profile(),
     # The default's runs (reused: same run keys) plus GRPO+ZVF, the CISPO and DAPO settings and the
     # calibrated proxy with 3 seeds, the ablations with 3 seeds, and the headline on the second task (arith)
-    # and on sort at 2..9 digits, a 10.3x spread of prompt + response lengths (the long group stays off: the
-    # default's own budget already runs GRPO to its plateau).
-    "full": Profile(second_task="arith", extra_tasks=("sort:9",), setting_seeds=(0, 1, 2), ablation_seeds=(0, 1, 2),
+    # on sort at 2..9 digits, a 10.3x spread of prompt + response lengths, and on sortcheck at 2..7 digits, whose
+    # responses differ in length within a group (self-checks, rambles to the budget): where p*'s 1/sqrt(c) can
+    # choose between a group's responses (the long group stays off: the default's own budget already runs GRPO
+    # to its plateau).
+    "full": Profile(second_task="arith", extra_tasks=("sort:9", "sortcheck:7"), setting_seeds=(0, 1, 2), ablation_seeds=(0, 1, 2),
                     rollout_arms="full"),
 }

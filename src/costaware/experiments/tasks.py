@@ -8,6 +8,10 @@ something to fix after SFT), and verifies responses with a 0/1 reward.
   (:mod:`costaware.experiments.arith`).
 - ``sort``: ``5391=`` → ``35,359,1359``; k(k+5)/2 − 1 tokens for k digits, so sizes 2..12 span 17×
   (:mod:`costaware.experiments.sorting`).
+- ``sortcheck``: sort's prompts and trace, ended by ``.``, with an optional self-check (the trace written
+  twice) and a failure mode that repeats an out-of-order list until the response budget, scored wrong: the
+  responses to one prompt differ in length severalfold, and wrong ones run longer
+  (:mod:`costaware.experiments.sortcheck`).
 
 >>> import numpy as np
 >>> task = get_task("sort")
@@ -15,7 +19,7 @@ something to fix after SFT), and verifies responses with a 0/1 reward.
 >>> task.is_correct(task.demonstrations(tasks), tasks.answers).tolist()
 [True, True]
 >>> sorted(TASKS)
-['arith', 'sort']
+['arith', 'sort', 'sortcheck']
 
 A *task id* names a family, optionally at its own largest size: ``"sort"``, or ``"sort:9"`` for sort at
 sizes ``min_size..9`` (what ``Profile.extra_tasks`` holds).
@@ -30,9 +34,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from costaware.experiments import arith, sorting
+from costaware.experiments import arith, sortcheck, sorting
 
-__all__ = ["TASKS", "ArithFamily", "SortFamily", "TaskFamily", "Tasks", "get_task", "split_task_id"]
+__all__ = ["TASKS", "ArithFamily", "SortCheckFamily", "SortFamily", "TaskFamily", "Tasks", "get_task", "split_task_id"]
 
 
 @runtime_checkable
@@ -132,7 +136,32 @@ class SortFamily:
         return sorting.max_response_tokens(max_size)
 
 
-TASKS: dict[str, TaskFamily] = {"arith": ArithFamily(), "sort": SortFamily()}
+class SortCheckFamily(SortFamily):
+    """Sort with an optional self-check and a rambling failure mode (:mod:`costaware.experiments.sortcheck`);
+    size = k. The prompts, sizes and answers are sort's; the responses end with ``.``."""
+
+    name = "sortcheck"
+    alphabet = sortcheck.ALPHABET
+
+    def __init__(self, style: sortcheck.CheckStyle | None = None) -> None:
+        self.style = sortcheck.CheckStyle() if style is None else style
+
+    def demonstrations(
+        self, tasks: sorting.SortTasks, *, mistake_prob: float = 0.0, rng: np.random.Generator | None = None
+    ) -> list[str]:
+        return sortcheck.demonstrations(tasks, mistake_prob=mistake_prob, rng=rng, style=self.style)
+
+    def is_correct(self, responses: list[str], answers: Any) -> np.ndarray:
+        return sortcheck.is_correct(responses, answers)
+
+    def reward(self, completions: list[Any], answer: list[Any], **kwargs: Any) -> list[float]:
+        return sortcheck.check_reward(completions, answer, **kwargs)
+
+    def max_response_tokens(self, max_size: int) -> int:
+        return sortcheck.max_response_tokens(max_size)
+
+
+TASKS: dict[str, TaskFamily] = {"arith": ArithFamily(), "sort": SortFamily(), "sortcheck": SortCheckFamily()}
 
 
 def split_task_id(task_id: str) -> tuple[str, int | None]:
