@@ -122,3 +122,12 @@ def test_figures_fit_a_page_two_panels_a_row(nasty_report, tmp_path):
     w1, h1 = _png_size(one["po_tokens"])
     assert w1 <= 650 and h1 < 0.75 * h
     assert _png_size(nasty_report["ablations"])[0] <= 650
+
+
+def test_the_report_states_each_tasks_cost_structure_from_its_neutral_runs_logs(nasty_report):
+    """The GRPO and nonzero runs' per-prompt logs give a cost-structure row per task (a TASK_SECTIONS entry)."""
+    md_text = nasty_report["markdown"].read_text()
+    assert "## Cost structure: can p* choose between a group's responses?" in md_text
+    head = md_text.index("## Cost structure")
+    rows = [line for line in md_text[head:].splitlines()[:20] if line.startswith("| ") and "mixed groups" not in line]
+    assert rows and all(len(r.split(" | ")) == 9 for r in rows)

@@ -133,10 +133,11 @@ def plan_round(
         group_size: rows per group, for methods that ``needs_groups``.
         keep_zero_pool: the loss has a term with a gradient on every row (KL, entropy), so a full-support
             method draws an all-zero-advantage pool instead of skipping it.
-        equal_steps, row_multiple: for an engine whose workers cut one batch into equal mini-batches
-            (verl): every step padded to the largest step's rows, rounded up to a multiple of
-            ``row_multiple`` (:func:`~costaware.grpo.shard.shard_minibatches`); every step is then fed,
-            its padding counted.
+        equal_steps: for an engine whose workers cut one batch into equal mini-batches (verl): every
+            step padded to the largest step's rows (:func:`~costaware.grpo.shard.shard_minibatches`); every
+            step is then fed, its padding counted.
+        row_multiple: with ``equal_steps``, the padded step size is rounded up to a multiple of this
+            (the data-parallel ranks).
     """
     if not isinstance(pool, GlobalPool):
         raise TypeError(f"pool must be a GlobalPool, got {type(pool).__name__}")

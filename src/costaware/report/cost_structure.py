@@ -26,12 +26,18 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from costaware.rollouts.logs import PromptRound, read_prompt_rounds
 
-__all__ = ["CostStructure", "cost_structure", "cost_structure_of_logs", "cost_structure_section", "first_rounds"]
+__all__ = ["CostStructure", "cost_structure", "cost_structure_of_logs", "cost_structure_section", "first_rounds",
+           "runs_cost_structure_section"]
+
+# The runs whose logs measure a task's cost structure: their row sampling does not choose rows by cost, and
+# they generate every prompt, so the logged groups are the policy's own, unfiltered.
+NEUTRAL_METHODS = ("none", "nonzero")
 
 
 @dataclass(frozen=True)
@@ -162,6 +168,24 @@ def cost_structure_section(
                      f"{_f(s.mean_length_wrong, '.1f')} |")  # fmt: skip
     lines.append("")
     return lines, stats
+
+
+def runs_cost_structure_section(results: Sequence[Any], logs: Mapping[Any, os.PathLike[str] | str] | None) -> list[str]:
+    """The report's section (a ``report.grpo.TASK_SECTIONS`` entry): :func:`cost_structure_section` over the
+    per-prompt logs of each task's GRPO and ``nonzero`` runs (GRPO setting, every prompt generated); no
+    lines when no such run left a log."""
+    if not logs:
+        return []
+    by_task: dict[str, list[str | os.PathLike[str]]] = {}
+    for r in results:
+        rid = r.id
+        if rid.method in NEUTRAL_METHODS and rid.rollout == "all" and rid.setting == "grpo" and rid in logs:
+            if os.path.exists(logs[rid]):
+                by_task.setdefault(rid.task, []).append(logs[rid])
+    if not by_task:
+        return []
+    lines, _ = cost_structure_section({task: sorted(map(str, paths)) for task, paths in sorted(by_task.items())})
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> None:

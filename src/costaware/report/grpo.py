@@ -33,6 +33,7 @@ from costaware.report import predicted as P
 from costaware.report import rollout as R
 from costaware.report import sweeps as S
 from costaware.report.charts import plot_cost_to_target, plot_price_sweep, plot_waterfall
+from costaware.report.cost_structure import runs_cost_structure_section
 from costaware.report.curves import (
     AXES,
     DEFAULT_GENERATION_COST,
@@ -302,9 +303,11 @@ def _cost_sentence(cost: float) -> str:
                if cost == DEFAULT_GENERATION_COST else "The ratio was set by the profile."))
 
 
-# The task sections: each takes the runs and their per-prompt logs and returns Markdown lines (or none). A
-# section on a task's cost structure (the spread of row costs within a group) belongs here.
-TASK_SECTIONS: list[Callable[[Sequence[RunResult], Mapping[RunId, Path] | None], list[str]]] = []
+# The task sections: each takes the runs and their per-prompt logs and returns Markdown lines (or none); the
+# first says, per task, whether p* can choose between the responses of one group (their costs differ).
+TASK_SECTIONS: list[Callable[[Sequence[RunResult], Mapping[RunId, Path] | None], list[str]]] = [
+    runs_cost_structure_section,
+]
 
 
 def key_arms(ev: E.Evidence, stats: Mapping[E.Key, Mapping[str, Any]], candidates: Sequence[E.Key]) -> list[E.Key]:
