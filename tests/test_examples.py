@@ -48,3 +48,20 @@ def test_trl_example_on_two_processes_with_torchrun(tmp_path, trl):
     out = _run(["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                 str(EXAMPLES / "trl_two_processes.py")], tmp_path)
     assert "2 processes (distributed)" in out and out.count("policy-optimisation tokens") == 1
+
+
+def test_verl_cpu_example_runs_verls_own_loop_with_the_plugin(tmp_path):
+    """examples/verl/run_cpu.sh as a user runs it: main_ppo under Ray on the CPU, p* on, 1 step; the
+    per-step metrics it prints hold the plugin's (the loop itself is tested in tests/test_verl_e2e.py)."""
+    if not (ROOT / ".venv-verl" / "bin" / "python").exists():
+        if os.environ.get("CI") == "true":
+            raise RuntimeError("CI: the verl environment .venv-verl is missing (bash scripts/setup.sh --engine verl)")
+        pytest.skip("no verl environment at .venv-verl: run `bash scripts/setup.sh --engine verl`")
+    env = {**os.environ, "METHOD": "p_star", "OUT": str(tmp_path / "verl")}
+    proc = subprocess.run(["bash", str(EXAMPLES / "verl" / "run_cpu.sh"), "trainer.total_training_steps=1"],
+                          capture_output=True, text=True, timeout=900, env=env)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    import json
+
+    steps = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert len(steps) == 1 and any(k.startswith("cost_aware/") for k in steps[0]), proc.stdout[-2000:]

@@ -473,6 +473,12 @@ def test_ctrl_c_stops_every_worker_then_resume_finishes_the_quick_profile(tmp_pa
 
     sections = json.loads((out / "summary.json").read_text())["sections"]
     assert any(s["informative"] and s["decomposition"] for s in sections), sections
+    # re-pricing the finished runs: generation_cost is in the run key, so --report-only finds the runs at the
+    # price they ran at and reports at the one given, saying so
+    assert main(["reproduce", "--quick", "--out", str(out), "--report-only", "--set", "generation_cost=1"]) == 0
+    said = capfd.readouterr()
+    assert "runs recorded at generation_cost=0.333333, reported at 1" in said.out, said.out[-2000:]
+    assert json.loads((out / "summary.json").read_text())["generation_cost"] == 1
     for axis in ("po_tokens", "rounds", "total_cost", "generated_tokens"):
         assert (out / f"accuracy_vs_{axis}.png").stat().st_size > 5_000
     assert any("rollout" in s for s in sections)  # the prompt-stage section's numbers

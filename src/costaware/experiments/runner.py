@@ -274,7 +274,8 @@ def reproduce(args: argparse.Namespace, *, command: str) -> int:
             try:
                 return _reproduce(profile, specs, out, args.jobs, command,
                                   report_only=bool(getattr(args, "report_only", False)),
-                                  notice=QUICK_NOTICE if args.profile == "quick" else None)
+                                  notice=QUICK_NOTICE if args.profile == "quick" else None,
+                                  recorded_generation_cost=PROFILES[args.profile].generation_cost)
             finally:
                 remove_partial(out)
     finally:
@@ -282,13 +283,25 @@ def reproduce(args: argparse.Namespace, *, command: str) -> int:
 
 
 def _reproduce(profile: Profile, specs: list[RunSpec], out: Path, jobs: int, command: str, *,
-               report_only: bool = False, notice: str | None = None) -> int:
+               report_only: bool = False, notice: str | None = None,
+               recorded_generation_cost: float | None = None) -> int:
     from costaware.experiments.sft import warm_up
     from costaware.records import RunResult
     from costaware.report import grpo as report
 
+    keyed = profile  # the profile the run files are named by
     if report_only:  # an interrupted job: report what finished, say what did not, train nothing
         files = {spec: run_file(out, spec, profile) for spec in specs}
+        if (not any(f.exists() for f in files.values()) and recorded_generation_cost is not None
+                and profile.generation_cost != recorded_generation_cost):
+            # Re-pricing finished runs: generation_cost is in the run key (the cost-aware prompt rules train
+            # with it), so the runs are found under the price they ran at and reported at the one given.
+            keyed = dataclasses.replace(profile, generation_cost=recorded_generation_cost)
+            files = {spec: run_file(out, spec, keyed) for spec in specs}
+            if any(f.exists() for f in files.values()):
+                print(f"[costaware] --report-only: runs recorded at generation_cost={recorded_generation_cost:g}, "
+                      f"reported at {profile.generation_cost:g} (the cost-aware prompt rules chose their prompts "
+                      f"at {recorded_generation_cost:g})", flush=True)  # fmt: skip
         missing = [f.name for f in files.values() if not f.exists()]
         if len(missing) == len(files):
             raise ValueError(f"--report-only: no run of this profile has finished in {str(out)!r}")
@@ -300,7 +313,7 @@ def _reproduce(profile: Profile, specs: list[RunSpec], out: Path, jobs: int, com
     for task in dict.fromkeys(s.task for s in specs):
         print(f"[costaware] SFT warm-up ({task}) ...", flush=True)
         sft_dirs[task] = warm_up(profile, task, out)
-    files = {spec: run_file(out, spec, profile) for spec in specs}
+    files = {spec: run_file(out, spec, keyed) for spec in specs}
     todo = [(dataclasses.asdict(s), dataclasses.asdict(profile), str(sft_dirs[s.task]), str(f))
             for s, f in files.items() if not f.exists()]  # fmt: skip
     print(f"[costaware] {len(specs)} runs, {len(specs) - len(todo)} already finished, {jobs} at a time", flush=True)
