@@ -200,7 +200,7 @@ def test_adaptive_alpha_reaches_the_resampled_weights():
     [
         ({"method": "bogus"}, "'bogus'"),
         ({"alpha": 1.5}, "alpha must be 0 or lie in [1e-300, 1], got 1.5"),
-        ({"alpha": float("nan")}, "alpha must be 0 or lie in [1e-300, 1], got nan"),
+        ({"alpha": float("nan")}, "alpha must be finite, got nan"),
         ({"proxy_noise": -0.1}, "proxy_noise must be a finite variance >= 0, got -0.1"),
         ({"weights": "mean"}, "weights must be 'centred' or 'raw', got 'mean'"),
         ({"merge_duplicates": "yes"}, "merge_duplicates must be true or false, got 'yes'"),

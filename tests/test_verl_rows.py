@@ -36,6 +36,7 @@ from verl_harness import (  # noqa: E402
 from costaware.grpo.config import plan_seed  # noqa: E402
 from costaware.grpo.plan import plan_minibatches  # noqa: E402
 from costaware.integrations.verl import CostAwareConfig  # noqa: E402
+from costaware.integrations.verl.resample import content_order, group_order, valid_tokens  # noqa: E402
 
 STOCK_ROWS = MINI_PROMPTS * GROUP
 STEPS = NUM_PROMPTS // MINI_PROMPTS
@@ -108,13 +109,15 @@ def test_merged_draws_run_once_with_their_count(trainer, agg, monkeypatch):
     adv = data["advantages"].sum(-1) / data["response_mask"].sum(-1)
     cost = data["attention_mask"].sum(-1)
     cfg = CostAwareConfig(method="p_smooth", alpha=ALPHA, seed=SEED).resolved(agg)
-    plan = plan_minibatches(adv.float(), cost, num_minibatches=STEPS, minibatch_size=STOCK_ROWS,
+    order = content_order(valid_tokens(data["input_ids"], data["attention_mask"]))  # the plan is drawn over rows in content order
+    plan = plan_minibatches(adv[order].float(), cost[order], num_minibatches=STEPS, minibatch_size=STOCK_ROWS,
                             config=cfg.sampling_config(agg), generator=torch.Generator().manual_seed(plan_seed(SEED, STEP * (1 if trainer == "v0" else 1000))))  # fmt: skip
     beta = 0.0 if agg == "seq-mean-token-mean" else 1.0
     p_star = adv.abs().double() * cost.double() ** (beta - 0.5)
     p = (1 - ALPHA) * p_star / p_star.sum() + ALPHA / len(adv)
     w = 1.0 / (len(adv) * p)
-    steps = [{int(i): float(k) * float(w[i]) for i, k in zip(mb.indices, mb.counts, strict=True)} for mb in plan.minibatches]
+    steps = [{int(order[i]): float(k) * float(w[order[i]]) for i, k in zip(mb.indices, mb.counts, strict=True)}
+             for mb in plan.minibatches]
     assert [dict.fromkeys(s, 1) for s in steps] == _fed(wg)  # the fed rows are the plan's, each once
     assert metrics["cost_aware/step/rows_unique"] < len(adv)
     _assert_close(wg.grads, target_grads(config, model, data, steps, STOCK_ROWS))
@@ -140,8 +143,13 @@ def test_pods_feeds_its_kept_rows_with_recomputed_advantages(trainer, monkeypatc
     wg, config, model, _, _ = _run(trainer, "seq-mean-token-mean", data, monkeypatch,
                                    "algorithm.cost_aware.method=pods", *NO_REG)  # fmt: skip
     _check_shapes(wg)
-    kept = pods_select(rewards.double(), GROUP, GROUP // 2)
-    new_adv = pods_advantages(rewards.double(), GROUP, kept)
+    # the plugin lays the rows out in content order, then group by group (ties in PODS's pick follow it)
+    order = content_order(valid_tokens(data["input_ids"], data["attention_mask"]))
+    order = order[group_order(data["uid"][order.numpy()], GROUP)]
+    kept_in_order = pods_select(rewards[order].double(), GROUP, GROUP // 2)
+    kept = torch.zeros_like(kept_in_order).index_put_((order,), kept_in_order)
+    new_adv = torch.zeros(len(order), dtype=torch.float64).index_put_(
+        (order,), pods_advantages(rewards[order].double(), GROUP, kept_in_order).double())
     fed = _fed(wg)
     rows = sorted(r for step in fed for r in step)
     assert set(rows) <= set(torch.nonzero(kept).flatten().tolist())

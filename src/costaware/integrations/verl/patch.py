@@ -27,6 +27,7 @@ from costaware.integrations.verl.curriculum import feed_sampler
 from costaware.integrations.verl.state import (
     PATCH_MARK,
     TokenBudgetReached,
+    _actor_micro_batch,
     _budget_spent,
     _config,
     _counters,
@@ -68,6 +69,7 @@ def update_actor_v0(trainer: Any, batch: Any, original: Any) -> Any:
         regularised=regularised,
         group_size=int(trainer.config.actor_rollout_ref.rollout.n),
         epochs=int(trainer.config.actor_rollout_ref.actor.ppo_epochs),
+        micro_batch_size=_actor_micro_batch(trainer),
     )
     originals = getattr(type(trainer), "_cost_aware_logprob_passes", {})
     if result.skipped is not None:

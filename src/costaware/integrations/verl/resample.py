@@ -25,6 +25,7 @@ counts are near-equal.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -144,6 +145,7 @@ def plan_resampling(
     rewards: torch.Tensor | None = None,
     group_size: int | None = None,
     epochs: int = 1,
+    micro_batch_size: int | None = None,
 ) -> ResampleResult:
     """Draw the plan from per-sequence advantages and costs and lay it out for verl's workers.
 
@@ -157,7 +159,9 @@ def plan_resampling(
     ``token-mean`` normaliser counts them; default: ``costs``). ``regularised``: the loss has a KL or
     entropy term, so a pool whose advantages are all zero is still drawn (by a full-support method)
     instead of skipped. ``rewards`` and ``group_size`` (contiguous groups) feed methods that
-    ``needs_groups``; ``epochs`` scales the accounting (``ppo_epochs``).
+    ``needs_groups``; ``epochs`` scales the accounting (``ppo_epochs``). ``micro_batch_size``: the actor's
+    ``ppo_micro_batch_size_per_gpu`` when it is fixed (no dynamic batch size): each rank's share of S must
+    then be a multiple of it, so S is a multiple of ``dp_size * micro_batch_size``.
     """
 
     n = int(advantages.shape[0])
@@ -181,12 +185,22 @@ def plan_resampling(
             f"the mini-batch size ppo_mini_batch_size * rollout.n = {minibatch_size} must be divisible by the "
             f"data-parallel size {dp_size}"
         )
+    row_multiple = dp_size
+    if micro_batch_size is not None:
+        if isinstance(micro_batch_size, bool) or not isinstance(micro_batch_size, int) or micro_batch_size <= 0:
+            raise ValueError(f"micro_batch_size must be a positive integer or None, got {micro_batch_size!r}")
+        row_multiple = dp_size * micro_batch_size
+        if minibatch_size % row_multiple:
+            raise ValueError(
+                f"the mini-batch size ppo_mini_batch_size * rollout.n = {minibatch_size} must be divisible by the "
+                f"data-parallel size {dp_size} times ppo_micro_batch_size_per_gpu = {micro_batch_size}"
+            )
     num_minibatches = n // minibatch_size
     rnd = plan_round(
         GlobalPool(advantages.to(torch.float32), costs, lengths.to(torch.float64), rewards=rewards),
         config.sampling_config(loss_agg_mode), seed=seed, step=step, family=VERL_LOSS_FAMILY[loss_agg_mode],
         num_steps=num_minibatches, minibatch_size=minibatch_size, normaliser=NORMALISER, keep_zero_pool=regularised,
-        group_size=group_size, epochs=epochs, equal_steps=True, row_multiple=dp_size,
+        group_size=group_size, epochs=epochs, equal_steps=True, row_multiple=row_multiple,
     )  # fmt: skip
     if rnd.plan.skipped is not None:
         return ResampleResult(None, None, None, None, rnd.counts, rnd.plan.skipped)
@@ -219,6 +233,32 @@ def weighted_rollout_is_weights(
             f"rollout_is_weights must be (bs, response_len) = {tuple(response_shape)}, got {tuple(existing.shape)}"
         )
     return existing * weights.to(existing.dtype)[:, None]
+
+
+def content_order(tokens: Any) -> torch.Tensor:
+    """(N,) permutation sorting the rows by the tokens they hold, not by where they sit.
+
+    verl's agent loop returns a group's n responses in the order the rollout servers finish them, so the
+    same rollouts reach the actor in a different row order from run to run; a plan drawn over that
+    order would differ too. Drawn over this order, the same seed and the same rollouts give the same
+    plan (a resumed run repeats an uninterrupted one). ``tokens``: N 1-D tensors, each row's valid token
+    ids (prompt and response, no padding). Rows holding the same tokens keep their relative order
+    (a duplicated prompt's identical responses in two groups: the only case the order can still move).
+
+    >>> content_order([torch.tensor([2, 1]), torch.tensor([1, 2])]).tolist() == content_order(
+    ...     [torch.tensor([1, 2]), torch.tensor([2, 1])]).flip(0).tolist()
+    True
+    """
+    keys = [
+        hashlib.blake2b(r.detach().to(torch.int64).cpu().numpy().tobytes(), digest_size=16).digest()
+        for r in tokens
+    ]
+    return torch.tensor(sorted(range(len(keys)), key=keys.__getitem__), dtype=torch.int64)
+
+
+def valid_tokens(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[torch.Tensor]:
+    """Each padded row's valid token ids (where ``attention_mask`` is 1)."""
+    return [ids[mask.bool()] for ids, mask in zip(input_ids, attention_mask, strict=True)]
 
 
 def group_order(uids: Any, group_size: int) -> torch.Tensor:
@@ -263,6 +303,7 @@ def resample_dataproto(
     regularised: bool = False,
     group_size: int | None = None,
     epochs: int = 1,
+    micro_batch_size: int | None = None,
 ) -> ResampleResult:
     """Resample a padded verl ``DataProto`` (trainer v0): every tensor and non-tensor field follows the rows.
 
@@ -281,12 +322,14 @@ def resample_dataproto(
     advantages = sequence_advantages(td["advantages"], td["response_mask"])
     costs = sequence_costs(td["attention_mask"])
     lengths = td["response_mask"].sum(-1)
-    order = torch.arange(len(batch))
+    # the plan is drawn over rows in content order (the rollouts' arrival order varies from run to run)
+    has_ids = "input_ids" in td.keys()
+    order = content_order(valid_tokens(td["input_ids"], td["attention_mask"])) if has_ids else torch.arange(len(batch))
     rewards = None
     if config.rule.needs_groups:
         if group_size is None or "uid" not in batch.non_tensor_batch:
             raise ValueError(f"{CONFIG_KEY}.method={config.method!r} needs the rows' uid and rollout.n")
-        order = group_order(batch.non_tensor_batch["uid"], group_size)
+        order = order[group_order(batch.non_tensor_batch["uid"][order.numpy()], group_size)]
         rewards = row_rewards(td)[order]
     result = plan_resampling(
         advantages[order],
@@ -302,6 +345,7 @@ def resample_dataproto(
         rewards=rewards,
         group_size=group_size if config.rule.needs_groups else None,
         epochs=epochs,
+        micro_batch_size=micro_batch_size,
     )
     if result.skipped is not None:
         return result

@@ -67,6 +67,16 @@ def _minibatch_size(trainer: Any) -> int:
     return int(config.actor_rollout_ref.actor.ppo_mini_batch_size) * int(config.actor_rollout_ref.rollout.n)
 
 
+def _actor_micro_batch(trainer: Any) -> int | None:
+    """The actor's fixed ``ppo_micro_batch_size_per_gpu`` (None with a dynamic batch size): each rank's
+    share of a fed mini-batch must be a multiple of it."""
+    actor = trainer.config.actor_rollout_ref.actor
+    micro = actor.get("ppo_micro_batch_size_per_gpu", None) if hasattr(actor, "get") else None
+    if not micro or (actor.get("use_dynamic_bsz", False) if hasattr(actor, "get") else False):
+        return None
+    return int(micro)
+
+
 def _dp_size_v1(trainer: Any) -> int:
     worker_group = trainer.actor_rollout_wg
     if "actor" not in worker_group._dispatch_info:

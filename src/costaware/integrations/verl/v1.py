@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 from costaware.integrations.verl.config import WEIGHTS_KEY
 from costaware.integrations.verl.state import (
+    _actor_micro_batch,
     _budget_spent,
     _config,
     _dp_size_v1,
@@ -34,7 +36,7 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
 
     from costaware.integrations.verl.config import actor_loss
     from costaware.integrations.verl.logprobs import DEFERRED, pad_multiple
-    from costaware.integrations.verl.resample import plan_resampling, tag_costs
+    from costaware.integrations.verl.resample import content_order, plan_resampling, tag_costs
     from costaware.integrations.verl.transfer import (
         duplicate_key_plan,
         nested_row_means,
@@ -55,24 +57,33 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
         )
     data = tq.kv_batch_get(keys=batch.keys, partition_id=pid, select_fields=["advantages", "response_mask"])
     mode, regularised = actor_loss(trainer.config)
+    advantages = nested_row_means(data["advantages"], data["response_mask"])
+    # the plan is drawn over rows in content order (the rollouts' arrival order varies from run to run)
+    order = None
+    if batch.fields is None or "input_ids" in batch.fields:
+        ids = tq.kv_batch_get(keys=batch.keys, partition_id=pid, select_fields=["input_ids"])["input_ids"]
+        order = content_order(ids.unbind(0))  # nested rows: the valid tokens
     result = plan_resampling(
-        nested_row_means(data["advantages"], data["response_mask"]),
-        tag_costs(batch.tags),
+        advantages if order is None else advantages[order],
+        tag_costs(batch.tags) if order is None else tag_costs(batch.tags)[order],
         cfg,
         minibatch_size=_minibatch_size(trainer),
         dp_size=_dp_size_v1(trainer),
         seed=cfg.seed,  # the core's plan_seed; several triggers per step (separate_async) get their own
         step=trainer.global_steps * 1_000 + getattr(trainer, "local_trigger_step", 0),
-        lengths=nested_row_sums(data["response_mask"]),
+        lengths=nested_row_sums(data["response_mask"]) if order is None else nested_row_sums(data["response_mask"])[order],
         loss_agg_mode=mode,
         regularised=regularised,
         epochs=int(trainer.config.actor_rollout_ref.actor.ppo_epochs),
+        micro_batch_size=_actor_micro_batch(trainer),
     )
     if result.skipped is not None:
         logger.warning("costaware: step %s skips the actor update: %s", trainer.global_steps, result.skipped)
         metrics.update(_record(trainer, result, time.perf_counter() - start))
         return batch
 
+    if order is not None:
+        result = replace(result, indices=order[result.indices])
     new_keys, rounds = duplicate_key_plan(batch.keys, result.indices, tag=f"ca{trainer.global_steps}")
     copied: list[str] = []
     tag = f"ca{trainer.global_steps}"
