@@ -2,7 +2,7 @@
 
 Each sampler has the class-level flags ``name``, ``biased`` (it never trains on what it skips, so its
 update is not full-dataset GRPO's in expectation), ``weighted`` (its rows carry a prompt factor) and
-``uses_costs``. Those a :class:`~costaware.rollouts.stage.PromptStage` runs are :class:`PromptMethod`\ s:
+``uses_costs``. Those a :class:`~costaware.rollouts.stage.PromptStage` runs are :class:`PromptMethod` objects:
 :meth:`PromptMethod.choose` picks a round's prompts from the stage's state, :meth:`PromptMethod.observe`
 folds the round's rewards into the rule's own state (GRESO's exploration probabilities), and
 :data:`REGISTRY` names them; :func:`prompt_method_from_name` is the one parser. A new rule is a class,
