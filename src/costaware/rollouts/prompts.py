@@ -44,8 +44,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from costaware import distributions as dist
-from costaware.alias import build_alias, draw
 from costaware._checks import _show, as_array, as_generator, in_unit_interval, integer, real_scalar
+from costaware.alias import build_alias, draw
 from costaware.rollouts.group import predictive_abs_adv_sum
 from costaware.rollouts.state import ALL_CORRECT, ALL_WRONG, PromptState
 
@@ -166,7 +166,9 @@ class PromptMethod(ABC):
         """The round's prompt ids (B,), their prompt factors (B,) and the candidates examined."""
 
     def observe(self, rewards: np.ndarray, epoch: int) -> None:
-        """Fold the round's rewards (B, G) into the rule's own state; ``epoch``: the candidates' epoch (0-based)."""
+        """Fold the round's rewards (B, G) into the rule's own state; ``epoch``: the candidates' epoch (0-based).
+        A rule that keeps no state ignores them."""
+        return None
 
     def start(self) -> PromptMethod:
         """A copy with the rule's state at its start (the options' initial values)."""
