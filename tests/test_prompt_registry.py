@@ -29,15 +29,17 @@ N, G, B = 12, 4, 3
 
 @dataclass(frozen=True)
 class KeepOdd(SkipRule):
-    """A toy skip: odd prompt ids are kept, even ones with probability ``even``; it counts the rounds it saw."""
+    """A toy skip: odd prompt ids are kept, even ones with probability ``even`` once it has seen ``after``
+    rounds (every prompt before); it counts the rounds it saw."""
 
     name: ClassVar[str] = "keep_odd"
     summary: ClassVar[str] = "a toy skip"
     even: float = 0.25
+    after: int = 0
     seen: int = field(default=0, init=False, compare=False)  # its own state
 
     def keep(self, state: Any, round: int) -> np.ndarray:
-        k = np.full(state.num_prompts, self.even)
+        k = np.full(state.num_prompts, self.even if self.seen >= self.after else 1.0)
         k[1::2] = 1.0
         return k
 
@@ -130,11 +132,14 @@ def test_verl_accepts_a_registered_unweighted_rule_and_its_options(toys) -> None
         CostAwarePromptSampler(_Rows(), _verl_config("uniform"))
 
 
-def test_the_analysis_reports_every_registered_skip_rule(toys) -> None:
+def test_the_analysis_reports_every_registered_skip_rule_and_lets_it_observe(toys, monkeypatch) -> None:
+    monkeypatch.setitem(REGISTRY, "keep_odd", lambda: KeepOdd(even=0.25, after=1))
     result = analyse(simulate_prompt_rounds(num_prompts=32, group_size=4, batch_size=8, rounds=4, seed=0))
     skips = {s.name: s for s in result.skips}
     assert list(skips) == ["greso", "cost_aware_skip", "keep_odd"]
     assert 0 < skips["keep_odd"].overall_tokens_skipped < 1
+    # round 0 is seen before any observe(): nothing skipped; later rounds follow the rule's own state
+    assert skips["keep_odd"].tokens_skipped[0] == 0 and min(skips["keep_odd"].tokens_skipped[1:]) > 0
 
 
 def test_the_engines_names_and_the_arms_come_from_the_registry() -> None:
