@@ -3,7 +3,7 @@
 A weighted stage draws the B prompts of a round i.i.d. from q and scales each prompt's group by
 f_j = 1/(N q_j), so that E_q[(1/B) Σ_b f_{j_b} v_{j_b}] = (1/N) Σ_j v_j: the round's mean is an
 unbiased estimate of the full train set's. Here every one of the N^B ordered draws of a tiny case is
-forced in turn through the stage's own sampler (its index stream; the weights stay the sampler's),
+forced in turn through the stage's own alias draw (its index stream; the weights stay the stage's),
 and the expectation is summed exactly: once for the stage alone, and once through
 ``CostAwareGRPOTrainer._split``, TRL's path from the scored batch to the micro-batches' advantages.
 A factor dropped, self-normalised within the round, taken with B for N, or taken with the wrong q
@@ -18,7 +18,7 @@ import itertools
 import numpy as np
 import pytest
 
-import costaware.sampler as sampler_module
+import costaware.rollouts.prompts as prompts_module
 from costaware.rollouts.prompts import cost_aware_prompts
 from costaware.rollouts.stage import PromptStage
 
@@ -41,12 +41,12 @@ def _warm_stage(seed: int = 1) -> PromptStage:
 
 
 class _Forced:
-    """Forces the next draws of every CostAwareSampler to ``ids`` and records the sampler's q."""
+    """Forces the next alias draws of the weighted prompt stage to ``ids`` and records the q it draws from."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.ids: list[int] | None = None  # None: the sampler's own draws
+        self.ids: list[int] | None = None  # None: the stage's own draws
         self.q: np.ndarray | None = None
-        real_draw, real_current = sampler_module.draw, sampler_module.CostAwareSampler._current
+        real_draw, real_build = prompts_module.draw, prompts_module.build_alias
 
         def draw(prob, alias, m, rng, validate=True):
             if self.ids is None:
@@ -54,12 +54,12 @@ class _Forced:
             assert m == len(self.ids), "the stage asked for a different number of draws"
             return np.asarray(self.ids, dtype=np.int64)
 
-        def current(sampler):
-            real_current(sampler)
-            self.q = sampler._p.copy()  # the p the next draws come from (probabilities() would recurse)
+        def build(p):
+            self.q = np.array(p, dtype=np.float64)  # the p the next draws come from
+            return real_build(p)
 
-        monkeypatch.setattr(sampler_module, "draw", draw)
-        monkeypatch.setattr(sampler_module.CostAwareSampler, "_current", current)
+        monkeypatch.setattr(prompts_module, "draw", draw)
+        monkeypatch.setattr(prompts_module, "build_alias", build)
 
 
 def _draws():

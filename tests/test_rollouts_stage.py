@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
 import numpy as np
 import pytest
@@ -121,3 +122,39 @@ def test_a_checkpoint_taken_after_a_draw_resumes_to_the_same_draw(method) -> Non
     again = resumed.draw()
     assert (again.prompt_ids == drawn.prompt_ids).all() and np.allclose(again.factors, drawn.factors)
     assert resumed.examined == st.examined
+
+
+@pytest.mark.parametrize("method", [uniform_prompts(), cost_aware_prompts(floor=0.2)], ids=lambda m: m.name)
+def test_a_weighted_round_is_the_cost_aware_samplers_stream(method) -> None:
+    """The weighted draw keeps the stream of a CostAwareSampler seeded from the round's stream, draw for draw:
+    a run's prompts do not move with how the draw is made."""
+    from costaware.sampler import CostAwareSampler
+
+    st = _stage(method)
+    rng = np.random.default_rng(0)
+    for _ in range(8):
+        g, c, alpha = st.method.draw_inputs(st.state, st.round)
+        sampler = CostAwareSampler(c, g, alpha=alpha, num_samples=B, weights="raw",
+                                   seed=int(st._rng(2).integers(2**62)), rank=0, world_size=1, yield_weights=True)
+        want = np.asarray(list(sampler), dtype=np.float64).reshape(-1, 2)
+        d = st.draw()
+        assert d.prompt_ids.tolist() == want[:, 0].astype(np.int64).tolist() and d.factors.tolist() == want[:, 1].tolist()
+        r, ln = _rewards(d.prompt_ids, rng)
+        st.update(d.prompt_ids, r, ln)
+
+
+def test_greso_in_the_stage_oversamples_and_adapts_from_its_second_epoch() -> None:
+    rule = greso(step=0.1)
+    st = _stage(rule)
+    control = rule.initial
+    for t in range(10):
+        d = st.draw()
+        if t == 0:  # a fresh state keeps every prompt: one candidate batch of ceil(1.5 B)
+            assert d.examined == 5
+        r = np.ones((B, G))  # every group all correct: zero variance, easy
+        st.update(d.prompt_ids, r, np.ones((B, G)))
+        control = rule.adapt(control, r, st.cursor // N)  # GRESO's epoch: the candidates' epoch
+        assert st.state_dict()["control"] == asdict(control)
+        if t == 0:
+            assert control == rule.initial  # nothing moves in the first epoch
+    assert control.p_easy < rule.initial.p_easy and rule.control == rule.initial  # the caller's rule is untouched

@@ -34,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from costaware.rollouts.stage import PROMPT_METHODS
+
 __all__ = ["Arm", "ArmFields", "DEFAULT_ALPHA", "KEY_PARTS", "ROLLOUTS", "STEP_BUDGETS", "WEIGHT_MODES", "arm_fields",
            "check_arm_fields"]
 
@@ -52,11 +54,12 @@ KEY_PARTS: tuple[tuple[str, Callable[[Any], str]], ...] = (
     ("proxy", str),  # the gradient-norm proxy behind p*, when not "auto"
     ("rollout", lambda r: f"rollout-{r}"),  # the prompt stage: which prompts get generated, when not "all"
 )
-# The prompt stages of the main job (costaware.rollouts): "all" generates every prompt TRL's sampler gives, as
-# before; "greso" and "cost_aware_skip" skip prompts before generation (biased); "cost_aware" draws prompts
-# from q ∝ Ĝ/√ĉ with prompt weights (unbiased); "dapo" is DAPO's dynamic sampling (over-generate, drop
-# zero-variance groups, refill: the trainer's ZVF).
-ROLLOUTS = ("all", "greso", "cost_aware_skip", "cost_aware", "dapo")
+# The prompt stages of the main job: "all" generates every prompt TRL's sampler gives, as before; then each
+# rule the engines name (costaware.rollouts.stage.PROMPT_METHODS, from the prompt registry: "greso" and
+# "cost_aware_skip" skip prompts before generation, biased; "cost_aware" draws prompts from q ∝ Ĝ/√ĉ with
+# prompt weights, unbiased); "dapo" is DAPO's dynamic sampling (over-generate, drop zero-variance groups,
+# refill: the trainer's ZVF).
+ROLLOUTS = ("all", *PROMPT_METHODS, "dapo")
 
 
 class ArmFields(Protocol):

@@ -14,12 +14,15 @@ from costaware.rollouts.group import (
 )
 from costaware.rollouts.logs import PromptRound, RecordingReward, read_prompt_rounds, write_prompt_rounds
 from costaware.rollouts.prompts import (
+    REGISTRY,
     CostModel,
     GresoControl,
+    PromptMethod,
     cost_aware_prompts,
     cost_aware_skip,
     fill_prompt_batch,
     greso,
+    prompt_method_from_name,
     two_stage,
     uniform_prompts,
 )
@@ -34,6 +37,9 @@ __all__ = [
     "RecordingReward",
     "read_prompt_rounds",
     "write_prompt_rounds",
+    "REGISTRY",
+    "PromptMethod",
+    "prompt_method_from_name",
     "CostModel",
     "GresoControl",
     "cost_aware_prompts",

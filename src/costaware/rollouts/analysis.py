@@ -34,7 +34,15 @@ import numpy as np
 from costaware._checks import integer, real_scalar
 from costaware.rollouts.group import TRL_EPS, row_abs_advantages
 from costaware.rollouts.logs import PromptRound
-from costaware.rollouts.prompts import MAX_PROMPTS, CostAwareSkip, CostModel, Greso, TwoStage, _floor
+from costaware.rollouts.prompts import (
+    MAX_PROMPTS,
+    REGISTRY,
+    CostModel,
+    SkipRule,
+    TwoStage,
+    _floor,
+    prompt_method_from_name,
+)
 from costaware.rollouts.state import PromptState, StateConfig
 
 __all__ = ["ROW_METHODS", "AnalysisConfig", "Ratios", "SkipEffect", "RolloutAnalysis", "analyse", "format_table",
@@ -155,8 +163,10 @@ def analyse(records: list[PromptRound], config: AnalysisConfig | None = None) ->
     cost = CostModel(cfg.generation_cost, ROW_METHODS[cfg.row_method])
     state = PromptState(StateConfig(G, cfg.prior_pass_rate, cfg.prior_strength, cfg.decay, eps=cfg.eps), N)
     two = {m: TwoStage(first=m, floor=cfg.two_stage_floor, cost=cost) for m in cfg.first if m < G}
-    greso, skip = Greso(), CostAwareSkip(cost=cost)
-    control = greso.initial
+    # every registered skip rule, fresh, with this analysis's cost model where it takes one
+    rules = {name: prompt_method_from_name(name, generation_cost=cfg.generation_cost, po_rows=cost.po_rows)
+             for name in REGISTRY}
+    skip_rules = {name: rule for name, rule in rules.items() if isinstance(rule, SkipRule)}
     status_sum, status_n = np.zeros(4), np.zeros(4)
     size_g: list[np.ndarray] = []
     size_p: list[np.ndarray] = []
@@ -164,7 +174,7 @@ def analyse(records: list[PromptRound], config: AnalysisConfig | None = None) ->
     J: dict[str, list[float]] = {}
     Ju: list[float] = []
     row_j: list[tuple[float, float]] = []
-    skip_eff: dict[str, list[tuple[float, float, float, float]]] = {"greso": [], "cost_aware_skip": []}
+    skip_eff: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in skip_rules}
     zero_share: list[float] = []
     groups_before = 0
 
@@ -224,11 +234,11 @@ def analyse(records: list[PromptRound], config: AnalysisConfig | None = None) ->
         row_j.append(((a_rows * np.sqrt(c_rows)).sum() ** 2, (a_rows**2).sum() * c_rows.sum()) if a_rows.size else (0.0, 0.0))
         # biased skips: expected share of generated tokens skipped and of signal lost
         epoch = groups_before // N
-        for name, keep in (("greso", greso.keep_probabilities(state, control)[ids]),
-                           ("cost_aware_skip", skip.keep_probabilities(state, t)[ids])):
+        for name, rule in skip_rules.items():
+            keep = rule.keep(state, t)[ids]
             skip_eff[name].append((float(((1 - keep) * L.sum(axis=1)).sum()), float(L.sum()),
                                    float(((1 - keep) * g).sum()), float(g.sum())))
-        control = greso.adapt(control, R, epoch)  # the log holds every group; GRESO sees the kept ones
+            rule.observe(R, epoch)  # the log holds every group; a rule that adapts sees the kept ones
         # now learn from round t
         np.add.at(status_sum, state.status[ids], g)
         np.add.at(status_n, state.status[ids], 1.0)

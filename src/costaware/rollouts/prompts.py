@@ -1,7 +1,13 @@
 """Prompt samplers: which prompts to generate, as small frozen objects made by factories.
 
-Each sampler has ``name``, ``biased`` (it never trains on what it skips, so its update is not
-full-dataset GRPO's in expectation), ``weighted`` (its rows carry a prompt factor) and ``uses_costs``.
+Each sampler has the class-level flags ``name``, ``biased`` (it never trains on what it skips, so its
+update is not full-dataset GRPO's in expectation), ``weighted`` (its rows carry a prompt factor) and
+``uses_costs``. Those a :class:`~costaware.rollouts.stage.PromptStage` runs are :class:`PromptMethod` objects:
+:meth:`PromptMethod.choose` picks a round's prompts from the stage's state, :meth:`PromptMethod.observe`
+folds the round's rewards into the rule's own state (GRESO's exploration probabilities), and
+:data:`REGISTRY` names them; :func:`prompt_method_from_name` is the one parser. A new rule is a class,
+its factory and one :data:`REGISTRY` line: the stage, the engines' option checks, the analysis and the
+arms read the registry.
 
 Unbiased (weighted):
 
@@ -29,18 +35,27 @@ Biased (no weights): :func:`cost_aware_skip` and :func:`greso` skip prompts befo
 
 from __future__ import annotations
 
+import inspect
+from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, ClassVar
 
 import numpy as np
 
 from costaware import distributions as dist
 from costaware._checks import _show, as_array, as_generator, in_unit_interval, integer, real_scalar
+from costaware.alias import build_alias, draw
 from costaware.rollouts.group import predictive_abs_adv_sum
 from costaware.rollouts.state import ALL_CORRECT, ALL_WRONG, PromptState
 
 __all__ = [
+    "REGISTRY",
+    "PromptMethod",
+    "SkipRule",
+    "StageRound",
+    "prompt_method_from_name",
+    "prompt_method_names",
     "CostModel",
     "UniformPrompts",
     "CostAwarePrompts",
@@ -116,17 +131,123 @@ def _check_state(state: Any) -> PromptState:
     return state
 
 
+# -- the prompt-stage rule ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StageRound:
+    """What a rule sees when it chooses a round's prompts: the stage's state, the round, B and its streams."""
+
+    state: PromptState
+    round: int
+    batch: int
+    candidates: Callable[[int], np.ndarray]  # the next k prompts of the epoch permutations
+    rng: Callable[[int], np.random.Generator]  # the round's stream for a purpose (fixed by seed, round, purpose)
+    max_calls: int  # candidate batches a skip rule may examine
+
+
+class PromptMethod(ABC):
+    """A rule a :class:`~costaware.rollouts.stage.PromptStage` runs: which prompts each round generates.
+
+    The dataclass fields are the rule's options (frozen); state the rule keeps across rounds lives on the
+    object too, moved by :meth:`observe` only, and :meth:`start` gives the fresh copy a stage runs, so one
+    object can configure many stages. ``plain``: the engines' own sampler does the same (they name it ``all``).
+    """
+
+    name: ClassVar[str]
+    biased: ClassVar[bool] = False
+    weighted: ClassVar[bool] = False
+    uses_costs: ClassVar[bool] = False
+    plain: ClassVar[bool] = False
+    summary: ClassVar[str] = ""  # a few words for help texts
+
+    @abstractmethod
+    def choose(self, r: StageRound) -> tuple[np.ndarray, np.ndarray, int]:
+        """The round's prompt ids (B,), their prompt factors (B,) and the candidates examined."""
+
+    def observe(self, rewards: np.ndarray, epoch: int) -> None:
+        """Fold the round's rewards (B, G) into the rule's own state; ``epoch``: the candidates' epoch (0-based).
+        A rule that keeps no state ignores them."""
+        return None
+
+    def start(self) -> PromptMethod:
+        """A copy with the rule's state at its start (the options' initial values)."""
+        return replace(self)  # type: ignore[type-var]
+
+    def rule_state(self) -> dict[str, Any] | None:
+        """The rule's own state as plain JSON (None: it keeps none); a stage saves it under ``control``."""
+        return None
+
+    def load_rule_state(self, saved: dict[str, Any] | None) -> None:
+        if saved is not None:
+            raise ValueError(f"{self.name} keeps no state of its own, got {saved!r}")
+
+    @classmethod
+    def describe(cls) -> str:
+        """``summary`` with the bias label, for help texts."""
+        return f"{cls.summary}, {'biased' if cls.biased else 'unbiased'}"
+
+
+class SkipRule(PromptMethod):
+    """A biased rule that skips prompts before generation: candidates from the epoch permutations are kept
+    with :meth:`keep` until the round is full (:func:`fill_prompt_batch`); no weights."""
+
+    biased: ClassVar[bool] = True
+
+    @abstractmethod
+    def keep(self, state: PromptState, round: int) -> np.ndarray:
+        """Each prompt's probability of being kept this round, (N,)."""
+
+    def candidates_per_call(self, batch: int) -> int:
+        return batch
+
+    def choose(self, r: StageRound) -> tuple[np.ndarray, np.ndarray, int]:
+        keep = self.keep(r.state, r.round)
+        ids, examined = fill_prompt_batch(r.candidates, keep, r.batch, self.candidates_per_call(r.batch),
+                                          rng=r.rng(1), max_calls=r.max_calls)
+        if ids.size < r.batch:  # nothing left worth generating: fill from fresh candidates, unskipped
+            ids = np.concatenate([ids, r.candidates(r.batch - ids.size)])
+        return ids, np.ones(ids.size), examined
+
+
+def iid_draw(proxies: np.ndarray | None, costs: np.ndarray, alpha: float, size: int, seed: int,
+             chunk: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+    """``size`` i.i.d. ids from p ∝ G/√c mixed with uniform at ``alpha``, and their raw weights 1/(N p).
+
+    The stream of :class:`costaware.sampler.CostAwareSampler` (``seed``, epoch 0, rank 0; alias draws in
+    chunks of ``chunk``) without building one, so draws stay those it gave.
+    """
+    g = np.ones(costs.size) if proxies is None else proxies
+    p = dist.optimal(g, costs)
+    p = dist.smoothed(p, alpha) if alpha else p
+    w = dist.importance_weights(p, mode="raw")
+    prob, alias = build_alias(p)
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, 0, 0])))
+    ids = np.concatenate([draw(prob, alias, min(chunk, size - k), rng, validate=False)  # built here: trusted
+                          for k in range(0, size, chunk)])
+    return ids, w[ids]
+
+
 # -- unbiased prompt samplers ---------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class UniformPrompts:
-    """q_j = 1/N: today's behaviour."""
+class UniformPrompts(PromptMethod):
+    """q_j = 1/N: today's behaviour. A stage draws B prompts i.i.d. from q; a drawn prompt's factor is
+    1/(N q_j)."""
 
-    name: str = "uniform"
-    biased: bool = False
-    weighted: bool = False
-    uses_costs: bool = False
+    name: ClassVar[str] = "uniform"
+    plain: ClassVar[bool] = True
+    summary: ClassVar[str] = "uniform draws, i.i.d."
+
+    def draw_inputs(self, state: PromptState, round: int) -> tuple[np.ndarray | None, np.ndarray, float]:
+        """(proxies, costs, alpha) of the draw: q ∝ proxies/√costs mixed with uniform at alpha."""
+        return None, np.ones(_check_state(state).num_prompts), 0.0
+
+    def choose(self, r: StageRound) -> tuple[np.ndarray, np.ndarray, int]:
+        g, c, alpha = self.draw_inputs(r.state, r.round)
+        ids, factors = iid_draw(g, c, alpha, r.batch, int(r.rng(2).integers(2**62)))
+        return ids, factors, r.batch
 
     def probabilities(self, state: PromptState, round: int) -> np.ndarray:
         return dist.uniform(_check_state(state).num_prompts)
@@ -142,9 +263,11 @@ class UniformPrompts:
 class CostAwarePrompts(UniformPrompts):
     """q = (1 − floor)·q̂ + floor/N with q̂_j ∝ Ĝ_j/√ĉ_j; every weight f_j ≤ 1/floor."""
 
-    name: str = "cost_aware"
-    weighted: bool = True
-    uses_costs: bool = True
+    name: ClassVar[str] = "cost_aware"
+    plain: ClassVar[bool] = False
+    weighted: ClassVar[bool] = True
+    uses_costs: ClassVar[bool] = True
+    summary: ClassVar[str] = "q ∝ G/sqrt(c) with prompt weights 1/(N q)"
     floor: float = 0.1
     cost: CostModel = CostModel()
 
@@ -158,6 +281,10 @@ class CostAwarePrompts(UniformPrompts):
         ``weights="raw"``: its p is then this q and its weights these prompt factors."""
         e = self.cost.expected(_check_state(state), round)
         return e["abs_adv_sum"], e["cost"]
+
+    def draw_inputs(self, state: PromptState, round: int) -> tuple[np.ndarray | None, np.ndarray, float]:
+        g, c = self.sampler_inputs(state, round)
+        return g, c, self.floor
 
     def probabilities(self, state: PromptState, round: int) -> np.ndarray:
         g, c = self.sampler_inputs(state, round)
@@ -212,14 +339,13 @@ def fill_prompt_batch(
 
 
 @dataclass(frozen=True)
-class CostAwareSkip:
+class CostAwareSkip(SkipRule):
     """BIASED. Keep prompt j with min(1, max(min_keep, s_j / s_ref)), s = Ĝ/√ĉ, s_ref = the
     ``reference`` quantile of s over all prompts: the skip probability rises as Ĝ/√ĉ falls. No weights."""
 
-    name: str = "cost_aware_skip"
-    biased: bool = True
-    weighted: bool = False
-    uses_costs: bool = True
+    name: ClassVar[str] = "cost_aware_skip"
+    uses_costs: ClassVar[bool] = True
+    summary: ClassVar[str] = "skip as the predicted G/sqrt(c) falls"
     min_keep: float = 0.05
     reference: float = 0.5
     cost: CostModel = CostModel()
@@ -235,6 +361,9 @@ class CostAwareSkip:
         if not ref > 0:
             return np.ones_like(s)
         return np.clip(s / ref, self.min_keep, 1.0)
+
+    def keep(self, state: PromptState, round: int) -> np.ndarray:
+        return self.keep_probabilities(state, round)
 
 
 def cost_aware_skip(min_keep: float = 0.05, reference: float = 0.5, generation_cost: float = 1.0 / 3.0,
@@ -256,7 +385,7 @@ class GresoControl:
 
 
 @dataclass(frozen=True)
-class Greso:
+class Greso(SkipRule):
     """BIASED. GRESO's pre-rollout filter (Zheng et al. 2025, "Act Only When It Pays").
 
     A prompt whose last z ≥ 1 groups all had zero variance is kept with probability p^z (skipped with
@@ -267,12 +396,12 @@ class Greso:
     during the first epoch. GRESO's reference code calls it once per training step (its notes say per
     epoch): the cadence is the caller's. The candidate batch is ``oversample`` × the train batch
     (384/256), filtered, and refilled until the train batch is full (:func:`fill_prompt_batch`).
+
+    Its state, :attr:`control` (``initial`` at the start), moves by :meth:`observe`, once per round.
     """
 
-    name: str = "greso"
-    biased: bool = True
-    weighted: bool = False
-    uses_costs: bool = False
+    name: ClassVar[str] = "greso"
+    summary: ClassVar[str] = "GRESO's pre-rollout skip"
     target: float = 0.25
     easy_split: float = 1.0 / 3.0
     step: float = 0.01
@@ -280,6 +409,7 @@ class Greso:
     max_p: float = 0.95
     oversample: float = 1.5
     initial: GresoControl = GresoControl()
+    control: GresoControl = field(init=False, repr=False, compare=False)  # the state: initial, then observe()'s
 
     def __post_init__(self) -> None:
         for name in ("target", "easy_split", "min_p", "max_p"):
@@ -290,6 +420,27 @@ class Greso:
             raise ValueError(f"min_p must be <= max_p, got {self.min_p!r} > {self.max_p!r}")
         if real_scalar(self.oversample, "oversample") < 1:
             raise ValueError(f"oversample must be >= 1, got {self.oversample!r}")
+        if not isinstance(self.initial, GresoControl):
+            raise TypeError(f"initial must be a GresoControl, got {type(self.initial).__name__}")
+        object.__setattr__(self, "control", self.initial)
+
+    def candidates_per_call(self, batch: int) -> int:
+        return self.sampling_batch_size(batch)
+
+    def keep(self, state: PromptState, round: int) -> np.ndarray:
+        return self.keep_probabilities(state, self.control)
+
+    def observe(self, rewards: np.ndarray, epoch: int) -> None:
+        """GRESO adapts every step from its second epoch on."""
+        object.__setattr__(self, "control", self.adapt(self.control, rewards, epoch))
+
+    def rule_state(self) -> dict[str, Any] | None:
+        return asdict(self.control)
+
+    def load_rule_state(self, saved: dict[str, Any] | None) -> None:
+        if not isinstance(saved, dict):
+            raise ValueError(f"greso's saved control must be a dict of p_easy, p_hard, got {saved!r}")
+        object.__setattr__(self, "control", GresoControl(**saved))
 
     def sampling_batch_size(self, train_batch_size: int) -> int:
         return int(np.ceil(self.oversample * integer(train_batch_size, "train_batch_size", minimum=1)))
@@ -324,6 +475,38 @@ def greso(target: float = 0.25, easy_split: float = 1.0 / 3.0, step: float = 0.0
                  oversample=oversample, initial=GresoControl(_floor(p_easy, "p_easy"), _floor(p_hard, "p_hard")))
 
 
+# -- the registry ---------------------------------------------------------------------------------
+
+# The rules a PromptStage runs, by the name configs use; a new rule adds one line here.
+REGISTRY: dict[str, Callable[..., PromptMethod]] = {
+    "uniform": uniform_prompts, "greso": greso, "cost_aware_skip": cost_aware_skip, "cost_aware": cost_aware_prompts,
+}  # fmt: skip
+
+
+def prompt_method_names(where: Callable[[PromptMethod], bool] = lambda m: True) -> tuple[str, ...]:
+    """The registered names whose rule (built with default options) satisfies ``where``, in registry order,
+    e.g. ``prompt_method_names(lambda m: not m.plain)`` for the engines' choices."""
+    return tuple(name for name, factory in REGISTRY.items() if where(factory()))
+
+
+def prompt_method_from_name(name: str, **options: Any) -> PromptMethod:
+    """The rule called ``name`` (a :data:`REGISTRY` key), built with the ``options`` its factory takes.
+
+    A config holds every rule's options (``floor``, ``generation_cost``, ``po_rows``, ...), so those this
+    rule does not take are ignored; one that no registered rule takes is a TypeError.
+
+    >>> prompt_method_from_name("cost_aware", floor=0.2, min_keep=0.1).floor
+    0.2
+    """
+    if not (isinstance(name, str) and name in REGISTRY):
+        raise ValueError(f"the prompt method must be one of {tuple(REGISTRY)}, got {name!r}")
+    takes = {name: set(inspect.signature(f).parameters) for name, f in REGISTRY.items()}
+    unknown = sorted(set(options) - set().union(*takes.values()))
+    if unknown:
+        raise TypeError(f"prompt method options must be among {sorted(set().union(*takes.values()))}, got {unknown}")
+    return REGISTRY[name](**{k: v for k, v in options.items() if k in takes[name]})
+
+
 # -- two-stage rollout ---------------------------------------------------------------------------
 
 
@@ -343,10 +526,10 @@ class TwoStage:
     the prompts that complete surely and C is the cost of every stage 1 plus those completions.
     """
 
-    name: str = "two_stage"
-    biased: bool = False
-    weighted: bool = True
-    uses_costs: bool = True
+    name: ClassVar[str] = "two_stage"
+    biased: ClassVar[bool] = False
+    weighted: ClassVar[bool] = True
+    uses_costs: ClassVar[bool] = True
     first: int = 2
     floor: float = 0.1
     cost: CostModel = CostModel()

@@ -27,7 +27,7 @@ order), so with nothing skipped a skip rule visits every prompt once per epoch, 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,45 +36,33 @@ from costaware._checks import as_array, integer
 from costaware.rollouts.prompts import (
     MAX_CALLS,
     MAX_PROMPTS,
-    CostAwarePrompts,
-    CostAwareSkip,
-    Greso,
-    GresoControl,
-    UniformPrompts,
-    cost_aware_prompts,
-    cost_aware_skip,
-    fill_prompt_batch,
-    greso,
+    REGISTRY,
+    PromptMethod,
+    StageRound,
+    prompt_method_from_name,
+    prompt_method_names,
 )
 from costaware.rollouts.state import PromptState, StateConfig
-from costaware.sampler import CostAwareSampler
 
-__all__ = ["RoundDraw", "PromptStage", "METHODS_IN_ENGINES", "PROMPT_METHODS", "prompt_method"]
+__all__ = ["RoundDraw", "PromptStage", "PROMPT_METHODS", "prompt_method"]
 
-# The prompt methods an engine can run through this stage: uniform draws i.i.d. from q = 1/N (use the
-# engine's own sampler for its epoch permutations instead), the two skip rules, and q ∝ Ĝ/√ĉ.
-# Two-stage rollouts need a second generation call inside the round, which the engines do not have.
-METHODS_IN_ENGINES = (UniformPrompts, CostAwarePrompts, CostAwareSkip, Greso)
-# The engines' names for them (a config's ``cost_aware_rollout``), parsed here only.
-PROMPT_METHODS = ("greso", "cost_aware_skip", "cost_aware")
+# The engines' names for the rules (a config's ``cost_aware_rollout``): every registered rule but the plain
+# one, which the engines' own sampler runs (they call it "all"). Two-stage rollouts are no PromptMethod: they
+# need a second generation call inside the round, which the engines do not have.
+PROMPT_METHODS = prompt_method_names(lambda m: not m.plain)
 
 
-def prompt_method(name: str, *, floor: float = 0.1, generation_cost: float = 1.0 / 3.0,
-                  po_rows: str = "nonzero") -> Any:
-    """The prompt method an engine config names: ``greso`` (biased), ``cost_aware_skip`` (biased) or
-    ``cost_aware`` (unbiased, q ∝ Ĝ/√ĉ mixed with uniform at ``floor``); ``po_rows`` says which rows the row
-    plan feeds (``"all"`` under plain GRPO), for the predicted cost.
+def prompt_method(name: str, **options: Any) -> PromptMethod:
+    """The prompt method an engine config names (one of :data:`PROMPT_METHODS`), with the options its
+    factory takes (:func:`costaware.rollouts.prompts.prompt_method_from_name`): e.g. ``floor``,
+    ``generation_cost`` and ``po_rows`` (which rows the row plan feeds, ``"all"`` under plain GRPO).
 
     >>> prompt_method("cost_aware", floor=0.2).floor
     0.2
     """
-    if name == "greso":
-        return greso()
-    if name == "cost_aware_skip":
-        return cost_aware_skip(generation_cost=generation_cost, po_rows=po_rows)
-    if name == "cost_aware":
-        return cost_aware_prompts(floor=floor, generation_cost=generation_cost, po_rows=po_rows)
-    raise ValueError(f"the prompt method must be one of {PROMPT_METHODS}, got {name!r}")
+    if name not in PROMPT_METHODS:
+        raise ValueError(f"the prompt method must be one of {PROMPT_METHODS}, got {name!r}")
+    return prompt_method_from_name(name, **options)
 
 
 @dataclass(frozen=True)
@@ -91,9 +79,9 @@ class PromptStage:
     """Draws each round's prompts by ``method`` from the state, and keeps that state.
 
     Args:
-        method: a prompt method made by :func:`costaware.rollouts.prompts.uniform_prompts`,
-            :func:`~costaware.rollouts.prompts.cost_aware_prompts`, :func:`~costaware.rollouts.prompts.greso`
-            or :func:`~costaware.rollouts.prompts.cost_aware_skip`.
+        method: a :class:`~costaware.rollouts.prompts.PromptMethod`, e.g. from a factory in
+            :data:`costaware.rollouts.prompts.REGISTRY`; the stage runs a fresh copy (:meth:`PromptMethod.start`),
+            which holds the rule's own state.
         num_prompts: N, the train set's size.
         group_size: G, completions per prompt.
         prompts_per_round: B, prompts generated per round.
@@ -107,9 +95,9 @@ class PromptStage:
     def __init__(self, method: Any, *, num_prompts: int, group_size: int, prompts_per_round: int, seed: int = 0,
                  prompt_tokens: Any | None = None, state_config: StateConfig | None = None,
                  max_candidate_batches: int = 64) -> None:
-        if not isinstance(method, METHODS_IN_ENGINES):
-            raise TypeError(f"method must be one of {[m.__name__ for m in METHODS_IN_ENGINES]}, got {type(method).__name__}")
-        self.method = method
+        if not isinstance(method, PromptMethod):
+            raise TypeError(f"method must be a PromptMethod (one of {tuple(REGISTRY)}), got {type(method).__name__}")
+        self.method = method.start()
         n = integer(num_prompts, "num_prompts", minimum=1)
         g = integer(group_size, "group_size", minimum=2)  # one completion has no group advantage
         self.batch = integer(prompts_per_round, "prompts_per_round", minimum=1,
@@ -123,7 +111,6 @@ class PromptStage:
         self.state = PromptState(config, n, prompt_tokens)
         self.round = 0  # the next round to draw
         self.cursor = 0  # candidates taken from the epoch permutations so far
-        self.control = method.initial if isinstance(method, Greso) else None
         self.examined = 0  # candidates examined over the run
         self.pending: RoundDraw | None = None  # drawn, not yet updated
         self._before_draw = (0, 0)
@@ -153,38 +140,12 @@ class PromptStage:
         if self.pending is not None:
             return self.pending
         self._before_draw = (self.cursor, self.examined)  # what a checkpoint taken mid-round saves
-        m = self.method
         t = self.round
-        if isinstance(m, (Greso, CostAwareSkip)):
-            keep = (m.keep_probabilities(self.state, self.control) if isinstance(m, Greso)
-                    else m.keep_probabilities(self.state, t))
-            per_call = m.sampling_batch_size(self.batch) if isinstance(m, Greso) else self.batch
-            ids, examined = fill_prompt_batch(self._candidates, keep, self.batch, per_call, rng=self._rng(1),
-                                              max_calls=self.max_candidate_batches)
-            if ids.size < self.batch:  # nothing left worth generating: fill from fresh candidates, unskipped
-                ids = np.concatenate([ids, self._candidates(self.batch - ids.size)])
-            factors = np.ones(ids.size)
-        else:
-            ids, factors = self._weighted_draw(m, t)
-            examined = self.batch
+        ids, factors, examined = self.method.choose(StageRound(self.state, t, self.batch, self._candidates, self._rng,
+                                                               self.max_candidate_batches))
         self.examined += int(examined)
         self.pending = RoundDraw(round=t, prompt_ids=ids.astype(np.int64), factors=factors, examined=int(examined))
         return self.pending
-
-    def _weighted_draw(self, m: UniformPrompts, t: int) -> tuple[np.ndarray, np.ndarray]:
-        """B i.i.d. draws from q by :class:`costaware.sampler.CostAwareSampler` (raw weights 1/(N q_j)
-        are the prompt factors; uniform q gives exactly 1)."""
-        n = self.state.num_prompts
-        if isinstance(m, CostAwarePrompts):
-            g, c = m.sampler_inputs(self.state, t)
-            alpha = m.floor
-        else:
-            g, c, alpha = None, np.ones(n), 0.0
-        sampler = CostAwareSampler(c, g, alpha=alpha, num_samples=self.batch, weights="raw",
-                                   seed=int(self._rng(2).integers(2**62)),
-                                   rank=0, world_size=1, yield_weights=True)
-        drawn = np.asarray(list(sampler), dtype=np.float64).reshape(-1, 2)
-        return drawn[:, 0].astype(np.int64), drawn[:, 1]
 
     def update(self, prompt_ids: Any, rewards: Any, completion_lengths: Any, prompt_tokens: Any | None = None) -> None:
         """Fold the drawn round's rewards and lengths, shape (B, G), in the drawn order, and move on."""
@@ -195,16 +156,14 @@ class PromptStage:
             raise ValueError(f"prompt_ids must be the drawn round's ids {self.pending.prompt_ids.tolist()}, "
                              f"got {ids.tolist()}")
         self.state.update(ids, rewards, completion_lengths, round=self.round, prompt_tokens=prompt_tokens)
-        if isinstance(self.method, Greso):  # GRESO adapts every step from its second epoch on
-            epoch = self.cursor // self.state.num_prompts if self.cursor else 0
-            self.control = self.method.adapt(self.control, as_array(rewards, "rewards"), epoch)
+        self.method.observe(as_array(rewards, "rewards"), self.cursor // self.state.num_prompts)
         self.round += 1
         self.pending = None
 
     # -- save / restore -----------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Plain JSON: the state, the round, the permutation cursor and GRESO's control.
+        """Plain JSON: the state, the round, the permutation cursor and the rule's own state (``control``).
 
         A round drawn but not yet updated is saved as not drawn (engines prefetch the next round before
         they checkpoint): the resumed stage draws it again, the same prompts from the same candidates.
@@ -212,7 +171,7 @@ class PromptStage:
         cursor, examined = self._before_draw if self.pending is not None else (self.cursor, self.examined)
         return {"state": self.state.state_dict(), "round": self.round, "cursor": cursor,
                 "examined": examined, "method": self.method.name,
-                "control": asdict(self.control) if self.control is not None else None}
+                "control": self.method.rule_state()}
 
     def load_state_dict(self, saved: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output; the method must be the same kind."""
@@ -231,5 +190,5 @@ class PromptStage:
         self.round = integer(saved["round"], "saved['round']", minimum=0)
         self.cursor = integer(saved["cursor"], "saved['cursor']", minimum=0)
         self.examined = integer(saved["examined"], "saved['examined']", minimum=0)
-        self.control = GresoControl(**saved["control"]) if saved["control"] is not None else None
+        self.method.load_rule_state(saved["control"])
         self.pending = None

@@ -29,11 +29,15 @@ from costaware.grpo.factors import NORMALISERS
 from costaware.grpo.methods import method_from_name
 from costaware.grpo.proxy import loss_family
 from costaware.integrations.trl.losses import SUPPORTED_LOSS_TYPES
+from costaware.rollouts.prompts import REGISTRY
 from costaware.rollouts.stage import PROMPT_METHODS, prompt_method
 
 __all__ = ["AUTO_METHOD", "CostAwareGRPOConfig", "SUPPORTED_LOSS_TYPES", "resolve_method"]
 
 LOGPROB_ROWS = ("fed", "all")
+# the engines' prompt rules, each with its few words and bias label, for cost_aware_rollout's help
+_ROLLOUT_CHOICES = [f"'{name}' ({REGISTRY[name]().describe()})" for name in PROMPT_METHODS]
+_ROLLOUT_HELP = (", ".join(_ROLLOUT_CHOICES[:-1]) + " or " if len(_ROLLOUT_CHOICES) > 1 else "") + _ROLLOUT_CHOICES[-1]
 GENERATION_ENGINES = ("transformers", "kv")
 
 
@@ -232,9 +236,8 @@ class CostAwareGRPOConfig(GRPOConfig):
     # -- [rollouts] ---------------------------------------------------------------------------------
     cost_aware_rollout: str = field(
         default="all",
-        metadata={"help": "[rollouts] Which prompts get generated: 'all' (TRL's sampler), 'greso' (GRESO's "
-                  "pre-rollout skip, biased), 'cost_aware_skip' (skip as the predicted G/sqrt(c) falls, biased) or "
-                  "'cost_aware' (q ∝ G/sqrt(c) with prompt weights 1/(N q), unbiased); see costaware.rollouts."},
+        metadata={"help": f"[rollouts] Which prompts get generated: 'all' (TRL's sampler), {_ROLLOUT_HELP}; "
+                  "see costaware.rollouts."},
     )
     cost_aware_rollout_floor: float = field(
         default=0.1, metadata={"help": "[rollouts] 'cost_aware': the uniform share of q, so every weight <= 1/floor."}

@@ -35,9 +35,10 @@ are mapped back to draw slots by their group (``uid``) and their dataset key (``
 ``RLHFDataset`` copies from ``extra_info.index``, read from ``extra_info`` where verl 0.9 popped ``index``
 off the batch; it must be unique per row).
 
-Methods: the biased skip rules ``greso`` and ``cost_aware_skip`` (no weights). ``cost_aware`` is refused:
-its prompt factor 1/(N q_j) must scale every row's loss, but nothing carries a per-prompt factor from the
-sampler to verl's loss.
+Methods: the registered prompt rules (:data:`costaware.rollouts.prompts.REGISTRY`) without weights, other
+than the plain one: today the biased skip rules ``greso`` and ``cost_aware_skip``. A weighted rule
+(``cost_aware``) is refused: its prompt factor 1/(N q_j) must scale every row's loss, but nothing carries a
+per-prompt factor from the sampler to verl's loss.
 
 Checkpoints: ``StatefulDataLoader.state_dict`` stores the sampler's :meth:`state_dict` (the sampler has
 ``state_dict``/``load_state_dict``, so torchdata treats it as ``Stateful``). verl 0.9 with the plugin saves
@@ -56,7 +57,7 @@ import numpy as np
 from torch.utils.data import Sampler
 
 from costaware._checks import integer
-from costaware.rollouts.prompts import cost_aware_skip, greso
+from costaware.rollouts.prompts import REGISTRY
 from costaware.rollouts.stage import PromptStage
 from costaware.rollouts.state import StateConfig
 
@@ -68,14 +69,28 @@ except ImportError:  # no verl, or verl 0.9 (the plugin's hook, curriculum.py, n
 __all__ = ["OPTIONS_KEY", "PROMPT_METHODS", "CostAwarePromptSampler", "dataset_keys", "fold_batch"]
 
 OPTIONS_KEY = "data.sampler.costaware"
-PROMPT_METHODS = {"greso": greso, "cost_aware_skip": cost_aware_skip}
-_REFUSED = {
-    "cost_aware": "its prompt factor 1/(N q_j) must multiply every row's loss, but verl gives the sampler "
-                  "no way into the loss; use greso or "
-                  "cost_aware_skip (biased skips, no weights), or the TRL integration for cost_aware",
-    "uniform": "use verl's own sampler (data.shuffle=true) for uniform prompts",
-    "two_stage": "it needs a second generation call inside the step, which verl's trainer does not make",
-}
+_REFUSED = {"two_stage": "it needs a second generation call inside the step, which verl's trainer does not make"}
+
+
+def _offered() -> dict[str, Any]:
+    """The registry's rules verl runs (name -> factory), read when the options are: no weights, not plain."""
+    return {name: f for name, f in REGISTRY.items() if not (m := f()).weighted and not m.plain}
+
+
+def _refused(name: str) -> str | None:
+    """Why verl does not run the registered or known rule ``name`` (None: it does, or no such rule)."""
+    if name in _REFUSED:
+        return _REFUSED[name]
+    if name not in REGISTRY or name in _offered():
+        return None
+    if REGISTRY[name]().plain:
+        return f"use verl's own sampler (data.shuffle=true) for {name} prompts"
+    return (f"its prompt factor 1/(N q_j) must multiply every row's loss, but verl gives the sampler no way into "
+            f"the loss; use one of {tuple(_offered())} (no weights), or the TRL integration for {name}")
+
+
+# name -> factory of the rules verl runs (at import; the options are checked against the registry itself)
+PROMPT_METHODS = _offered()
 _COMMON = ("method", "seed", "group_size", "index_key", "max_candidate_batches")
 _STATE = tuple(p for p in inspect.signature(StateConfig).parameters if p not in ("group_size", "std", "eps"))
 
@@ -110,17 +125,20 @@ def _read_options(data_config: Any, num_prompts: int) -> tuple[Any, dict[str, An
     """(the prompt method, the PromptStage arguments) from ``data.sampler.costaware``, each checked once."""
     node = _get(data_config, "sampler.costaware")
     if node is None:
-        raise ValueError(f"{OPTIONS_KEY} must be set (at least +{OPTIONS_KEY}.method=greso|cost_aware_skip), got None")
+        raise ValueError(f"{OPTIONS_KEY} must be set (at least +{OPTIONS_KEY}.method={'|'.join(_offered())}), "
+                         "got None")
     try:
         options = dict(node.items())
     except AttributeError:
         raise ValueError(f"{OPTIONS_KEY} must be a mapping, got {node!r}") from None
     method = options.get("method")
-    if method in _REFUSED:
-        raise ValueError(f"{OPTIONS_KEY}.method={method!r} is not offered in verl: {_REFUSED[method]}")
-    if method not in PROMPT_METHODS:
-        raise ValueError(f"{OPTIONS_KEY}.method must be one of {tuple(PROMPT_METHODS)}, got {method!r}")
-    factory = PROMPT_METHODS[method]
+    why = _refused(method) if isinstance(method, str) else None
+    if why is not None:
+        raise ValueError(f"{OPTIONS_KEY}.method={method!r} is not offered in verl: {why}")
+    offered = _offered()
+    if method not in offered:
+        raise ValueError(f"{OPTIONS_KEY}.method must be one of {tuple(offered)}, got {method!r}")
+    factory = offered[method]
     own = tuple(inspect.signature(factory).parameters)
     unknown = sorted(set(options) - set(_COMMON) - set(_STATE) - set(own))
     if unknown:
@@ -238,7 +256,7 @@ class CostAwarePromptSampler(_Base):
     Args (verl passes both by name):
         data_source: the train dataset (its length is N; its rows' keys map scored rows back).
         data_config: verl's ``data`` config; options under ``data.sampler.costaware``: ``method``
-            (``greso`` | ``cost_aware_skip``), that method's factory arguments, ``seed`` (default
+            (a registered rule without weights: ``greso`` | ``cost_aware_skip``), that method's factory arguments, ``seed`` (default
             ``data.seed``, else 0), ``group_size`` (default ``actor_rollout_ref.rollout.n``), ``index_key``
             (default ``index``), ``max_candidate_batches`` and the :class:`StateConfig` fields.
     """
