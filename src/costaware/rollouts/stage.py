@@ -28,7 +28,7 @@ order), so with nothing skipped a skip rule visits every prompt once per epoch, 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -156,7 +156,7 @@ class PromptStage:
         m = self.method
         t = self.round
         if isinstance(m, (Greso, CostAwareSkip)):
-            keep = (m.keep_probabilities(self.state, self.control) if isinstance(m, Greso)
+            keep = (m.keep_probabilities(self.state, cast(GresoControl, self.control)) if isinstance(m, Greso)
                     else m.keep_probabilities(self.state, t))
             per_call = m.sampling_batch_size(self.batch) if isinstance(m, Greso) else self.batch
             ids, examined = fill_prompt_batch(self._candidates, keep, self.batch, per_call, rng=self._rng(1),
@@ -197,7 +197,7 @@ class PromptStage:
         self.state.update(ids, rewards, completion_lengths, round=self.round, prompt_tokens=prompt_tokens)
         if isinstance(self.method, Greso):  # GRESO adapts every step from its second epoch on
             epoch = self.cursor // self.state.num_prompts if self.cursor else 0
-            self.control = self.method.adapt(self.control, as_array(rewards, "rewards"), epoch)
+            self.control = self.method.adapt(cast(GresoControl, self.control), as_array(rewards, "rewards"), epoch)
         self.round += 1
         self.pending = None
 
