@@ -27,7 +27,7 @@ MemoryError.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Mapping, Set
+from collections.abc import Mapping, Set, Sized
 from typing import Any
 
 import numpy as np
@@ -116,7 +116,7 @@ def probability_vector(p: Any, name: str = "p", *, atol: float = 1e-8) -> np.nda
     return arr
 
 
-def same_length(**arrays: np.ndarray) -> int:
+def same_length(**arrays: Sized) -> int:
     lengths = {k: len(v) for k, v in arrays.items()}
     if len(set(lengths.values())) > 1:
         raise ValueError("mismatched lengths: " + ", ".join(f"{k}={n}" for k, n in lengths.items()))

@@ -63,15 +63,25 @@ ROLLOUTS = ("all", *PROMPT_METHODS, "dapo")
 
 
 class ArmFields(Protocol):
-    """What :meth:`Arm.of` reads: a run's spec (``experiments.profile.RunSpec``) and its record (``RunId``)."""
+    """What :meth:`Arm.of` reads: a run's spec (``experiments.profile.RunSpec``) and its record (``RunId``).
 
-    method: str
-    weights: str
-    alpha: float
-    proxy_noise: float
-    step_budget: str
-    proxy: str
-    rollout: str
+    Read-only members (properties), so that frozen dataclasses satisfy it.
+    """
+
+    @property
+    def method(self) -> str: ...
+    @property
+    def weights(self) -> str: ...
+    @property
+    def alpha(self) -> float: ...
+    @property
+    def proxy_noise(self) -> float: ...
+    @property
+    def step_budget(self) -> str: ...
+    @property
+    def proxy(self) -> str: ...
+    @property
+    def rollout(self) -> str: ...
 
 
 def _bad(name: str, value: Any, why: str) -> ValueError:

@@ -339,6 +339,7 @@ class CostAwareSampler(Sampler[int]):
                 chunk = run.idx
                 ids, ws, cs = chunk.tolist(), run.w.tolist(), self._costs[chunk].tolist()
             j = run.pos
+            assert run.seg is not None  # set with every chunk: by _refill, or above for a restored one
             run.pos = run.seg[3] = j + 1
             self.drawn += 1
             self.drawn_cost += cs[j]  # one addition per draw, in order: a resumed run sums the same

@@ -224,6 +224,7 @@ def main(args: argparse.Namespace) -> int:
         run_config["responses"] = str(Path(args.responses).resolve())
         title = f"{args.benchmark or 'responses'}: {Path(args.responses).name}"
     else:
+        assert benchmark is not None  # check_args: --benchmark is required with --model
         records, responses, k = benchmark, None, args.k or DEFAULT_K
         title = f"{args.benchmark}: {Path(args.model).name}"
     for x in args.pass_k or []:

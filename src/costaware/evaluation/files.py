@@ -10,6 +10,7 @@ import csv
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from os import PathLike
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     return [row for row, _ in read_located_rows(path)]
 
 
-def read_jsonl_objects(path: Path, limit: int | None = None) -> list[tuple[int, dict[str, Any]]]:
+def read_jsonl_objects(path: str | PathLike[str], limit: int | None = None) -> list[tuple[int, dict[str, Any]]]:
     """The JSON objects of a JSON Lines file with their 1-based line numbers (blank lines skipped; at most
     ``limit`` objects, the rest of the file unread). A bad line is a ValueError naming ``path:line``."""
     out: list[tuple[int, dict[str, Any]]] = []
@@ -45,7 +46,7 @@ def read_jsonl_objects(path: Path, limit: int | None = None) -> list[tuple[int, 
 
 
 @contextmanager
-def _utf8(path: Path, line: Callable[[], int] | None = None) -> Iterator[None]:
+def _utf8(path: str | PathLike[str], line: Callable[[], int] | None = None) -> Iterator[None]:
     """A binary or non-UTF-8 file is a ValueError naming the file (and the line), not a bare codec error."""
     try:
         yield

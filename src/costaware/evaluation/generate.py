@@ -144,7 +144,7 @@ def load_model(path: str | Path, *, device: str | None = None, dtype: str = "aut
         if not isinstance(torch_dtype, torch.dtype):
             raise ValueError(f"dtype must be 'auto' or a torch dtype name such as 'bfloat16', got {dtype!r}")
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype)
-    return model.to(device).eval()
+    return model.to(device).eval()  # type: ignore[arg-type]  # transformers' stubs type .to's self as its first arg
 
 
 # ---------------------------------------------------------------------------------------- transformers

@@ -214,6 +214,7 @@ def evaluate(
         else default_pass_ks(k)
     )
     if chunk_size is None:
+        assert generate_fn is not None  # set above when there are no responses, which set chunk_size
         chunk_size = generate_fn.preferred_chunk(k) if hasattr(generate_fn, "preferred_chunk") else 8
     chunk_size = integer(chunk_size, "chunk_size", minimum=1)
 
@@ -243,8 +244,9 @@ def evaluate(
             if not todo:
                 continue
             if responses is not None:
-                outputs = [list(responses[i]) for i in chunk]
+                outputs: Sequence[Sequence[Any]] = [list(responses[i]) for i in chunk]
             else:
+                assert generate_fn is not None  # set above when there are no responses
                 outputs = generate_fn([prompts[i] for i in chunk], k)
             if len(outputs) != len(chunk):
                 raise ValueError(f"generate_fn returned {len(outputs)} lists for {len(chunk)} prompts")

@@ -12,7 +12,7 @@ import math
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from costaware.experiments.profile import Profile, RunSpec
 from costaware.experiments.tasks import get_task
@@ -135,15 +135,15 @@ def run_grpo(spec: RunSpec, profile: Profile, sft_dir: Path, workdir: Path) -> d
         finally:
             generation["seconds"] += time.perf_counter() - start
 
-    trainer._generate = timed_generate
+    trainer._generate = timed_generate  # type: ignore[method-assign]  # this trainer's generation, timed
 
     def record(step: int) -> None:
         st = trainer.cost_aware_state
         evals.append(EvalPoint(
             # generation rounds: one per pool, plus every ZVF refill batch (each as large as a pool)
             rounds=int(st["generations"]) + int(st.get("zvf_refills", 0)), po_tokens=int(st["tokens"]), generated_tokens=int(rollouts["generated_tokens"]),
-            **dict(zip(("heldout_accuracy", "validation_accuracy"),
-                       evaluate.start(trainer.model, "grpo") if step == 0 else evaluate(trainer.model), strict=True)),
+            **cast("dict[str, Any]", dict(zip(("heldout_accuracy", "validation_accuracy"),
+                       evaluate.start(trainer.model, "grpo") if step == 0 else evaluate(trainer.model), strict=True))),
             step=step, po_seconds=float(st["po_seconds"]), po_tokens_plain=int(st["tokens_plain"]),
             po_tokens_nonzero=int(st["tokens_nonzero"]),
         ))  # fmt: skip

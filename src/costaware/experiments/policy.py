@@ -53,7 +53,9 @@ def build_policy(
     from costaware.tiny import char_tokenizer, tiny_qwen2
 
     if alphabet is None:
-        from costaware.experiments.arith import ALPHABET as alphabet
+        from costaware.experiments.arith import ALPHABET
+
+        alphabet = ALPHABET
     tokenizer = char_tokenizer(alphabet, model_max_length=256)
     model = tiny_qwen2(
         tokenizer,

@@ -128,6 +128,9 @@ class MethodRow:
     j_eff_se: float  # its leave-one-pool-out jackknife standard error
 
 
+_Summary = tuple[float, float, float, float, float]  # (V_sub, V_eff, tokens, J_sub, J_eff) of a method
+
+
 @dataclass(frozen=True)
 class CheckpointResult:
     rounds: int  # GRPO rounds after SFT
@@ -151,7 +154,7 @@ class RowVarianceResult:
     seconds: float
 
 
-def summarise(pools: list[Pool], steps: int, m: int) -> tuple[float, float, dict[str, tuple[float, ...]]]:
+def summarise(pools: list[Pool], steps: int, m: int) -> tuple[float, float, dict[str, _Summary]]:
     """(V_pool, ‖E g‖², per method (V_sub, V_eff, tokens, J_sub, J_eff)) over ``pools``, with J = V × tokens."""
     grads = torch.stack([p.grad for p in pools])
     k, gram = len(pools), (grads @ grads.T).numpy()
@@ -167,7 +170,7 @@ def summarise(pools: list[Pool], steps: int, m: int) -> tuple[float, float, dict
             draws = max(1, round(pool.adv.size / steps)) if name == "p_star_nzrows" else m
             v = iid_step_variance(pool.sq_norms, p, g_sq, draws)
             per[name].append((v, v, fed_tokens(p, pool.costs, draws)))
-    out = {}
+    out: dict[str, _Summary] = {}
     for name, rows in per.items():
         v_sub, v_rest, tokens = np.mean(rows, axis=0)
         out[name] = (v_sub, steps * v_pool + v_rest, tokens, v_sub * tokens, (steps * v_pool + v_rest) * tokens)
@@ -180,7 +183,7 @@ def checkpoint_result(rounds: int, pools: list[Pool], skipped: int, steps: int, 
     k = len(pools)
     loo = [summarise(pools[:i] + pools[i + 1 :], steps, m)[2] for i in range(k)] if k > 2 else []
 
-    def ratio(x: dict[str, tuple[float, ...]], name: str) -> float:
+    def ratio(x: dict[str, _Summary], name: str) -> float:
         return x[name][4] / x["nonzero"][4]
 
     def jackknife_se(name: str) -> float:
@@ -302,7 +305,7 @@ def run(profile: Profile, *, rounds: tuple[int, ...], pools: int, seed: int, out
         model.eval()  # no dropout in the tiny Qwen2; eval only pins it
         rng, gen = np.random.default_rng([seed, r, 1]), torch.Generator().manual_seed(seed * 1_000_003 + r)
         drawn = [rollout_batch(model, tok, task, profile, rng, gen) for _ in range(pools)]
-        kept = [measure_pool(model, *d) for d in drawn if d[0] is not None]
+        kept = [measure_pool(model, batch, n, rate) for batch, n, rate in drawn if batch is not None]
         if len(kept) < 2:
             raise ValueError(f"rounds={r}: {len(kept)} of {pools} pools have a row with A != 0; need 2 (raise pools)")
         results.append(checkpoint_result(r, kept, pools - len(kept), steps, m))

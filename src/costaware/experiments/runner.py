@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from costaware.experiments.keys import run_file
 from costaware.experiments.profile import GROUPS, HEADLINE, PROFILES, Profile, RunSpec, run_specs
@@ -65,7 +65,7 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
             raise ValueError(f"--set takes field=value with a Profile field (see --show-profile), got {item!r}")
         if name in out:
             raise ValueError(f"--set gives {name} twice, got {item!r}")
-        kind = fields[name].type  # the annotation, a string: "int", "float", "str", "tuple[int, ...]"
+        kind = cast(str, fields[name].type)  # the annotation, a string: "int", "float", "str", "tuple[int, ...]"
         try:
             if kind.startswith("tuple["):
                 elem = scalars[kind[len("tuple["):].split(",")[0]]
@@ -150,7 +150,10 @@ def out_lock(out: Path) -> Iterator[None]:
             raise ValueError(f"--out {str(out)!r} is in use by another costaware reproduce "
                              f"(lock {out / LOCK_NAME} held); wait for it or choose another --out") from None
         try:
-            handle.seek(0), handle.truncate(), handle.write(f"{os.getpid()}\n"), handle.flush()
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"{os.getpid()}\n")
+            handle.flush()
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)

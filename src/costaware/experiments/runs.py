@@ -27,12 +27,13 @@ def run_one(spec_d: dict[str, Any], profile_d: dict[str, Any], sft_dir: str, out
 
     torch.set_num_threads(1)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    profile = Profile(**{k: tuple(v) if isinstance(v, list) else v for k, v in profile_d.items()})
+    fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in profile_d.items()}
+    profile = Profile(**fields)
     spec = RunSpec(**spec_d)
     profile = spec.scaled(profile)
     start = time.perf_counter()
     run = run_control if spec.method == "sft" else run_grpo
-    args = (spec, profile, Path(sft_dir)) + (() if spec.method == "sft" else (Path(out_file).with_suffix(""),))
+    args: tuple[Any, ...] = (spec, profile, Path(sft_dir)) + (() if spec.method == "sft" else (Path(out_file).with_suffix(""),))
     with warnings.catch_warnings():
         warnings.simplefilter("always", RuntimeWarning)
         out = run(*args)

@@ -23,7 +23,7 @@ def _score_sft(tok: Any, model: Any, profile: Profile, task_name: str) -> dict[s
     from costaware.experiments import policy
 
     task, (held, _) = get_task(task_name), eval_sets(profile, task_name)
-    kw = dict(max_size=profile.sizes(task_name)[1], generation=profile.generation)
+    kw: dict[str, Any] = dict(max_size=profile.sizes(task_name)[1], generation=profile.generation)
     return {"greedy_accuracy": policy.evaluate(model, tok, task, held, k=1, temperature=0, **kw).accuracy,
             "sampled_accuracy": policy.evaluate(model, tok, task, held, k=profile.eval_k, **kw).accuracy,
             "held_out": held_out_config(profile)}  # fmt: skip

@@ -90,6 +90,7 @@ def demonstrations(
     rng = np.random.default_rng() if rng is None else rng
     first = sorting.insertion_steps(tasks, mistake_prob=mistake_prob, rng=rng)
     second = sorting.insertion_steps(tasks, mistake_prob=mistake_prob * style.check_mistake_scale, rng=rng)
+    n: int  # numpy's stubs give shape entries as Any, which would pick rng.random's scalar overload
     n, max_size = tasks.digits.shape
     checked = rng.random(n) < style.check_prob
     rambles = rng.random(n) < style.ramble_prob

@@ -43,6 +43,7 @@ def eval_sets(profile: Profile, task_name: str) -> tuple[TaskSet, TaskSet]:
     sizes = dict(min_size=lo, max_size=hi)
     held = task.make_tasks(profile.eval_prompts, **sizes, rng=np.random.default_rng(HELD_OUT_SEED))
     seen = set(held.prompts)
+    prompts: list[str]
     rng, prompts, answers = np.random.default_rng(VALIDATION_SEED), [], []
     for _ in range(20):  # small size ranges repeat prompts: draw until enough unseen ones
         if len(prompts) >= profile.validation_prompts:
@@ -129,7 +130,7 @@ class Evaluator:
         from costaware.experiments import policy
 
         self.task, self.tok, self.seconds = get_task(task_name), tok, 0.0
-        self.kw = dict(max_size=profile.sizes(task_name)[1], k=profile.eval_k, generation=profile.generation)
+        self.kw: dict[str, Any] = dict(max_size=profile.sizes(task_name)[1], k=profile.eval_k, generation=profile.generation)
         self.key = (checkpoint_key(sft_dir), task_name, profile.eval_prompts, profile.validation_prompts,
                     profile.eval_k, profile.sizes(task_name), profile.generation)  # fmt: skip
 

@@ -106,7 +106,7 @@ def check_model(model: Any) -> Any:
     if rope_type in _LENGTH_DEPENDENT_ROPE:
         raise ValueError(f"model.config: rope_type={rope_type!r} changes the rotary frequencies with the sequence "
                          f"length; supported are the fixed-frequency types (not {_LENGTH_DEPENDENT_ROPE})")
-    if model.training and getattr(cfg, "attention_dropout", 0.0):
+    if model.training and bool(getattr(cfg, "attention_dropout", 0.0)):
         raise ValueError(f"model.config.attention_dropout={cfg.attention_dropout!r} with the model in training "
                          "mode: this forward has no dropout; call model.eval() or set attention_dropout=0")
     return cfg

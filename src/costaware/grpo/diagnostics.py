@@ -33,7 +33,9 @@ def _row_count(rows: Mapping[str, torch.Tensor]) -> int:
     counts = {k: v.shape[0] if isinstance(v, torch.Tensor) and v.ndim else None for k, v in rows.items()}
     if None in counts.values() or len(set(counts.values())) != 1 or next(iter(counts.values())) == 0:
         raise ValueError(f"rows must hold tensors with the same non-zero number of rows, got {counts}")
-    return next(iter(counts.values()))
+    n = next(iter(counts.values()))
+    assert n is not None  # None was refused above
+    return n
 
 
 def _finite_norms(norms: torch.Tensor) -> torch.Tensor:

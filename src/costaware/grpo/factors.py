@@ -168,6 +168,7 @@ def _row_factors(
     if family == "row_mean":
         # the rank divides by s rows (padding included) and DDP by P; a step with no draws is padding only
         return _finite_factors(w * (num_ranks * w.numel() / draws), "draws", draws) if draws > 0 else torch.zeros_like(w)
+    assert fed is not None  # the token-mean family, the only one left, always has it
     t_fed = max(float(fed.sum()), 1.0)  # TRL clamps at 1
     return _finite_factors(w * (num_ranks * t_fed / tokens), "tokens", tokens) if tokens > 0 else torch.zeros_like(w)
 

@@ -178,7 +178,7 @@ def aggregate(
     mode: str = "token-mean",
     seq_weights: Any | None = None,
     *,
-    num_tokens: float | None = None,
+    num_tokens: float | torch.Tensor | None = None,  # a 0-dim tensor is read as its value
     num_sequences: float | None = None,
 ) -> torch.Tensor:
     """Reduce (B, T) token losses to a scalar as verl's ``agg_loss``, each row times ``seq_weights[i]``.

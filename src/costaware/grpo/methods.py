@@ -299,6 +299,7 @@ class Pods(_GroupSubset):
     name: ClassVar[str] = "pods"
 
     def _mask(self, pool: RowPool, group_size: int, keep: int) -> torch.Tensor:
+        assert pool.rewards is not None  # select() checked it
         return _pods_select(pool.rewards, group_size, keep)
 
 
@@ -311,6 +312,7 @@ class CostPods(_GroupSubset):
     uses_costs: ClassVar[bool] = True
 
     def _mask(self, pool: RowPool, group_size: int, keep: int) -> torch.Tensor:
+        assert pool.rewards is not None  # select() checked it
         return _cost_pods_select(pool.rewards, torch.from_numpy(pool.costs), group_size, keep)
 
 

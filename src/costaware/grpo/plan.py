@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -34,7 +34,7 @@ from costaware._checks import _show, integer
 from costaware.alias import MAX_DRAWS, _build_alias, draw
 from costaware.grpo._draws import draw_until_fed_tokens, draw_until_tokens, gather, merge_chunks
 from costaware.grpo.config import MAX_STEPS, METHODS, SamplingConfig
-from costaware.grpo.methods import RowPool
+from costaware.grpo.methods import Drawing, RowPool, Subset
 
 __all__ = ["METHODS", "SamplingConfig", "MiniBatch", "Plan", "plan_minibatches"]
 
@@ -244,7 +244,7 @@ def plan_minibatches(
     # float rounding of a row equal to its group's mean is not signal (see SamplingConfig.zero_tol)
     nonzero_np = abs_np > config.zero_tol * abs_np.max()
     nonzero = torch.from_numpy(nonzero_np)
-    common = dict(
+    common: dict[str, Any] = dict(
         method=config.method,
         tokens_plain=int(c_np.sum()),
         tokens_nonzero=int(c_np[nonzero_np].sum()),
@@ -256,6 +256,7 @@ def plan_minibatches(
         return Plan((), probs=None, advantages=adv, skipped="every advantage in the pool is zero", **common)
 
     if not method.weighted:  # a subset, run once, shuffled
+        assert isinstance(method, Subset)  # every unweighted method is one
         sel = method.select(RowPool(adv, nonzero, cost_np, r, group_size, float(config.zero_tol)))
         if sel.skipped is not None:
             return Plan((), probs=None, advantages=sel.advantages, skipped=sel.skipped, **common)
@@ -274,10 +275,11 @@ def plan_minibatches(
         if not (proxy > 0).any() and not keep_zero:
             return Plan((), probs=None, advantages=adv, skipped="the noised proxy is zero on every row",
                         **common)
+    assert isinstance(method, Drawing)  # every weighted method is one
     drawn = method.probs(proxy, cost_np, config.beta)
     p, beta, alpha = drawn.p, drawn.beta, drawn.alpha
     try:
-        w = dist._all_weights(p, config.weights)
+        w = dist._all_weights(p, cast(dist.WeightMode, config.weights))  # SamplingConfig checked it
     except ValueError as exc:  # name what the caller can change
         raise ValueError(
             f"advantages and costs (with alpha={alpha!r}, beta={beta!r}) give a row so small a probability "

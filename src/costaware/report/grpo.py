@@ -84,7 +84,7 @@ def arm_stats(runs: Sequence[RunResult], target: float, upto: float, *,
     return out
 
 
-def _interval(st: dict[str, Any], v: str, lo: float, hi: float) -> str:
+def _interval(st: dict[str, Any], v: str, lo: str, hi: str) -> str:
     """``v [lo, hi]``, or ``v`` alone where the arm has too few seeds for an interval."""
     return f"{v} [{lo}, {hi}]" if st["seeds"] >= MIN_SEEDS_FOR_CI else v
 
@@ -260,7 +260,7 @@ def _generation_share_line(runs: Sequence[RunResult]) -> list[str]:
     if not timed:
         return []
     wall = sum(r.wall_seconds for r in timed)
-    gen, ev = sum(r.generation_seconds for r in timed) / wall, sum(r.eval_seconds for r in timed) / wall
+    gen, ev = sum(r.generation_seconds or 0.0 for r in timed) / wall, sum(r.eval_seconds or 0.0 for r in timed) / wall  # each set
     return [f"Generation's share of the run wall time ({len(timed)} runs, {wall:.0f} s): {100 * gen:.0f}% in the "
             f"training rounds' generation, {100 * ev:.0f}% in evaluations (sampling the held-out and validation sets), "
             f"{100 * (1 - gen - ev):.0f}% the rest (policy optimisation, log-prob passes, setup).", ""]
@@ -483,8 +483,8 @@ def write_report(results: Sequence[RunResult], out: Path, *, command: str, profi
     lines += ["## Verdicts at other targets", "",
               "The same claims at 90%, 95% and 98% of the lowest seed-mean peak (at the job's price); a saving that "
               "holds at only one target says so.", ""]
-    for ev, rows in zip(evs, targets, strict=True):
-        lines += _target_lines(ev, rows)
+    for ev, target_rows in zip(evs, targets, strict=True):
+        lines += _target_lines(ev, target_rows)
     for section in TASK_SECTIONS:
         lines += section(results, logs)
 

@@ -124,7 +124,7 @@ def predict(sec: Section, logs: Mapping[RunId, Path] | None, generation_cost: fl
                 skipped.setdefault(s.name, {}).setdefault(method, []).append(
                     (s.overall_tokens_skipped, s.overall_signal_lost))
             rows.append(res.row_level.overall)
-    prompt_level = {c: {m: s for m, v in by.items() if (s := Spread.of(v)) is not None} for c, by in ratios.items()}
+    prompt_level = {c: {m: sp for m, v in by.items() if (sp := Spread.of(v)) is not None} for c, by in ratios.items()}
     skips = {k: {m: (t, g) for m, v in by.items()
                  if (t := Spread.of([a for a, _ in v])) is not None and (g := Spread.of([b for _, b in v])) is not None}
              for k, by in skipped.items()}

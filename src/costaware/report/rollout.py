@@ -108,7 +108,7 @@ class RolloutEvidence:
 def _counts(sec: Section, key: Key) -> PromptCounts:
     def mean(name: str) -> float | None:
         v = [r.counters.get(name) for r in sec.arms[key]]
-        return None if any(x is None for x in v) else float(np.mean(v))
+        return None if any(x is None for x in v) else float(np.mean([x for x in v if x is not None]))
     return PromptCounts(mean("prompts_examined"), mean("prompts_drawn"), mean("zvf_refills"))
 
 
@@ -147,7 +147,7 @@ def evaluate_rollout(sec: Section, baseline: str | Arm = "none", *, target_fract
                                      generation_cost, n_boot, seed)
         return done[(a, b)]
 
-    peer_savings = {k(p): c.savings[HEADLINE_AXIS] for p in TARGET_PEERS if (c := comp(base, k(p))) is not None}
+    peer_savings = {k(p): cmp.savings[HEADLINE_AXIS] for p in TARGET_PEERS if (cmp := comp(base, k(p))) is not None}
     targets = tuple(_target(sec, ev, c, peer_savings, comp) for c in cands)
     return RolloutEvidence(ev, cands, targets, {key: _counts(sec, key) for key in sec.arms}, peer_savings)
 
@@ -174,6 +174,7 @@ def _target(sec: Section, ev: E.Evidence, cand: Key, peer_savings: dict[Key, Est
     if vs_best is None:
         short.append("none of " + ", ".join(label(p) for p in TARGET_PEERS) + " was run, so the best peer is unknown")
     else:
+        assert best is not None  # vs_best is compared against the best peer
         b = vs_best.savings[HEADLINE_AXIS]
         if not (b.value >= MIN_SAVING_OVER_BEST and b.lo > 0):
             short.append(f"against the best peer, {sec.name(best)} (itself saving {_pct(peer_savings[best])} over "

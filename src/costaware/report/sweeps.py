@@ -108,6 +108,7 @@ def measured_ratio(runs: Sequence[RunResult]) -> float | None:
              and r.evals[-1].po_seconds > 0 and r.evals[-1].po_tokens > 0]
     if not timed:
         return None
-    gen = sum(r.generation_seconds for r in timed) / sum(r.evals[-1].generated_tokens for r in timed)
+    # `or 0.0` only narrows the type: every run in `timed` has generation_seconds
+    gen = sum(r.generation_seconds or 0.0 for r in timed) / sum(r.evals[-1].generated_tokens for r in timed)
     po = sum(r.evals[-1].po_seconds for r in timed) / sum(r.evals[-1].po_tokens for r in timed)
     return float(gen / po)

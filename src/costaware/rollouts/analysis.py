@@ -199,8 +199,7 @@ def analyse(records: list[PromptRound], config: AnalysisConfig | None = None) ->
         c = np.maximum(gen + po, 1e-12)
         B = ids.size
         u = np.full(B, 1.0 / B)
-        ju = j_value(g, c, u)
-        Ju.append(ju)
+        Ju.append(j_value(g, c, u))
         zero_share.append(float(1.0 - informative.mean()))
         put("oracle", "oracle", j_value(g, c, np.sqrt(g**2 / c) + 0.0))
         # history predictors (state holds rounds < t only)

@@ -43,7 +43,7 @@ TRL_EPS = 1e-4  # TRL adds 1e-4 to the group std (verl 1e-6)
 Std = Literal["sample", "population"]
 
 
-def _std_kind(std: Any) -> str:
+def _std_kind(std: Any) -> Std:
     if std not in ("sample", "population"):
         raise ValueError(f"std must be 'sample' (ddof=1, TRL/verl) or 'population', got {std!r}")
     return std

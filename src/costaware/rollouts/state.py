@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from costaware._checks import _show, as_array, integer, real_scalar
-from costaware.rollouts.group import TRL_EPS, _abs_adv_sum, beta_binomial_pmf
+from costaware.rollouts.group import TRL_EPS, Std, _abs_adv_sum, beta_binomial_pmf
 
 __all__ = ["UNSEEN", "INFORMATIVE", "ALL_CORRECT", "ALL_WRONG", "StateConfig", "PromptState"]
 
@@ -78,7 +78,7 @@ class StateConfig:
     decay: float = 0.9
     length_prior: float | None = None
     length_prior_weight: float = 1.0
-    std: str = "sample"
+    std: Std = "sample"
     eps: float = TRL_EPS
 
     def __post_init__(self) -> None:

@@ -71,7 +71,8 @@ def run_trials(
     >>> out.err_avg.shape, out.checkpoints.tolist()
     ((8, 5), [1, 6, 32, 178, 1000])
     """
-    kind = KERNEL_CODE.get(getattr(problem, "loss", None))
+    loss: Any = getattr(problem, "loss", None)  # checked just below
+    kind = KERNEL_CODE.get(loss)
     if not isinstance(problem, (LeastSquares, LogisticRegression)) or kind is None:
         raise ValueError(
             f"run_trials supports LeastSquares and LogisticRegression, got {type(problem).__name__} "

@@ -103,7 +103,7 @@ def step_schedule(
             raise ValueError(
                 f"step_size must be 'convex', 'strongly_convex', a positive float or a callable, got {step_size!r}"
             )
-        rule = step_size
+        rule: str = step_size
     elif callable(step_size):
         eta = np.asarray(step_size(t), dtype=np.float64)
         if eta.shape != (steps,) or not np.all(np.isfinite(eta)) or np.any(eta <= 0):

@@ -149,11 +149,11 @@ def expected_cost(
     if _ok(direct) and direct > 0:
         return float(direct)
     # j itself is finite; only the scalar factors over/underflowed
-    log_k = (
-        2.0 * np.log(D) + np.log(j) - 2.0 * np.log(eps)
-        if D is not None
-        else np.log(4.0) + np.log(j) - np.log(mu) - np.log(eps)
-    )
+    if D is not None:
+        log_k = 2.0 * np.log(D) + np.log(j) - 2.0 * np.log(eps)
+    else:
+        assert mu is not None  # exactly one of D and mu is given (checked above)
+        log_k = np.log(4.0) + np.log(j) - np.log(mu) - np.log(eps)
     return _exp(float(log_k), "expected_cost", f"eps = {eps!r}, D = {D!r}, mu = {mu!r}, J = {j!r}")
 
 

@@ -75,7 +75,7 @@ def trim_padding(batch: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _pad_cat(parts: list[torch.Tensor], left: bool, value: float) -> torch.Tensor:
+def _pad_cat(parts: list[torch.Tensor], left: bool, value: float | None) -> torch.Tensor:
     width = max(p.shape[1] for p in parts)
     pads = [((width - p.shape[1], 0) if left else (0, width - p.shape[1])) for p in parts]
     return torch.cat(

@@ -22,7 +22,7 @@ models (FSDP, ZeRO-3), whose forward gathers parameters, stay in step.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from trl.models.utils import disable_gradient_checkpointing
@@ -30,12 +30,17 @@ from trl.models.utils import disable_gradient_checkpointing
 from costaware.grpo.shard import ShardStep
 from costaware.integrations.trl.batch import index_rows, trim_padding
 
+if TYPE_CHECKING:  # type-checked as the trainer it is mixed into; at run time a plain mixin
+    from costaware.integrations.trl._typing import TrainerState as _Trainer
+else:
+    _Trainer = object
+
 __all__ = ["FedLogprobsMixin", "OLD", "REF"]
 
 OLD, REF = "old_per_token_logps", "ref_per_token_logps"
 
 
-class FedLogprobsMixin:
+class FedLogprobsMixin(_Trainer):
     """Mixed into :class:`~costaware.integrations.trl.trainer.CostAwareGRPOTrainer` (needs its state)."""
 
     _ca_skip: frozenset[str] = frozenset()  # the passes armed to be skipped while a batch is scored

@@ -45,6 +45,7 @@ def reduce_like_trl(
     _, mode, divisor = _TRL_LOSSES[loss_type]
     rows = per_token.size(0)
     if divisor == "global_tokens":
+        assert num_items is not None  # TRL passes num_items_in_batch with every global-token loss
         tokens = num_items.clamp(min=1.0) / num_processes
         if training:
             tokens = tokens * grad_accum / steps_per_generation

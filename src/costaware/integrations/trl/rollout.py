@@ -23,7 +23,7 @@ TRL's own ``generate`` path.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -31,6 +31,11 @@ from trl.extras.profiling import profiling_context
 
 from costaware.generation import SamplingParams, kv_generate
 from costaware.generation.qwen2 import check_model
+
+if TYPE_CHECKING:  # type-checked as the trainer it is mixed into; at run time a plain mixin
+    from costaware.integrations.trl._typing import TrainerState as _Trainer
+else:
+    _Trainer = object
 
 __all__ = ["KVRolloutMixin", "rollout_seed"]
 
@@ -45,7 +50,7 @@ def rollout_seed(seed: int, process: int, step: int, call: int, *, training: boo
     return int(words[0]) << 31 | int(words[1]) >> 1  # 62 bits: a valid torch seed
 
 
-class KVRolloutMixin:
+class KVRolloutMixin(_Trainer):
     """Mixed into :class:`~costaware.integrations.trl.trainer.CostAwareGRPOTrainer` before ``GRPOTrainer``."""
 
     _ca_rollout_at: tuple[int, bool] | None = None  # (global_step, training) of the last generation

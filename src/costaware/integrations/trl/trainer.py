@@ -212,6 +212,7 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, KVRolloutMixin, GR
         spg, procs, rank = self.args.steps_per_generation, self.accelerator.num_processes, self.accelerator.process_index
         pool = self._gather_pool(batch, rewards)
         if self.prompt_stage is not None:  # fold the round into the prompt state; weighted: scale A by 1/(N q)
+            assert pool.rewards is not None  # _gather_pool gathers every row's reward
             drawn = self.prompt_stage.draw()
             factors = torch.from_numpy(prompts.fold_round(self.prompt_stage, pool.rewards, pool.lengths, pool.costs))
             for key, value in prompts.round_metrics(drawn, pool.rewards, self.num_generations).items():
@@ -245,7 +246,7 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, KVRolloutMixin, GR
             missing = self._missing_logprobs(batch)  # scored under a method that deferred them: every row
             if missing:
                 batch = {**batch, **self._all_row_logprobs(batch, missing)}
-            return split_tensor_dict(shuffle_sequence_dict(batch), spg)
+            return split_tensor_dict(shuffle_sequence_dict(batch), spg)  # type: ignore[arg-type]  # TRL's own pairing; its stubs disagree
         deferred = self._missing_logprobs(batch)
         if deferred:  # TRL's passes were skipped while scoring: run them on the fed rows (a new dict: the
             batch = {**batch, **self._fed_logprobs(batch, rnd.shards, list(rnd.pad_rows), deferred)}  # caller's

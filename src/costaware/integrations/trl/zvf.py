@@ -8,7 +8,7 @@ is gathered), so the generation collectives stay in step.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from trl.trainer.utils import RepeatSampler
@@ -16,10 +16,15 @@ from trl.trainer.utils import RepeatSampler
 from costaware.grpo.zvf import nonzero_variance_groups
 from costaware.integrations.trl.batch import concat_batches, index_rows, loss_mask
 
+if TYPE_CHECKING:  # type-checked as the trainer it is mixed into; at run time a plain mixin
+    from costaware.integrations.trl._typing import TrainerState as _Trainer
+else:
+    _Trainer = object
+
 __all__ = ["GenerationMixin"]
 
 
-class GenerationMixin:
+class GenerationMixin(_Trainer):
     """Mixed into :class:`~costaware.integrations.trl.trainer.CostAwareGRPOTrainer` (needs its state)."""
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # type: ignore[override]
@@ -44,7 +49,7 @@ class GenerationMixin:
                 description="Training",
                 batch_size=self._train_batch_size * self.args.steps_per_generation,
                 sampler_fn=lambda ds: RepeatSampler(
-                    data_source=ds,
+                    data_source=ds,  # type: ignore[arg-type]  # map-style: sized, which torch's Dataset type omits
                     mini_repeat_count=self.num_generations,
                     batch_size=self.args.generation_batch_size // self.num_generations,
                     repeat_count=1,

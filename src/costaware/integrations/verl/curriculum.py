@@ -84,6 +84,7 @@ def build_sampler(data_config: Any, dataset: Any) -> Any:
     if warmup:
         raise ValueError(f"trainer.critic_warmup must be 0 with {CLASS_PATH_KEY} (verl skips _update_actor, "
                          f"which feeds the sampler, during the warm-up), got {warmup!r}")
+    assert path is not None  # verl's factory calls this only with the key set
     cls = _load_class(path, str(name))
     if not isinstance(cls, type):
         raise TypeError(f"data.sampler.class_name={name!r} in {CLASS_PATH_KEY}={path!r} must be a class, got {cls!r}")
@@ -101,7 +102,7 @@ def feed_sampler(trainer: Any, batch: Any) -> None:
 
 def _rebind(names: tuple[str, ...], original: Any, wrapper: Any) -> None:
     for name in names:  # modules imported before the patch hold verl's function under their own name
-        user = sys.modules.get(name)
+        user: Any = sys.modules.get(name)  # a module of verl's: create_rl_sampler is set on it
         if user is not None and getattr(user, "create_rl_sampler", None) is original:
             user.create_rl_sampler = wrapper
 
@@ -150,5 +151,5 @@ def patch_sampler_factory_v1(module: Any) -> None:
                 "trainer.use_v1=false (trainer v0) to use a curriculum sampler")
         return original(data_config, dataset)
 
-    create_rl_sampler.__costaware_v1__ = True
+    create_rl_sampler.__costaware_v1__ = True  # type: ignore[attr-defined]  # a marker on the wrapper function
     module.create_rl_sampler = _mark(create_rl_sampler)

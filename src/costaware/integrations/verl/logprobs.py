@@ -117,7 +117,7 @@ def fill_fed_logprobs(
     return metrics
 
 
-def patch_logprob_passes_v1(cls: type, mark: Any) -> None:
+def patch_logprob_passes_v1(cls: type[Any], mark: Any) -> None:
     """Wrap trainer v1's ``_compute_old_log_prob(batch, metrics)`` and ``_compute_ref_log_prob`` (idempotent):
     deferred, they write nothing and return the batch."""
     import functools
@@ -150,7 +150,7 @@ def patch_logprob_passes_v1(cls: type, mark: Any) -> None:
     cls._cost_aware_logprob_passes = {OLD: old, REF: ref}
 
 
-def patch_logprob_passes(cls: type, mark: Any) -> None:
+def patch_logprob_passes(cls: type[Any], mark: Any) -> None:
     """Wrap ``_compute_old_log_prob`` and ``_compute_ref_log_prob`` of trainer v0 (idempotent)."""
     import functools
 

@@ -78,6 +78,7 @@ def update_actor_v0(trainer: Any, batch: Any, original: Any) -> Any:
         if OLD in deferred:  # fit() logged actor/entropy from the placeholder: give it the batch's
             metrics.update(skipped_step_entropy(trainer, batch, dp_size, originals))
         return DataProto.from_single_dict(data={}, meta_info={"metrics": metrics})
+    assert result.indices is not None  # set whenever the step is not skipped
     passes = {}
     if deferred:
         passes = fill_fed_logprobs(trainer, batch, result.batch, result.indices, deferred, dp_size, originals)
@@ -114,7 +115,7 @@ def patch_losses(module: Any) -> None:
     import sys
 
     for name in ("verl.workers.engine_workers", "verl.trainer.distillation.losses"):  # bound by name
-        user = sys.modules.get(name)
+        user: Any = sys.modules.get(name)  # a module of verl's: ppo_loss is set on it
         if user is not None and getattr(user, "ppo_loss", None) is original:
             user.ppo_loss = module.ppo_loss
 
@@ -170,7 +171,7 @@ def weighted_ppo_loss(
         loss = loss - config.entropy_coeff * agg(loss_mat=no_padding_2_padding(entropy, data) * extra)
     if config.use_kl_loss:
         log_prob = no_padding_2_padding(model_output["log_probs"], data)
-        kld = kl_penalty(logprob=log_prob, ref_logprob=padded["ref_log_prob"], kl_penalty=config.kl_loss_type)
+        kld = kl_penalty(logprob=log_prob, ref_logprob=padded["ref_log_prob"], kl_penalty=config.kl_loss_type)  # type: ignore[arg-type]  # verl annotates torch.FloatTensor, takes any float tensor
         loss = loss + config.kl_loss_coef * agg(loss_mat=kld * extra)
     return loss, metrics
 
@@ -178,7 +179,7 @@ def weighted_ppo_loss(
 # ---------------------------------------------------------------------------------- v1 metrics window
 
 
-def patch_metrics_aggregator(cls: type) -> None:
+def patch_metrics_aggregator(cls: type[Any]) -> None:
     """Make verl v1's ``MetricsAggregator`` keep ``cost_aware/total/*`` (last) and sum ``cost_aware/step/*``.
 
     In ``separate_async`` mode several updates share one logging window; the aggregator would otherwise
@@ -234,7 +235,7 @@ def _load_state(trainer: Any) -> None:
     )
 
 
-def _patch_checkpointing(cls: type) -> None:
+def _patch_checkpointing(cls: type[Any]) -> None:
     save, load = cls._save_checkpoint, cls._load_checkpoint
     if getattr(save, PATCH_MARK, False):
         return
@@ -255,7 +256,7 @@ def _patch_checkpointing(cls: type) -> None:
     cls._load_checkpoint = _mark(_load_checkpoint)
 
 
-def patch_v0(cls: type) -> None:
+def patch_v0(cls: type[Any]) -> None:
     """Wrap ``RayPPOTrainer._update_actor(self, batch) -> DataProto`` (idempotent); it also feeds a
     ``data.sampler.class_path`` sampler the scored batch (``curriculum.feed_sampler``)."""
     original = cls._update_actor
@@ -277,7 +278,7 @@ def patch_v0(cls: type) -> None:
     patch_logprob_passes(cls, _mark)
 
 
-def _patch_budget_stop_v0(cls: type) -> None:
+def _patch_budget_stop_v0(cls: type[Any]) -> None:
     """Trainer v0's loop iterates the dataloader: once the budget is spent, the next step's first call
     (``_get_gen_batch``, before any generation) raises :class:`TokenBudgetReached`, which ``fit`` ends on."""
     fit, get_gen_batch = getattr(cls, "fit", None), getattr(cls, "_get_gen_batch", None)
@@ -305,7 +306,7 @@ def _patch_budget_stop_v0(cls: type) -> None:
     cls.fit = _mark(_fit)
 
 
-def patch_v1(cls: type) -> None:
+def patch_v1(cls: type[Any]) -> None:
     """Wrap ``PPOTrainer._update_actor(self, batch, metrics) -> KVBatchMeta`` (idempotent)."""
     original = cls._update_actor
     if getattr(original, PATCH_MARK, False):

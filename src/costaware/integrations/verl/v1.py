@@ -84,6 +84,7 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
 
     if order is not None:
         result = replace(result, indices=order[result.indices])
+    assert result.indices is not None and result.factors is not None  # set whenever the step is not skipped
     new_keys, rounds = duplicate_key_plan(batch.keys, result.indices, tag=f"ca{trainer.global_steps}")
     copied: list[str] = []
     tag = f"ca{trainer.global_steps}"
