@@ -50,8 +50,8 @@ so the resumed run generates that round's prompts once more, and from there draw
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator, Mapping, Sized
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
 
 import numpy as np
 from torch.utils.data import Sampler
@@ -155,7 +155,7 @@ def _read_options(data_config: Any, num_prompts: int) -> tuple[Any, dict[str, An
     try:  # the core checks every value; its message starts with the argument's name
         built = factory(**{k: options[k] for k in own if options.get(k) is not None})
         state = StateConfig(group_size=g, **{k: options[k] for k in _STATE if options.get(k) is not None})
-        args = {"num_prompts": num_prompts, "group_size": g, "state_config": state,
+        args: dict[str, Any] = {"num_prompts": num_prompts, "group_size": g, "state_config": state,
                 "prompts_per_round": integer(batch, "data.train_batch_size", minimum=1, maximum=num_prompts),
                 "seed": integer(0 if seed is None else seed, "seed", minimum=0),
                 "max_candidate_batches": 64 if options.get("max_candidate_batches") is None
@@ -167,7 +167,14 @@ def _read_options(data_config: Any, num_prompts: int) -> tuple[Any, dict[str, An
     return built, args
 
 
-def dataset_keys(data_source: Sized, index_key: str = "index") -> np.ndarray:
+class _Rows(Protocol):
+    """What the sampler reads of verl's dataset: its length and its rows by position."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, i: int, /) -> Any: ...
+
+
+def dataset_keys(data_source: _Rows, index_key: str = "index") -> np.ndarray:
     """Each dataset row's key, the value verl puts in ``non_tensor_batch[index_key]`` for it.
 
     ``RLHFDataset`` (a ``dataframe``) sets ``index`` from ``extra_info.index``, read here as one column, not
@@ -261,7 +268,7 @@ class CostAwarePromptSampler(_Base):
             (default ``index``), ``max_candidate_batches`` and the :class:`StateConfig` fields.
     """
 
-    def __init__(self, data_source: Sized, data_config: Any) -> None:
+    def __init__(self, data_source: _Rows, data_config: Any) -> None:
         n = len(data_source)
         method, args = _read_options(data_config, n)
         options = _get(data_config, "sampler.costaware")
