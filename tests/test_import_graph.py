@@ -29,7 +29,7 @@ ALLOWED_CYCLES: dict[str, str] = {
 # (importer prefix, forbidden import prefixes): a lower layer never reaches up.
 CORE = ("costaware.grpo", "costaware.sgd", "costaware.generation", "costaware.evaluation", "costaware.records",
         "costaware.arms", "costaware.alias", "costaware.distributions", "costaware.sampler", "costaware.subset",
-        "costaware.theory", "costaware.tiny", "costaware._checks", "costaware._sampler_state")
+        "costaware.theory", "costaware.tiny", "costaware._checks", "costaware._sampler_state", "costaware._io")
 UPPER = ("costaware.integrations", "costaware.experiments", "costaware.report", "costaware.cli")
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     **{core: UPPER for core in CORE},

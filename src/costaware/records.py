@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from costaware._io import write_json_atomic
 from costaware.arms import DEFAULT_ALPHA, Arm, check_arm_fields
 
 __all__ = ["SCHEMA_VERSION", "RunId", "EvalPoint", "ProxyFidelityPoint", "RunResult"]
@@ -208,11 +209,7 @@ class RunResult:
 
     def save(self, path: str | Path) -> Path:
         """Write the record atomically: a killed writer leaves no half-written file."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_json()))
-        tmp.replace(path)
-        return path
+        return write_json_atomic(path, self.to_json())
 
     @classmethod
     def load(cls, path: str | Path) -> RunResult:

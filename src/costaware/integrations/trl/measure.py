@@ -43,6 +43,7 @@ import numpy as np
 import torch
 from trl import GRPOTrainer
 
+from costaware._io import write_json_atomic
 from costaware.grpo.beta import BetaCalibrator, BetaFit, _from_stats
 from costaware.grpo.diagnostics import proxy_fidelity
 from costaware.grpo.proxy import predicted_j_ratios
@@ -243,10 +244,7 @@ def save_calibration(trainer: Any, folder: str) -> None:
         "pending": trainer._ca_pending,
         "collecting": trainer._ca_collecting,
     }
-    path = os.path.join(folder, CALIBRATOR_FILE)
-    with open(f"{path}.tmp", "w") as handle:
-        json.dump(state, handle)
-    os.replace(f"{path}.tmp", path)  # atomic, like the counters
+    write_json_atomic(os.path.join(folder, CALIBRATOR_FILE), state)
 
 
 def load_calibration(trainer: Any, checkpoint: str) -> None:

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
+from costaware._io import write_json_atomic
 from costaware.rollouts.stage import PromptStage, prompt_method
 
 __all__ = ["PromptStageSampler", "fold_round", "train_sampler", "build_stage", "round_metrics", "rounds_per_pass", "STATE_FILE"]
@@ -132,13 +133,10 @@ def round_metrics(draw: Any, rewards: torch.Tensor, group_size: int) -> dict[str
 
 
 def save_stage(trainer: Any, folder: str) -> None:
-    """The prompt stage's state into a checkpoint folder (atomic: tmp + replace)."""
+    """The prompt stage's state into a checkpoint folder (atomic)."""
     if trainer.prompt_stage is None:
         return
-    path = os.path.join(folder, STATE_FILE)
-    with open(path + ".tmp", "w", encoding="utf-8") as fh:
-        json.dump(trainer.prompt_stage.state_dict(), fh)
-    os.replace(path + ".tmp", path)
+    write_json_atomic(os.path.join(folder, STATE_FILE), trainer.prompt_stage.state_dict())
 
 
 def load_stage(trainer: Any, folder: str) -> None:
