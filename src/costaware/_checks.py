@@ -35,7 +35,7 @@ import numpy as np
 _MAX_INT = int(np.iinfo(np.int64).max)
 
 
-def _show(x: Any) -> str:
+def show(x: Any) -> str:
     try:
         s = np.array2string(np.asarray(x), threshold=8, edgeitems=3) if np.ndim(x) else repr(x)
     except Exception:  # an object numpy cannot even look at
@@ -43,42 +43,42 @@ def _show(x: Any) -> str:
     return s if len(s) < 200 else s[:200] + "..."
 
 
-def _unwrap(x: Any) -> Any:
+def unwrap(x: Any) -> Any:
     if hasattr(x, "detach") and hasattr(x, "cpu"):  # torch.Tensor without importing torch
         x = x.detach().cpu().numpy()
     return x
 
 
-def _container(x: Any, name: str) -> None:
+def check_container(x: Any, name: str) -> None:
     if x is None or isinstance(x, (str, bytes, Mapping, Set)):
-        raise TypeError(f"{name} must be an array-like of numbers, got {_show(x)} ({type(x).__name__})")
+        raise TypeError(f"{name} must be an array-like of numbers, got {show(x)} ({type(x).__name__})")
 
 
 def as_array(x: Any, name: str) -> np.ndarray:
     """``x`` as a real float64 array of any shape, entries unchecked for finiteness."""
-    x = _unwrap(x)
-    _container(x, name)
+    x = unwrap(x)
+    check_container(x, name)
     try:
         raw = np.asarray(x)
     except (TypeError, ValueError) as exc:  # ragged nesting
-        raise ValueError(f"{name} must be a rectangular array of numbers, got {_show(x)}") from exc
+        raise ValueError(f"{name} must be a rectangular array of numbers, got {show(x)}") from exc
     if raw.dtype == np.bool_:
-        raise ValueError(f"{name} must hold numbers, not booleans, got {_show(raw)}")
+        raise ValueError(f"{name} must hold numbers, not booleans, got {show(raw)}")
     if np.iscomplexobj(raw):
-        raise ValueError(f"{name} must be real, got complex values {_show(raw)}")
+        raise ValueError(f"{name} must be real, got complex values {show(raw)}")
     try:
         return np.asarray(raw, dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name} must be numeric, got {_show(x)}") from exc
+        raise ValueError(f"{name} must be numeric, got {show(x)}") from exc
 
 
 def as_vector(x: Any, name: str, *, allow_empty: bool = False) -> np.ndarray:
     """`x` as a finite 1-D float64 array (torch tensors and lists accepted)."""
     arr = as_array(x, name)
     if arr.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {arr.shape}: {_show(arr)}")
+        raise ValueError(f"{name} must be 1-D, got shape {arr.shape}: {show(arr)}")
     if arr.size == 0 and not allow_empty:
-        raise ValueError(f"{name} must not be empty, got {_show(arr)}")
+        raise ValueError(f"{name} must not be empty, got {show(arr)}")
     bad = ~np.isfinite(arr)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
@@ -128,12 +128,12 @@ def same_length(**arrays: np.ndarray) -> int:
 
 def real_scalar(x: Any, name: str) -> float:
     """A finite real number as float: rejects bool, complex, None, strings, nan and ±inf (ValueError)."""
-    v = _unwrap(x)
+    v = unwrap(x)
     if isinstance(v, np.ndarray) and v.ndim == 0:
         v = v[()]
     ok = isinstance(v, (numbers.Real, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
     if not ok:
-        raise ValueError(f"{name} must be a real number, got {_show(x)} ({type(x).__name__})")
+        raise ValueError(f"{name} must be a real number, got {show(x)} ({type(x).__name__})")
     f = float(v)
     if not np.isfinite(f):
         raise ValueError(f"{name} must be finite, got {f!r}")
@@ -150,11 +150,11 @@ def integer(x: Any, name: str, *, minimum: int | None = None, maximum: int | Non
         desc = "an integer" if minimum is None else f"an integer >= {minimum}"
     if maximum is not None:
         desc += f" of at most {maximum}"
-    v = _unwrap(x)
+    v = unwrap(x)
     if isinstance(v, np.ndarray) and v.ndim == 0:
         v = v[()]
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (numbers.Real, np.integer, np.floating)):
-        raise ValueError(f"{name} must be {desc}, got {_show(x)} ({type(x).__name__})")
+        raise ValueError(f"{name} must be {desc}, got {show(x)} ({type(x).__name__})")
     if isinstance(v, (int, np.integer)):
         i = int(v)
     else:
@@ -171,7 +171,7 @@ def integer(x: Any, name: str, *, minimum: int | None = None, maximum: int | Non
 
 def boolean(x: Any, name: str) -> bool:
     if not isinstance(x, (bool, np.bool_)):
-        raise ValueError(f"{name} must be True or False, got {_show(x)} ({type(x).__name__})")
+        raise ValueError(f"{name} must be True or False, got {show(x)} ({type(x).__name__})")
     return bool(x)
 
 

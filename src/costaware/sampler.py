@@ -42,7 +42,6 @@ from torch.utils.data import Dataset, Sampler
 
 from costaware import distributions as dist
 from costaware._checks import (
-    _show,
     boolean,
     in_unit_interval,
     integer,
@@ -50,8 +49,9 @@ from costaware._checks import (
     positive_vector,
     real_scalar,
     same_length,
+    show,
 )
-from costaware._sampler_state import _indices, _Pass, load_stream, save_stream
+from costaware._sampler_state import EpochPass, _indices, load_stream, save_stream
 from costaware.alias import build_alias, draw
 
 __all__ = ["CostAwareSampler", "WeightedIndexDataset"]
@@ -173,7 +173,7 @@ class CostAwareSampler(Sampler[int]):
         self.chunk_size = _nonneg_int(chunk_size, "chunk_size", positive=True)
         self.epoch = 0
         self._version = 0  # bumped by every change of G: a chunk drawn under an older one is stale
-        self._pass: _Pass | None = None  # the iteration in progress (or restored by load_state_dict)
+        self._pass: EpochPass | None = None  # the iteration in progress (or restored by load_state_dict)
         self._started = False  # whether self._pass has yielded since it was set up
         self._unclaimed: list[list[Any]] = []  # [idx, w, start, stop] segments weights_for has not claimed
         self.drawn = 0
@@ -229,9 +229,9 @@ class CostAwareSampler(Sampler[int]):
                 break
         expected = np.concatenate(got_i) if got_i else np.empty(0, dtype=np.int64)
         if avail < k or not np.array_equal(expected, idx):
-            have = f"expected {_show(expected)}" if avail else "none is unclaimed"
+            have = f"expected {show(expected)}" if avail else "none is unclaimed"
             raise ValueError(
-                f"indices {_show(idx)} are not the next draws of this sampler: {have} (weights_for "
+                f"indices {show(idx)} are not the next draws of this sampler: {have} (weights_for "
                 "claims each yielded draw once, in order; pass every batch's indices in the order the "
                 "loader returns them, or use yield_weights=True)"
             )
@@ -301,7 +301,7 @@ class CostAwareSampler(Sampler[int]):
             base = int(torch.randint(0, 2**62, (), generator=self.generator).item())
         return np.random.Generator(np.random.PCG64(np.random.SeedSequence([base, self.epoch, self.rank])))
 
-    def _refill(self, run: _Pass) -> bool:
+    def _refill(self, run: EpochPass) -> bool:
         """Give ``run`` a fresh chunk drawn from the current p; False when its epoch is done."""
         run.left += run.idx.size - run.pos  # a stale remainder is redrawn, not yielded
         if run.left == 0:
@@ -318,7 +318,7 @@ class CostAwareSampler(Sampler[int]):
     def __iter__(self) -> Iterator[Any]:
         # Set up on the first next(), not at iter(): DataLoader creates iterators it never advances.
         if self._pass is None or self._started:
-            self._pass = _Pass(self._rng(), self.epoch, self.num_samples)
+            self._pass = EpochPass(self._rng(), self.epoch, self.num_samples)
             self._unclaimed = []
         run = self._pass
         self._started = True

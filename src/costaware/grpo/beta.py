@@ -18,7 +18,7 @@ from scipy import stats
 from costaware._checks import as_array, nonnegative_vector, positive_vector, real_scalar, same_length
 from costaware.grpo.loss_families import BETA_BOUNDS, loss_family
 
-__all__ = ["BetaFit", "fit_beta", "shrink", "BetaCalibrator"]
+__all__ = ["BetaFit", "fit_beta", "shrink", "BetaCalibrator", "fit_from_stats"]
 
 
 def _finite(x: float, name: str) -> float:
@@ -71,7 +71,7 @@ class BetaFit:
         return math.isfinite(self.stderr)
 
 
-def _from_stats(sxx: float, sxy: float, syy: float, dof: float, n_used: int, level: float) -> BetaFit:
+def fit_from_stats(sxx: float, sxy: float, syy: float, dof: float, n_used: int, level: float) -> BetaFit:
     # Costs that all round to the same log (relative spread < 1e-9) carry no slope information.
     if not (dof > 0 and sxx > 1e-18 * max(n_used, 1)):
         return BetaFit(0.0, math.inf, (-math.inf, math.inf), n_used, sxx, sxy, syy, dof, level)
@@ -114,11 +114,11 @@ def fit_beta(abs_adv: Any, grad_norms: Any, costs: Any, *, level: float = 0.95) 
     use = (a > 0) & np.isfinite(g) & (g > 0)
     n = int(use.sum())
     if n < 3:
-        return _from_stats(0.0, 0.0, 0.0, 0.0, n, level)
+        return fit_from_stats(0.0, 0.0, 0.0, 0.0, n, level)
     x = np.log(c[use])
     y = np.log(g[use]) - np.log(a[use])
     dx, dy = x - x.mean(), y - y.mean()
-    return _from_stats(float(dx @ dx), float(dx @ dy), float(dy @ dy), float(n - 2), n, level)
+    return fit_from_stats(float(dx @ dx), float(dx @ dy), float(dy @ dy), float(n - 2), n, level)
 
 
 def shrink(
@@ -218,7 +218,7 @@ class BetaCalibrator:
         """The fit from every update so far (weighted), before shrinkage."""
         # pooled with one intercept per round: dof = Σ (n_r − 1) − 1
         dof = self.centred_n - 1.0
-        return _from_stats(self.sxx, self.sxy, self.syy, dof, int(round(self.n_used)), self.level)
+        return fit_from_stats(self.sxx, self.sxy, self.syy, dof, int(round(self.n_used)), self.level)
 
     def update(self, fit: BetaFit) -> float:
         """Fold in one round's fit; return the new β."""

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from costaware import distributions as dist
-from costaware._checks import _show, as_array, as_generator, in_unit_interval, integer, real_scalar
+from costaware._checks import as_array, as_generator, in_unit_interval, integer, real_scalar, show
 from costaware.rollouts.group import predictive_abs_adv_sum
 from costaware.rollouts.state import ALL_CORRECT, ALL_WRONG, PromptState
 
@@ -75,7 +75,7 @@ def _floor(x: Any, name: str = "floor") -> float:
 def _ids(prompt_ids: Any, n: int) -> np.ndarray:
     a = as_array(prompt_ids, "prompt_ids").reshape(-1)
     if not ((a == np.round(a)).all() and (a >= 0).all() and (a < n).all()):
-        raise ValueError(f"prompt_ids must be integers in [0, {n}), got {_show(a)}")
+        raise ValueError(f"prompt_ids must be integers in [0, {n}), got {show(a)}")
     return a.astype(np.int64)
 
 
@@ -161,7 +161,7 @@ class CostAwarePrompts(UniformPrompts):
 
     def probabilities(self, state: PromptState, round: int) -> np.ndarray:
         g, c = self.sampler_inputs(state, round)
-        return dist._smoothed(dist.optimal(g, c), self.floor)
+        return dist.smoothed_kernel(dist.optimal(g, c), self.floor)
 
 
 def uniform_prompts() -> UniformPrompts:
@@ -189,7 +189,7 @@ def fill_prompt_batch(
     """
     keep = as_array(keep_probability, "keep_probability").reshape(-1)
     if not (np.isfinite(keep).all() and (keep >= 0).all() and (keep <= 1).all()):
-        raise ValueError(f"keep_probability must lie in [0, 1], got {_show(keep)}")
+        raise ValueError(f"keep_probability must lie in [0, 1], got {show(keep)}")
     b = integer(batch_size, "batch_size", minimum=1, maximum=MAX_PROMPTS)
     m = integer(candidates_per_call, "candidates_per_call", minimum=1, maximum=MAX_PROMPTS)
     calls = integer(max_calls, "max_calls", minimum=1, maximum=MAX_CALLS)
@@ -373,17 +373,17 @@ class TwoStage:
         ids = _ids(prompt_ids, st.num_prompts)
         r1 = as_array(first_rewards, "first_rewards")
         if r1.shape != (ids.size, m) or not (np.isfinite(r1).all() and (r1 >= 0).all() and (r1 <= 1).all()):
-            raise ValueError(f"first_rewards must be 0/1 rewards of shape ({ids.size}, {m}), got {_show(r1)}")
+            raise ValueError(f"first_rewards must be 0/1 rewards of shape ({ids.size}, {m}), got {show(r1)}")
         f = np.ones(ids.size) if prompt_factors is None else as_array(prompt_factors, "prompt_factors").reshape(-1)
         if f.shape != (ids.size,) or not (np.isfinite(f).all() and (f > 0).all()):
-            raise ValueError(f"prompt_factors must be {ids.size} positive numbers, got {_show(f)}")
+            raise ValueError(f"prompt_factors must be {ids.size} positive numbers, got {show(f)}")
         ell = st.expected_length(round, ids)
         if first_lengths is None:
             stage1 = self.cost.generation_cost * m * ell
         else:
             ln = as_array(first_lengths, "first_lengths")
             if ln.shape != r1.shape or not (np.isfinite(ln).all() and (ln >= 0).all()):
-                raise ValueError(f"first_lengths must be lengths >= 0 of shape {r1.shape}, got {_show(ln)}")
+                raise ValueError(f"first_lengths must be lengths >= 0 of shape {r1.shape}, got {show(ln)}")
             stage1 = self.cost.generation_cost * ln.sum(axis=1)
         agree = r1.max(axis=1) == r1.min(axis=1)
         k1 = np.rint(r1.sum(axis=1))

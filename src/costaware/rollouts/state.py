@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from costaware._checks import _show, as_array, integer, real_scalar
-from costaware.rollouts.group import TRL_EPS, _abs_adv_sum, beta_binomial_pmf
+from costaware._checks import as_array, integer, real_scalar, show
+from costaware.rollouts.group import TRL_EPS, abs_adv_sum_kernel, beta_binomial_pmf
 
 __all__ = ["UNSEEN", "INFORMATIVE", "ALL_CORRECT", "ALL_WRONG", "StateConfig", "PromptState"]
 
@@ -150,7 +150,7 @@ class PromptState:
         if prompt_tokens is not None:
             pt = as_array(prompt_tokens, "prompt_tokens").reshape(-1)
             if pt.size != n or not (np.isfinite(pt).all() and (pt >= 0).all() and (pt <= MAX_TOKENS).all()):
-                raise ValueError(f"prompt_tokens must be {n} finite lengths >= 0, got {_show(pt)}")
+                raise ValueError(f"prompt_tokens must be {n} finite lengths >= 0, got {show(pt)}")
             self.prompt_tokens = pt.astype(np.float64)
         self.round = -1  # the latest round updated
         self.total_length = 0.0  # every completion's length, and their count (the default length prior)
@@ -162,13 +162,13 @@ class PromptState:
         G = self.config.group_size
         ids = as_array(prompt_ids, "prompt_ids").reshape(-1)
         if not ((ids == np.round(ids)).all() and (ids >= 0).all() and (ids < self.num_prompts).all()):
-            raise ValueError(f"prompt_ids must be integers in [0, {self.num_prompts}), got {_show(ids)}")
+            raise ValueError(f"prompt_ids must be integers in [0, {self.num_prompts}), got {show(ids)}")
         ids = ids.astype(np.int64)
         r = as_array(rewards, "rewards")
         if r.ndim != 2 or r.shape != (ids.size, G):
             raise ValueError(f"rewards must have shape (len(prompt_ids), group_size) = ({ids.size}, {G}), got {r.shape}")
         if not (np.isfinite(r).all() and (r >= 0).all() and (r <= 1).all()):
-            raise ValueError(f"rewards must lie in [0, 1] (0/1 correctness), got {_show(r)}")
+            raise ValueError(f"rewards must lie in [0, 1] (0/1 correctness), got {show(r)}")
         ln = as_array(lengths, "completion_lengths")
         if ln.shape != r.shape:
             raise ValueError(f"completion_lengths must have shape {r.shape}, got {ln.shape}")
@@ -193,7 +193,7 @@ class PromptState:
         if prompt_tokens is not None:
             pt = as_array(prompt_tokens, "prompt_tokens").reshape(-1)
             if pt.size != ids.size or not (np.isfinite(pt).all() and (pt >= 0).all() and (pt <= MAX_TOKENS).all()):
-                raise ValueError(f"prompt_tokens must be {ids.size} finite lengths >= 0, got {_show(pt)}")
+                raise ValueError(f"prompt_tokens must be {ids.size} finite lengths >= 0, got {show(pt)}")
         if ids.size == 0:
             self.round = t
             return
@@ -236,7 +236,7 @@ class PromptState:
             return np.arange(self.num_prompts)
         a = as_array(ids, "ids").reshape(-1)
         if not ((a == np.round(a)).all() and (a >= 0).all() and (a < self.num_prompts).all()):
-            raise ValueError(f"ids must be integers in [0, {self.num_prompts}), got {_show(a)}")
+            raise ValueError(f"ids must be integers in [0, {self.num_prompts}), got {show(a)}")
         return a.astype(np.int64)
 
     def _aged(self, round: Any, ids: Any | None) -> tuple[np.ndarray, np.ndarray]:
@@ -278,7 +278,7 @@ class PromptState:
         a, b = self.posterior(round, ids)
         G = self.config.group_size
         pmf = beta_binomial_pmf(a, b, G)
-        s = _abs_adv_sum(np.arange(G + 1, dtype=np.float64), G, self.config.std, float(self.config.eps))
+        s = abs_adv_sum_kernel(np.arange(G + 1, dtype=np.float64), G, self.config.std, float(self.config.eps))
         informative = 1.0 - pmf[..., 0] - pmf[..., -1] if G > 1 else np.zeros(a.shape)
         return {"abs_adv_sum": pmf @ s, "abs_adv_sum_sq": pmf @ (s * s), "informative": informative}
 

@@ -29,7 +29,7 @@ from costaware import distributions as dist
 from costaware._checks import positive_scalar, probability_vector
 from costaware.theory import S
 
-__all__ = ["StepRule", "StepSize", "log_checkpoints", "step_schedule"]
+__all__ = ["StepRule", "StepSize", "log_checkpoints", "step_schedule", "checked_p", "recorded_schedule", "weight_scale"]
 
 StepSize = Literal["convex", "strongly_convex"] | float | Callable[[np.ndarray], Any]
 
@@ -43,7 +43,7 @@ class StepRule:
     rule: str
 
 
-def _weight_scale(p: np.ndarray, weights: str) -> float:
+def weight_scale(p: np.ndarray, weights: str) -> float:
     """Factor that ``weights`` applies on top of the raw 1/(n p_i)."""
     if weights == "raw":
         return 1.0
@@ -85,7 +85,7 @@ def step_schedule(
     """
     p = probability_vector(p, "p")
     steps = _positive_int(steps, "steps")
-    scale = _weight_scale(p, weights)
+    scale = weight_scale(p, weights)
     t = np.arange(1, steps + 1)
     if isinstance(step_size, str):
         if step_size == "convex":
@@ -122,7 +122,7 @@ def step_schedule(
     return StepRule(eta, omega, f"{rule}, {averaging} averaging")
 
 
-def _checked_p(problem: Any, p: Any) -> np.ndarray:
+def checked_p(problem: Any, p: Any) -> np.ndarray:
     p = probability_vector(p, "p")
     if p.size != problem.n:
         raise ValueError(f"p must have one entry per component (n = {problem.n}), got {p.size}")
@@ -134,7 +134,7 @@ def _checked_p(problem: Any, p: Any) -> np.ndarray:
     return p
 
 
-def _recorded(record: Any, steps: int, name: str) -> np.ndarray:
+def recorded_schedule(record: Any, steps: int, name: str) -> np.ndarray:
     if record is None:
         return np.array([steps], dtype=np.int64)
     if np.ndim(record) == 0:

@@ -45,7 +45,7 @@ import torch
 from trl import GRPOTrainer
 
 from costaware._io import write_json_atomic
-from costaware.grpo.beta import BetaCalibrator, BetaFit, _from_stats
+from costaware.grpo.beta import BetaCalibrator, BetaFit, fit_from_stats
 from costaware.grpo.diagnostics import proxy_fidelity
 from costaware.grpo.proxy import predicted_j_ratios
 from costaware.grpo.shard import rank_offsets
@@ -108,7 +108,7 @@ def pooled_fit(rows: Any, *, level: float = 0.95) -> BetaFit:
         dx, dy = x - x.mean(), y - y.mean()
         sxx, sxy, syy = sxx + float(dx @ dx), sxy + float(dx @ dy), syy + float(dy @ dy)
         centred += part.shape[0] - 1
-    return _from_stats(sxx, sxy, syy, float(centred - 1), int(arr.shape[0]), level)
+    return fit_from_stats(sxx, sxy, syy, float(centred - 1), int(arr.shape[0]), level)
 
 
 def measure_rows(
