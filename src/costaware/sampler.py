@@ -44,6 +44,7 @@ from costaware import distributions as dist
 from costaware._checks import (
     boolean,
     in_unit_interval,
+    index_vector,
     integer,
     nonnegative_vector,
     positive_vector,
@@ -51,7 +52,7 @@ from costaware._checks import (
     same_length,
     show,
 )
-from costaware._sampler_state import EpochPass, _indices, load_stream, save_stream
+from costaware._sampler_state import EpochPass, load_stream, save_stream
 from costaware.alias import build_alias, draw
 
 __all__ = ["CostAwareSampler", "WeightedIndexDataset"]
@@ -217,7 +218,7 @@ class CostAwareSampler(Sampler[int]):
         (indices drawn elsewhere, a batch passed twice or skipped) is a ValueError, never a weight
         from another p. A new ``iter()`` starts a new record.
         """
-        idx = _indices(indices, len(self._costs))
+        idx = index_vector(indices, len(self._costs, "indices"))
         k = idx.size
         got_i, got_w, avail = [], [], 0
         for seg_idx, seg_w, start, stop in self._unclaimed:
@@ -251,7 +252,7 @@ class CostAwareSampler(Sampler[int]):
         norms, all ≥ 0. With repeated indices the last occurrence wins. If the update would leave
         every G_i = 0 it is refused with ValueError and nothing changes.
         """
-        idx = _indices(indices, self._G.size)
+        idx = index_vector(indices, self._G.size, "indices")
         vals = _to_numpy(values)
         vals = nonnegative_vector(
             np.reshape(vals, -1) if np.ndim(vals) > 1 else vals, "values", allow_empty=True
@@ -273,7 +274,7 @@ class CostAwareSampler(Sampler[int]):
         Costs that change online (a prompt's expected generation + PO tokens, re-estimated each round)
         move p as proxies do. With repeated indices the last occurrence wins.
         """
-        idx = _indices(indices, self._costs.size)
+        idx = index_vector(indices, self._costs.size, "indices")
         vals = _to_numpy(values)
         if idx.size == 0 and np.size(vals) == 0:
             return

@@ -28,14 +28,16 @@ import numpy as np
 from costaware import distributions as dist
 from costaware import theory
 from costaware._checks import (
+    as_vector,
     finite_result,
     in_unit_interval,
     nonnegative_vector,
     positive_vector,
+    real_scalar,
     same_length,
     show,
 )
-from costaware.grpo.beta import BetaCalibrator, BetaFit, _finite, _norms, fit_beta, shrink
+from costaware.grpo.beta import BetaCalibrator, BetaFit, fit_beta, shrink
 from costaware.grpo.loss_families import BETA_BOUNDS, LOSS_FAMILY_PRIOR_BETA, LossFamily, loss_family
 from costaware.theory._numeric import scaled
 
@@ -64,7 +66,7 @@ def proxy_probs(abs_adv: Any, costs: Any, *, beta: float, alpha: float = 0.0) ->
     a = nonnegative_vector(abs_adv, "abs_adv", not_all_zero=True)
     c = positive_vector(costs, "costs")
     same_length(abs_adv=a, costs=c)
-    return proxy_probs_kernel(a, c, _finite(beta, "beta"), in_unit_interval(alpha, "alpha"))
+    return proxy_probs_kernel(a, c, real_scalar(beta, "beta"), in_unit_interval(alpha, "alpha"))
 
 
 def proxy_probs_kernel(a: np.ndarray, c: np.ndarray, beta: float, alpha: float) -> np.ndarray:
@@ -91,7 +93,7 @@ def adaptive_alpha(
     (0.0, 0.0722)
     """
     p = dist.smoothed(p, 0.0)  # validates a probability vector
-    W = _finite(max_weight, "max_weight")
+    W = real_scalar(max_weight, "max_weight")
     if not W > 1.0:
         raise ValueError(f"max_weight must be > 1 (uniform sampling has weight 1), got {max_weight!r}")
     lo = in_unit_interval(alpha_min, "alpha_min")
@@ -119,7 +121,7 @@ def predicted_j_ratios(p: Any, grad_norms: Any, costs: Any) -> dict[str, float]:
     """
     w = nonnegative_vector(p, "p", not_all_zero=True)
     c = positive_vector(costs, "costs")
-    g = _norms(grad_norms)
+    g = as_vector(grad_norms, "grad_norms", allow_empty=True, finite=False)
     same_length(p=w, grad_norms=g, costs=c)
     keep = np.isfinite(g)
     if (g[keep] < 0).any() or not (g[keep] > 0).any() or not (w[keep] > 0).any():

@@ -27,7 +27,7 @@ from typing import Any, Literal
 import numpy as np
 from scipy.special import betaln, gammaln
 
-from costaware._checks import as_array, integer, real_scalar, show
+from costaware._checks import as_array, integer, positive_scalar, show, unit_array
 
 __all__ = [
     "TRL_EPS",
@@ -50,13 +50,6 @@ def _std_kind(std: Any) -> str:
     return std
 
 
-def _eps(eps: Any) -> float:
-    e = real_scalar(eps, "eps")
-    if e < 0:
-        raise ValueError(f"eps must be >= 0, got {e!r}")
-    return e
-
-
 def _group(group_size: Any) -> int:
     return integer(group_size, "group_size", minimum=1, maximum=1 << 20)
 
@@ -74,7 +67,7 @@ def abs_adv_sum_kernel(k: np.ndarray, G: int, std: str, eps: float) -> np.ndarra
 
 def abs_adv_sum(k: Any, group_size: int, *, std: Std = "sample", eps: float = TRL_EPS) -> np.ndarray:
     """Σ_i |A_i| of a group of ``group_size`` 0/1 rewards with ``k`` correct (any array shape)."""
-    G, std, eps = _group(group_size), _std_kind(std), _eps(eps)
+    G, std, eps = _group(group_size), _std_kind(std), positive_scalar(eps, "eps", allow_zero=True)
     kk = as_array(k, "k")
     if not (np.isfinite(kk).all() and (kk == np.round(kk)).all() and (kk >= 0).all() and (kk <= G).all()):
         raise ValueError(f"k must hold integers in [0, group_size={G}], got {show(kk)}")
@@ -107,20 +100,13 @@ def _moment(pmf: np.ndarray, offset: np.ndarray | int, G: int, std: str, eps: fl
     return (pmf * abs_adv_sum_kernel(k.astype(np.float64), G, std, eps) ** moment).sum(axis=-1)
 
 
-def _rate(x: Any, name: str) -> np.ndarray:
-    arr = as_array(x, name)
-    if not (np.isfinite(arr).all() and (arr >= 0).all() and (arr <= 1).all()):
-        raise ValueError(f"{name} must lie in [0, 1], got {show(arr)}")
-    return arr
-
-
 def expected_abs_adv_sum(
     pass_rate: Any, group_size: int, *, std: Std = "sample", eps: float = TRL_EPS, moment: int = 1
 ) -> np.ndarray:
     """E[(Σ|A|)^moment] over k ~ Binomial(G, π), for an array of pass rates π."""
-    G, std, eps = _group(group_size), _std_kind(std), _eps(eps)
+    G, std, eps = _group(group_size), _std_kind(std), positive_scalar(eps, "eps", allow_zero=True)
     m = integer(moment, "moment", minimum=1, maximum=2)
-    pi = _rate(pass_rate, "pass_rate")
+    pi = unit_array(pass_rate, "pass_rate")
     return _moment(binomial_pmf(pi, G), 0, G, std, eps, m)
 
 
@@ -140,7 +126,7 @@ def predictive_abs_adv_sum(
     With ``first`` = m > 0 the first m responses are known, ``first_correct`` of them correct: the
     posterior becomes Beta(a + k₁, b + m − k₁) and the other G − m responses are predicted from it.
     """
-    G, std, eps = _group(group_size), _std_kind(std), _eps(eps)
+    G, std, eps = _group(group_size), _std_kind(std), positive_scalar(eps, "eps", allow_zero=True)
     m = integer(moment, "moment", minimum=1, maximum=2)
     aa, bb = as_array(a, "a"), as_array(b, "b")
     for name, arr in (("a", aa), ("b", bb)):
@@ -165,7 +151,7 @@ def predictive_abs_adv_sum(
 
 def row_abs_advantages(rewards: Any, *, std: Std = "sample", eps: float = TRL_EPS) -> np.ndarray:
     """|A_i| of every row of (B, G) rewards (any real rewards), group by group; 0 for G = 1."""
-    std, eps = _std_kind(std), _eps(eps)
+    std, eps = _std_kind(std), positive_scalar(eps, "eps", allow_zero=True)
     r = as_array(rewards, "rewards")
     if r.ndim != 2 or not np.isfinite(r).all():
         raise ValueError(f"rewards must be a finite (groups, group_size) array, got shape {r.shape}")

@@ -36,11 +36,21 @@ from typing import Any
 import numpy as np
 
 from costaware import distributions as dist
-from costaware._checks import as_array, as_generator, in_unit_interval, integer, real_scalar, show
+from costaware._checks import (
+    as_array,
+    as_generator,
+    in_open_unit_interval,
+    in_unit_interval,
+    index_vector,
+    integer,
+    real_scalar,
+    show,
+)
 from costaware.rollouts.group import predictive_abs_adv_sum
 from costaware.rollouts.state import ALL_CORRECT, ALL_WRONG, PromptState
 
 __all__ = [
+    "FLOOR_WHY",
     "CostModel",
     "UniformPrompts",
     "CostAwarePrompts",
@@ -64,19 +74,8 @@ MAX_PROMPTS = 2**20
 MAX_CALLS = 2**16
 MAX_EXAMINED = 2**28
 
-
-def _floor(x: Any, name: str = "floor") -> float:
-    v = real_scalar(x, name)
-    if not 0.0 < v < 1.0:
-        raise ValueError(f"{name} must lie in (0, 1) (0 lets a weight be infinite, 1 is uniform), got {v!r}")
-    return v
-
-
-def _ids(prompt_ids: Any, n: int) -> np.ndarray:
-    a = as_array(prompt_ids, "prompt_ids").reshape(-1)
-    if not ((a == np.round(a)).all() and (a >= 0).all() and (a < n).all()):
-        raise ValueError(f"prompt_ids must be integers in [0, {n}), got {show(a)}")
-    return a.astype(np.int64)
+# why a floor (or a GRESO probability) lies strictly inside (0, 1), in its error message
+FLOOR_WHY = " (0 lets a weight be infinite, 1 is uniform)"
 
 
 @dataclass(frozen=True)
@@ -134,7 +133,7 @@ class UniformPrompts:
     def prompt_factors(self, q: Any, prompt_ids: Any) -> np.ndarray:
         """f_j = 1/(N·q_j) of each drawn prompt: exactly 1 under uniform q."""
         qq = as_array(q, "q").reshape(-1)
-        ids = _ids(prompt_ids, qq.size)
+        ids = index_vector(prompt_ids, qq.size, "prompt_ids", integral_floats=True)
         return 1.0 / (qq.size * qq[ids])
 
 
@@ -149,7 +148,7 @@ class CostAwarePrompts(UniformPrompts):
     cost: CostModel = CostModel()
 
     def __post_init__(self) -> None:
-        _floor(self.floor)
+        in_open_unit_interval(self.floor, "floor", why=FLOOR_WHY)
         if not isinstance(self.cost, CostModel):
             raise TypeError(f"cost must be a CostModel, got {type(self.cost).__name__}")
 
@@ -200,7 +199,7 @@ def fill_prompt_batch(
     kept: list[np.ndarray] = []
     seen = have = 0
     for _ in range(calls):
-        cand = _ids(draw_candidates(m), keep.size)
+        cand = index_vector(draw_candidates(m), keep.size, "prompt_ids", integral_floats=True)
         seen += cand.size
         k = cand[gen.random(cand.size) < keep[cand]]
         kept.append(k)
@@ -225,8 +224,8 @@ class CostAwareSkip:
     cost: CostModel = CostModel()
 
     def __post_init__(self) -> None:
-        _floor(self.min_keep, "min_keep")
-        _floor(self.reference, "reference")
+        in_open_unit_interval(self.min_keep, "min_keep", why=FLOOR_WHY)
+        in_open_unit_interval(self.reference, "reference", why=FLOOR_WHY)
 
     def keep_probabilities(self, state: PromptState, round: int) -> np.ndarray:
         e = self.cost.expected(_check_state(state), round)
@@ -283,7 +282,7 @@ class Greso:
 
     def __post_init__(self) -> None:
         for name in ("target", "easy_split", "min_p", "max_p"):
-            _floor(getattr(self, name), name)
+            in_open_unit_interval(getattr(self, name), name, why=FLOOR_WHY)
         if not 0 < real_scalar(self.step, "step") < 1:
             raise ValueError(f"step must lie in (0, 1), got {self.step!r}")
         if not self.min_p <= self.max_p:
@@ -321,7 +320,8 @@ def greso(target: float = 0.25, easy_split: float = 1.0 / 3.0, step: float = 0.0
           p_hard: float = 0.5, oversample: float = 1.5, min_p: float = 0.05, max_p: float = 0.95) -> Greso:
     """GRESO's probabilistic pre-rollout skip with its adaptive exploration; labelled ``biased=True``."""
     return Greso(target=target, easy_split=easy_split, step=step, min_p=min_p, max_p=max_p,
-                 oversample=oversample, initial=GresoControl(_floor(p_easy, "p_easy"), _floor(p_hard, "p_hard")))
+                 oversample=oversample, initial=GresoControl(in_open_unit_interval(p_easy, "p_easy", why=FLOOR_WHY),
+                                         in_open_unit_interval(p_hard, "p_hard", why=FLOOR_WHY)))
 
 
 # -- two-stage rollout ---------------------------------------------------------------------------
@@ -354,7 +354,7 @@ class TwoStage:
 
     def __post_init__(self) -> None:
         integer(self.first, "first", minimum=1)
-        _floor(self.floor)
+        in_open_unit_interval(self.floor, "floor", why=FLOOR_WHY)
         if not isinstance(self.base, UniformPrompts):
             raise TypeError(f"base must be uniform_prompts() or cost_aware_prompts(...), got {type(self.base).__name__}")
 
@@ -370,7 +370,7 @@ class TwoStage:
         G, m = st.config.group_size, self.first
         if m >= G:
             raise ValueError(f"first must be < group_size={G}, got {m}")
-        ids = _ids(prompt_ids, st.num_prompts)
+        ids = index_vector(prompt_ids, st.num_prompts, "prompt_ids", integral_floats=True)
         r1 = as_array(first_rewards, "first_rewards")
         if r1.shape != (ids.size, m) or not (np.isfinite(r1).all() and (r1 >= 0).all() and (r1 <= 1).all()):
             raise ValueError(f"first_rewards must be 0/1 rewards of shape ({ids.size}, {m}), got {show(r1)}")

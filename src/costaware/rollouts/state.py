@@ -31,7 +31,15 @@ from typing import Any
 
 import numpy as np
 
-from costaware._checks import as_array, integer, real_scalar, show
+from costaware._checks import (
+    as_array,
+    in_open_unit_interval,
+    index_vector,
+    integer,
+    positive_scalar,
+    real_scalar,
+    show,
+)
 from costaware.rollouts.group import TRL_EPS, abs_adv_sum_kernel, beta_binomial_pmf
 
 __all__ = ["UNSEEN", "INFORMATIVE", "ALL_CORRECT", "ALL_WRONG", "StateConfig", "PromptState"]
@@ -41,20 +49,6 @@ STATUS_NAMES = ("unseen", "informative", "all_correct", "all_wrong")
 _STATE_VERSION = 1
 # The longest completion or prompt, in tokens, the state takes: its sums then stay far inside float64
 MAX_TOKENS = 2**40
-
-
-def _open_unit(x: Any, name: str) -> float:
-    v = real_scalar(x, name)
-    if not 0.0 < v < 1.0:
-        raise ValueError(f"{name} must lie in (0, 1) (a pass rate strictly between 0 and 1), got {v!r}")
-    return v
-
-
-def _positive(x: Any, name: str) -> float:
-    v = real_scalar(x, name)
-    if not v > 0:
-        raise ValueError(f"{name} must be > 0, got {v!r}")
-    return v
 
 
 @dataclass(frozen=True)
@@ -83,14 +77,14 @@ class StateConfig:
 
     def __post_init__(self) -> None:
         integer(self.group_size, "group_size", minimum=1, maximum=1 << 20)
-        _open_unit(self.prior_pass_rate, "prior_pass_rate")
-        _positive(self.prior_strength, "prior_strength")
+        in_open_unit_interval(self.prior_pass_rate, "prior_pass_rate", why=" (a pass rate strictly between 0 and 1)")
+        positive_scalar(self.prior_strength, "prior_strength")
         d = real_scalar(self.decay, "decay")
         if not 0.0 < d <= 1.0:
             raise ValueError(f"decay must lie in (0, 1], got {d!r}")
         if self.length_prior is not None:
-            _positive(self.length_prior, "length_prior")
-        _positive(self.length_prior_weight, "length_prior_weight")
+            positive_scalar(self.length_prior, "length_prior")
+        positive_scalar(self.length_prior_weight, "length_prior_weight")
         if self.std not in ("sample", "population"):
             raise ValueError(f"std must be 'sample' or 'population', got {self.std!r}")
         if real_scalar(self.eps, "eps") < 0:
@@ -232,12 +226,7 @@ class PromptState:
     # -- queries (at the round about to be drawn) -------------------------------------------
 
     def _ids(self, ids: Any | None) -> np.ndarray:
-        if ids is None:
-            return np.arange(self.num_prompts)
-        a = as_array(ids, "ids").reshape(-1)
-        if not ((a == np.round(a)).all() and (a >= 0).all() and (a < self.num_prompts).all()):
-            raise ValueError(f"ids must be integers in [0, {self.num_prompts}), got {show(a)}")
-        return a.astype(np.int64)
+        return np.arange(self.num_prompts) if ids is None else index_vector(ids, self.num_prompts, "ids", integral_floats=True)
 
     def _aged(self, round: Any, ids: Any | None) -> tuple[np.ndarray, np.ndarray]:
         t = integer(round, "round", minimum=0)

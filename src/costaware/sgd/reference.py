@@ -7,13 +7,13 @@ from typing import Any
 
 import numpy as np
 
-from costaware._checks import positive_scalar
+from costaware._checks import integer, positive_scalar
 from costaware.alias import build_alias, draw
 from costaware.sgd.problems import FiniteSum
 from costaware.sgd.schedules import (
+    MAX_STEPS,
     StepRule,
     StepSize,
-    _positive_int,
     checked_p,
     recorded_schedule,
     step_schedule,
@@ -59,7 +59,7 @@ def cost_aware_sgd(
     log-spaced steps or an increasing array of steps at which to keep x̄_t and x_{t+1}.
     """
     p = checked_p(problem, p)
-    steps = _positive_int(steps, "steps")
+    steps = integer(steps, "steps", minimum=1, maximum=MAX_STEPS)
     R = problem.radius if radius is None else positive_scalar(radius, "radius")
     sched = step_schedule(problem, p, steps, step_size, D=D, mu=mu, weights=weights, averaging=averaging)
     rec = recorded_schedule(record, steps, "record")

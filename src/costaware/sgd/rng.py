@@ -13,7 +13,7 @@ from numba import njit
 
 from costaware._checks import integer
 from costaware.alias import alias_draw_single, build_alias
-from costaware.sgd.schedules import _positive_int
+from costaware.sgd.schedules import MAX_STEPS
 
 __all__ = ["runner_indices", "trial_state", "next_uniform"]
 
@@ -59,6 +59,6 @@ def _indices_kernel(prob, alias, steps, seed, trial):  # pragma: no cover - comp
 def runner_indices(p: Any, steps: int, seed: int, trial: int) -> np.ndarray:
     """The exact draw sequence :func:`run_trials` uses for ``trial`` (replay it with ``cost_aware_sgd``)."""
     prob, alias = build_alias(p)
-    steps = _positive_int(steps, "steps")
+    steps = integer(steps, "steps", minimum=1, maximum=MAX_STEPS)
     seed, trial = integer(seed, "seed", minimum=0), integer(trial, "trial", minimum=0)
     return _indices_kernel(prob, alias, steps, np.uint64(seed), np.uint64(trial))

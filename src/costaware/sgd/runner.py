@@ -8,13 +8,14 @@ from typing import Any
 
 import numpy as np
 
+from costaware._checks import integer
 from costaware.alias import build_alias
 from costaware.sgd.kernels import KERNEL_CODE, trials_kernel
 from costaware.sgd.problems import LeastSquares, LogisticRegression
 from costaware.sgd.schedules import (
+    MAX_STEPS,
     StepRule,
     StepSize,
-    _positive_int,
     checked_p,
     recorded_schedule,
     step_schedule,
@@ -78,9 +79,9 @@ def run_trials(
             "(use cost_aware_sgd for any other FiniteSum)"
         )
     p = checked_p(problem, p)
-    steps = _positive_int(steps, "steps")
-    trials = _positive_int(trials, "trials")
-    chunks = _positive_int(chunks, "chunks")
+    steps = integer(steps, "steps", minimum=1, maximum=MAX_STEPS)
+    trials = integer(trials, "trials", minimum=1, maximum=MAX_STEPS)
+    chunks = integer(chunks, "chunks", minimum=1, maximum=MAX_STEPS)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     if dtype not in ("float32", "float64"):

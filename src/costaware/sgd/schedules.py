@@ -26,7 +26,7 @@ from typing import Any, Literal
 import numpy as np
 
 from costaware import distributions as dist
-from costaware._checks import positive_scalar, probability_vector
+from costaware._checks import integer, positive_scalar, probability_vector
 from costaware.theory import S
 
 __all__ = ["StepRule", "StepSize", "log_checkpoints", "step_schedule", "checked_p", "recorded_schedule", "weight_scale"]
@@ -58,12 +58,6 @@ MAX_STEPS = 1 << 32
 MAX_CHECKPOINTS = 1 << 20
 
 
-def _positive_int(v: Any, name: str, maximum: int = MAX_STEPS) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= maximum:
-        raise ValueError(f"{name} must be a positive integer of at most {maximum}, got {v!r}")
-    return int(v)
-
-
 def step_schedule(
     problem: Any,
     p: Any,
@@ -84,7 +78,7 @@ def step_schedule(
     ([2.0, 1.3333333333333333, 1.0, 0.8], [1.0, 2.0, 3.0, 4.0])
     """
     p = probability_vector(p, "p")
-    steps = _positive_int(steps, "steps")
+    steps = integer(steps, "steps", minimum=1, maximum=MAX_STEPS)
     scale = weight_scale(p, weights)
     t = np.arange(1, steps + 1)
     if isinstance(step_size, str):
@@ -138,7 +132,7 @@ def recorded_schedule(record: Any, steps: int, name: str) -> np.ndarray:
     if record is None:
         return np.array([steps], dtype=np.int64)
     if np.ndim(record) == 0:
-        return log_checkpoints(steps, _positive_int(record, name))
+        return log_checkpoints(steps, integer(record, name, minimum=1, maximum=MAX_STEPS))
     ck = np.asarray(record)
     if (
         ck.ndim != 1
@@ -158,7 +152,7 @@ def log_checkpoints(steps: int, count: int = 60) -> np.ndarray:
     >>> log_checkpoints(1000, 5).tolist()
     [1, 6, 32, 178, 1000]
     """
-    steps, count = _positive_int(steps, "steps"), _positive_int(count, "count", MAX_CHECKPOINTS)
+    steps, count = integer(steps, "steps", minimum=1, maximum=MAX_STEPS), integer(count, "count", minimum=1, maximum=MAX_CHECKPOINTS)
     grid = np.unique(np.round(np.geomspace(1, steps, count)).astype(np.int64))
     grid[-1] = steps
     return grid

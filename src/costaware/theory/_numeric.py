@@ -2,19 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from costaware._checks import nonnegative_vector, positive_vector, pow2_exponent, same_length
-
-
-def check_G_c(G: Any, c: Any) -> tuple[np.ndarray, np.ndarray]:
-    G = nonnegative_vector(G, "G", not_all_zero=True)
-    c = positive_vector(c, "c")
-    same_length(G=G, c=c)
-    return G, c
-
+from costaware._checks import pow2_exponent
 
 _TINY = np.finfo(np.float64).tiny
 _LOG_MAX = float(np.log(np.finfo(np.float64).max))

@@ -17,13 +17,14 @@ import numpy as np
 from costaware._checks import (
     log_sum_exp,
     nonnegative_vector,
+    norms_and_costs,
     positive_scalar,
     positive_vector,
     probability_vector,
     same_length,
     show,
 )
-from costaware.theory._numeric import all_normal, check_G_c, checked_exp, quiet_log, scaled
+from costaware.theory._numeric import all_normal, checked_exp, quiet_log, scaled
 
 __all__ = [
     "S",
@@ -109,7 +110,7 @@ def J(p: Any, G: Any, c: Any) -> float:
 
 def J_optimal(G: Any, c: Any) -> float:
     """J(p*) = (Σ G_i √c_i)² / n², the minimum of J over all p (Cauchy–Schwarz, §4.2)."""
-    G, c = check_G_c(G, c)
+    G, c = norms_and_costs(G, c)
     with np.errstate(all="ignore"):
         direct = float(np.sum(G * np.sqrt(c)) ** 2 / G.size**2)
     if all_normal(direct) and direct > 0:
@@ -171,7 +172,7 @@ def _ratio(num: list[np.ndarray], den: list[np.ndarray], powers: tuple[int, ...]
 
 def _ratio_inputs(G: Any, c: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     # The ratios are scale-free in G and in c: scale both to max ≈ 1 (exact, powers of two).
-    G, c = check_G_c(G, c)
+    G, c = norms_and_costs(G, c)
     keep = G > 0
     # logs of the unscaled inputs: scaling can push a subnormal c to 0
     return scaled(G), scaled(c), np.log(G[keep]), np.log(c[keep]), np.log(c)
