@@ -218,7 +218,7 @@ class CostAwareSampler(Sampler[int]):
         (indices drawn elsewhere, a batch passed twice or skipped) is a ValueError, never a weight
         from another p. A new ``iter()`` starts a new record.
         """
-        idx = index_vector(indices, len(self._costs, "indices"))
+        idx = index_vector(indices, len(self._costs), "indices")
         k = idx.size
         got_i, got_w, avail = [], [], 0
         for seg_idx, seg_w, start, stop in self._unclaimed:
