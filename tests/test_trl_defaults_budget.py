@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 import numpy as np
@@ -234,3 +235,19 @@ def test_token_budget_accepts_any_integral_count(tmp_path):
     for bad in (-1, 2.5, True, "1000", float("nan")):
         with pytest.raises(ValueError, match=r"cost_aware_token_budget must be a non-negative integer"):
             CostAwareGRPOConfig(**_kwargs(tmp_path, cost_aware_token_budget=bad))
+
+
+def test_calibration_state_round_trips_through_its_file(tmp_path):
+    """The trainer's calibration state saves the four keys it always saved, and loads them back."""
+    from costaware.integrations.trl.measure import CALIBRATOR_FILE, Calibration
+
+    assert Calibration.for_run("advantage", "dapo", 1).calibrator is None
+    cal = Calibration.for_run("calibrated", "dapo", 1)
+    cal.seconds, cal.pending, cal.collecting = 1.5, [[0.0, 1.0, 2.0, 3.0]], True
+    cal.save(str(tmp_path))
+    assert list(json.loads((tmp_path / CALIBRATOR_FILE).read_text())) == ["calibrator", "seconds", "pending", "collecting"]
+    back = Calibration.for_run("calibrated", "dapo", 1)
+    back.load(str(tmp_path))
+    assert back == cal
+    Calibration.for_run("advantage", "dapo", 1).save(str(tmp_path / "none"))  # nothing to save, nothing written
+    assert not (tmp_path / "none").exists()

@@ -64,8 +64,9 @@ generation batches, each process measures exact per-row gradient norms (the diag
 ``per_row_grad_norms``) on rows with A ≠ 0, every process gathers every process's (|A|, G, c) and runs
 the same fit, so β is the same on every rank; a fit waits for ``cost_aware_calibration_rows`` rows from
 at least 4 groups (:mod:`~costaware.integrations.trl.calibration`). The pool that is measured is planned
-with the β of earlier fits; the new β serves the next pools. The calibrator is saved beside the counters
-in every checkpoint (``CALIBRATOR_FILE``).
+with the β of earlier fits; the new β serves the next pools. That state is ``cost_aware_calibration`` (a
+:class:`~costaware.integrations.trl.measure.Calibration`), saved beside the counters in every checkpoint
+(``CALIBRATOR_FILE``).
 
 Token budget (``cost_aware_token_budget``): training stops once the counted tokens reach it, when a
 generation batch is spent (:class:`~costaware.integrations.trl.callbacks.TokenBudget`). The counters are
