@@ -40,7 +40,7 @@ __all__ = [
     "support_size",
     "importance_weights",
     "WeightMode",
-    "optimal_kernel", "variance_kernel", "inverse_sqrt_cost_kernel", "smoothed_kernel", "ratio_normalise", "all_weights",
+    "optimal_kernel", "variance_kernel", "inverse_sqrt_cost_kernel", "smoothed_kernel", "ratio_normalise_kernel", "importance_weights_kernel",
 ]
 
 WeightMode = Literal["centred", "raw"]
@@ -61,7 +61,7 @@ def _normalise(v: np.ndarray, name: str) -> np.ndarray:
     return s / s.sum()
 
 
-def ratio_normalise(G: np.ndarray, root: np.ndarray, name: str) -> np.ndarray:
+def ratio_normalise_kernel(G: np.ndarray, root: np.ndarray, name: str) -> np.ndarray:
     """p ∝ G / root (G ≥ 0, root > 0): the direct quotient when it is exact enough, else log space."""
     with np.errstate(all="ignore"):
         q = G / root
@@ -124,12 +124,12 @@ def variance_kernel(G: np.ndarray) -> np.ndarray:
 
 def optimal_kernel(G: np.ndarray, c: np.ndarray) -> np.ndarray:
     """p ∝ G/√c for finite float64 G >= 0 and c > 0 of equal length."""
-    return ratio_normalise(G, np.sqrt(c), "G")
+    return ratio_normalise_kernel(G, np.sqrt(c), "G")
 
 
 def inverse_sqrt_cost_kernel(c: np.ndarray) -> np.ndarray:
     """p ∝ 1/√c for a finite float64 c > 0."""
-    return ratio_normalise(np.ones_like(c), np.sqrt(c), "c")
+    return ratio_normalise_kernel(np.ones_like(c), np.sqrt(c), "c")
 
 
 def smoothed_kernel(p: np.ndarray, alpha: float) -> np.ndarray:
@@ -155,7 +155,7 @@ def support_size(p: Any) -> int:
     return int(np.count_nonzero(nonnegative_vector(p, "p") > 0))
 
 
-def all_weights(p: np.ndarray, mode: WeightMode) -> np.ndarray:
+def importance_weights_kernel(p: np.ndarray, mode: WeightMode) -> np.ndarray:
     """Kernel of ``importance_weights(p, None, mode)`` for a checked probability vector p."""
     n = int(np.count_nonzero(p)) if mode == "centred" else p.size
     w, finite = _inverse_n_p(p, float(n))
@@ -188,7 +188,7 @@ def importance_weights(p: Any, indices: Any | None = None, mode: WeightMode = "c
     if not (isinstance(mode, str) and mode in ("centred", "raw")):
         raise ValueError(f"mode must be 'centred' or 'raw', got {mode!r}")
     if indices is None:  # every component; those with p = 0 are never drawn and get weight 0
-        return all_weights(p, mode)
+        return importance_weights_kernel(p, mode)
     n = int(np.count_nonzero(p)) if mode == "centred" else p.size
     if isinstance(indices, (str, bytes, dict, set)):
         raise TypeError(f"indices must be an array-like of integers, got {type(indices).__name__}")

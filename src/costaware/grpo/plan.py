@@ -277,7 +277,7 @@ def plan_minibatches(
     drawn = method.probs(proxy, cost_np, config.beta)
     p, beta, alpha = drawn.p, drawn.beta, drawn.alpha
     try:
-        w = dist.all_weights(p, config.weights)
+        w = dist.importance_weights_kernel(p, config.weights)
     except ValueError as exc:  # name what the caller can change
         raise ValueError(
             f"advantages and costs (with alpha={alpha!r}, beta={beta!r}) give a row so small a probability "

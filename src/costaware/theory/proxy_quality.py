@@ -40,7 +40,7 @@ def cost_biased(p: Any, c: Any) -> np.ndarray:
     p = probability_vector(p, "p")
     c = positive_vector(c, "c")
     same_length(p=p, c=c)
-    return dist.ratio_normalise(p, 1.0 / scaled(c), "p")  # ∝ p·c; scaling c is exact and free
+    return dist.ratio_normalise_kernel(p, 1.0 / scaled(c), "p")  # ∝ p·c; scaling c is exact and free
 
 
 def chi2_divergence(P: Any, Q: Any) -> float:
