@@ -72,13 +72,13 @@ def run(prompts_per_round: int, steps: int, rounds: int, interval: int = 8) -> d
     return {
         "rows": prompts_per_round * 8,
         "rounds": rounds,
-        "fits": trainer.cost_aware_calibrator.updates,
-        "calibration_s": trainer.cost_aware_calibration_seconds,
+        "fits": trainer.cost_aware_calibration.calibrator.updates,
+        "calibration_s": trainer.cost_aware_calibration.seconds,
         "po_s": trainer.cost_aware_counters.po_seconds,
-        "share_end": trainer.cost_aware_calibration_seconds / trainer.cost_aware_counters.po_seconds,
+        "share_end": trainer.cost_aware_calibration.seconds / trainer.cost_aware_counters.po_seconds,
         "first_fit_round": first_fit["step"] // steps,
         "share_first_fit": first_fit["cost_aware/calibration_share_of_po"],
-        "beta": trainer.cost_aware_calibrator.beta,
+        "beta": trainer.cost_aware_calibration.calibrator.beta,
     }
 
 

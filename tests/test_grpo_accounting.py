@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from costaware import _io
 from costaware.grpo import accounting
 from costaware.grpo.accounting import (
     METRIC_PREFIX,
@@ -134,8 +135,12 @@ def _check_save_is_atomic(save, folder, monkeypatch) -> None:
         handle.write('{"tokens": 2')
         raise OSError("disk full")
 
+    def crash(fd):  # the atomic writer's file is written, then the disk fills before it is moved
+        raise OSError("disk full")
+
     with monkeypatch.context() as m:
         m.setattr(accounting.json, "dump", dump_then_crash)
+        m.setattr(_io.os, "fsync", crash)
         with pytest.raises(OSError, match="disk full"):
             save(Counters(tokens=2.0), folder)
     assert load_counters(folder) == before

@@ -154,7 +154,7 @@ def test_proxy_probs_is_a_distribution(a, beta, alpha, data):
         ({"abs_adv": [0.0, 0.0], "costs": [1.0, 1.0], "beta": 0.0}, "abs_adv must have at least one"),
         ({"abs_adv": [1.0], "costs": [0.0], "beta": 0.0}, "costs must be > 0"),
         ({"abs_adv": [1.0], "costs": [1.0, 2.0], "beta": 0.0}, "mismatched lengths"),
-        ({"abs_adv": [1.0], "costs": [1.0], "beta": float("nan")}, "beta must be a finite"),
+        ({"abs_adv": [1.0], "costs": [1.0], "beta": float("nan")}, "beta must be finite, got nan"),
         ({"abs_adv": [1.0], "costs": [1.0], "beta": 0.0, "alpha": 1.5}, "alpha must lie in"),
     ],
 )

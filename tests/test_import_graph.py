@@ -29,7 +29,7 @@ ALLOWED_CYCLES: dict[str, str] = {
 # (importer prefix, forbidden import prefixes): a lower layer never reaches up.
 CORE = ("costaware.grpo", "costaware.sgd", "costaware.generation", "costaware.evaluation", "costaware.records",
         "costaware.arms", "costaware.alias", "costaware.distributions", "costaware.sampler", "costaware.subset",
-        "costaware.theory", "costaware.tiny", "costaware._checks", "costaware._sampler_state")
+        "costaware.theory", "costaware.tiny", "costaware._checks", "costaware._sampler_state", "costaware._io")
 UPPER = ("costaware.integrations", "costaware.experiments", "costaware.report", "costaware.cli")
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     **{core: UPPER for core in CORE},
@@ -198,3 +198,47 @@ def test_no_upward_import(importer):
     bad = sorted((m, t) for m in g if _under(m, importer) for t in _reach(g, m)
                  if any(_under(t, f) for f in FORBIDDEN[importer]))
     assert not bad, f"{importer} reaches up (module, reached): {bad[:10]}"
+
+
+# ---------------------------------------------------------------- names: no module takes another's private name
+
+
+def private_names(name: str, tree: ast.AST) -> list[str]:
+    """The private names (``_x``, not a module) module ``name`` takes from other costaware modules:
+    ``from costaware.m import _x``, or ``m._x`` on an imported costaware module. What other modules use is
+    public (a module whose own name starts with ``_``, like ``_checks``, may still be imported)."""
+    mods = modules()
+    aliases: dict[str, str] = {}
+    out = []
+    for node in _imports(tree):
+        if isinstance(node, ast.Import):
+            aliases.update({a.asname: a.name for a in node.names if a.asname and a.name in mods})
+            continue
+        for a in node.names:
+            target = _targets(name, ast.ImportFrom(node.module, [a], node.level))
+            if not target:
+                continue
+            (t,) = target
+            if t.endswith(f".{a.name}") and t in mods:
+                aliases[a.asname or a.name] = t
+            elif a.name.startswith("_") and not a.name.startswith("__") and t != name:
+                out.append(f"{name}: from {t} import {a.name}")
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                and node.attr.startswith("_") and not node.attr.startswith("__")
+                and f"{aliases[node.value.id]}.{node.attr}" not in mods):
+            out.append(f"{name}: {aliases[node.value.id]}.{node.attr}")
+    return out
+
+
+def test_the_private_name_finder_sees_both_forms():
+    tree = ast.parse("from costaware.grpo.beta import _x, fit_beta\nfrom costaware import theory\n"
+                     "def f():\n    return theory._scaled, theory.J\n")
+    assert private_names("costaware.records", tree) == [
+        "costaware.records: from costaware.grpo.beta import _x", "costaware.records: costaware.theory._scaled"]
+
+
+def test_no_module_imports_another_modules_private_name():
+    found = [f for name, path in sorted(modules().items())
+             for f in private_names(name, ast.parse(path.read_text(), str(path)))]
+    assert not found, f"private names used across modules (make them public): {found}"

@@ -580,9 +580,9 @@ def test_calibrated_proxy_logs_beta_and_round_trips_through_a_checkpoint(tmp_pat
     kw = dict(cost_aware_method="p_star", cost_aware_proxy="calibrated", cost_aware_calibration_interval=1,
               cost_aware_calibration_rows=6, save_strategy="steps", save_steps=2, per_device_train_batch_size=8)
     trainer = _trainer(tmp_path, **kw)
-    assert trainer.sampling.proxy == "calibrated" and trainer.cost_aware_calibrator.beta == 1.0  # dapo prior
+    assert trainer.sampling.proxy == "calibrated" and trainer.cost_aware_calibration.calibrator.beta == 1.0  # dapo prior
     trainer.train()
-    cal = trainer.cost_aware_calibrator
+    cal = trainer.cost_aware_calibration.calibrator
     assert cal.updates == trainer.cost_aware_state["generations"] == 2
     logs = [h for h in trainer.state.log_history if "cost_aware/proxy_beta_hat" in h]
     assert logs, "no calibration logged"
@@ -599,10 +599,10 @@ def test_calibrated_proxy_logs_beta_and_round_trips_through_a_checkpoint(tmp_pat
     with open(tmp_path / "checkpoint-4" / CALIBRATOR_FILE) as f:
         state = json.load(f)
     assert BetaCalibrator.from_dict(state["calibrator"]) == cal
-    assert state["seconds"] == trainer.cost_aware_calibration_seconds > 0
+    assert state["seconds"] == trainer.cost_aware_calibration.seconds > 0
     resumed = _trainer(tmp_path, **dict(kw, max_steps=6))
     resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-4"))
-    assert resumed.cost_aware_calibrator.updates == cal.updates + 1  # restored, then one more fit
+    assert resumed.cost_aware_calibration.calibrator.updates == cal.updates + 1  # restored, then one more fit
     first_resumed = [h for h in resumed.state.log_history if "cost_aware/proxy_beta" in h][-1]
     assert first_resumed["cost_aware/proxy_beta"] == pytest.approx(cal.beta)  # planned with the restored β
 

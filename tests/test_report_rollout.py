@@ -14,6 +14,7 @@ from costaware.arms import Arm
 from costaware.report import grpo, predicted
 from costaware.report import rollout as R
 from costaware.report.evidence import Effect, sections
+from costaware.report.verdicts import fmt
 
 N_BOOT = 400
 SKIP, UNBIASED, GRESO, DAPO = R.SKIP, R.UNBIASED, Arm("none", rollout="greso"), Arm("none", rollout="dapo")
@@ -52,8 +53,8 @@ def test_target_not_met_names_the_best_peer_part_with_its_numbers():
     dapo, best = rev.peer_savings[(DAPO, LR)], t.vs_best.savings["total_cost"]
     assert dapo.value == pytest.approx(1 - _cost(2000, 3600) / _cost(5000, 4000), abs=0.02)
     assert best.value == pytest.approx(1 - _cost(1900, 3000) / _cost(2000, 3600), abs=0.02)
-    assert part == (f"against the best peer, GRPO (DAPO dynamic sampling) (itself saving {R._pct(dapo)} over GRPO), "
-                    f"total cost saving {R._pct(best)}; it needs ≥ +15%")
+    assert part == (f"against the best peer, GRPO (DAPO dynamic sampling) (itself saving {fmt(dapo)} over GRPO), "
+                    f"total cost saving {fmt(best)}; it needs ≥ +15%")
     assert "**target not met**" in t.text(sec) and "against GRPO," not in t.text(sec)
 
 
@@ -65,7 +66,7 @@ def test_target_not_met_names_the_saving_over_grpo_part():
     (part,) = t.shortfalls
     s = t.vs_baseline.savings["total_cost"]
     assert s.value == pytest.approx(1 - _cost(2600, 3000) / _cost(5000, 4000), abs=0.02)
-    assert part == f"against GRPO, total cost saving {R._pct(s)}; it needs ≥ +50% (2×)"
+    assert part == f"against GRPO, total cost saving {fmt(s)}; it needs ≥ +50% (2×)"
 
 
 def test_target_is_decided_on_total_cost_not_on_po_tokens():
@@ -85,7 +86,7 @@ def test_target_needs_a_ci_above_zero_not_only_a_point_estimate():
     (t,) = _rollout(runs).targets
     s = t.vs_baseline.savings["total_cost"]
     assert s.value >= 0.5 and s.lo < 0  # the fixture is the case it claims to be
-    assert not t.met and f"against GRPO, total cost saving {R._pct(s)}; it needs ≥ +50% (2×) with a CI above zero" in t.shortfalls
+    assert not t.met and f"against GRPO, total cost saving {fmt(s)}; it needs ≥ +50% (2×) with a CI above zero" in t.shortfalls
 
 
 def test_target_needs_five_seeds():

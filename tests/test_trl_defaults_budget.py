@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 import numpy as np
@@ -206,14 +207,14 @@ def test_calibration_waits_for_enough_rows_from_enough_groups_across_a_resume(tm
         return [h["step"] for h in t.state.log_history if "cost_aware/proxy_beta_hat" in h]
 
     assert first_fit(trainer) == [4]  # pools 1-4 give 2 rows each; pools 5-6 start the next fit
-    assert trainer.cost_aware_calibrator.updates == 1
+    assert trainer.cost_aware_calibration.calibrator.updates == 1
     assert [len(m) for m in measured] == [2] * 6 and all(len({i // 4 for i in m}) == 1 for m in measured)
     beta = [h["cost_aware/proxy_beta"] for h in trainer.state.log_history if "cost_aware/proxy_beta" in h]
     assert beta[:4] == [1.0] * 4 and beta[4] != 1.0  # the prior until the fit, the fitted β after it
-    assert trainer._ca_collecting and len(trainer._ca_pending) == 4
+    assert trainer.cost_aware_calibration.collecting and len(trainer.cost_aware_calibration.pending) == 4
     resumed = _trainer(tmp_path, **kw)
     resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))  # 4 rows of the fit under way
-    assert first_fit(resumed) == [4] and resumed.cost_aware_calibrator.updates == 1
+    assert first_fit(resumed) == [4] and resumed.cost_aware_calibration.calibrator.updates == 1
 
 
 def test_the_main_job_stops_through_the_public_budget(tmp_path):
@@ -234,3 +235,19 @@ def test_token_budget_accepts_any_integral_count(tmp_path):
     for bad in (-1, 2.5, True, "1000", float("nan")):
         with pytest.raises(ValueError, match=r"cost_aware_token_budget must be a non-negative integer"):
             CostAwareGRPOConfig(**_kwargs(tmp_path, cost_aware_token_budget=bad))
+
+
+def test_calibration_state_round_trips_through_its_file(tmp_path):
+    """The trainer's calibration state saves the four keys it always saved, and loads them back."""
+    from costaware.integrations.trl.measure import CALIBRATOR_FILE, Calibration
+
+    assert Calibration.for_run("advantage", "dapo", 1).calibrator is None
+    cal = Calibration.for_run("calibrated", "dapo", 1)
+    cal.seconds, cal.pending, cal.collecting = 1.5, [[0.0, 1.0, 2.0, 3.0]], True
+    cal.save(str(tmp_path))
+    assert list(json.loads((tmp_path / CALIBRATOR_FILE).read_text())) == ["calibrator", "seconds", "pending", "collecting"]
+    back = Calibration.for_run("calibrated", "dapo", 1)
+    back.load(str(tmp_path))
+    assert back == cal
+    Calibration.for_run("advantage", "dapo", 1).save(str(tmp_path / "none"))  # nothing to save, nothing written
+    assert not (tmp_path / "none").exists()

@@ -167,8 +167,8 @@ def _wrong_support(monkeypatch) -> None:
     """The known-wrong n_supp: centred weights 1/(n p_i) over every row, not 1/(n_supp p_i)."""
     import costaware.distributions as dist
 
-    original = dist._all_weights
-    monkeypatch.setattr(dist, "_all_weights", lambda p, mode: original(p, "raw"))
+    original = dist.importance_weights_kernel
+    monkeypatch.setattr(dist, "importance_weights_kernel", lambda p, mode: original(p, "raw"))
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,13 @@ floats (``2.0`` → 2); it rejects ``2.5``, ``nan``, ``inf``, ``True``. A real a
 converted to float64; complex arrays are rejected rather than silently losing the imaginary part.
 Each check fails at the call site, never as a NaN further down.
 
+``strict=True`` (records and config fields, which are kept as given and written to JSON): only a Python
+``int`` (for a real, an ``int`` or ``float``) is accepted, so no numpy scalar or tensor is stored.
+
+These are the package's only argument checks: a module needing a new kind of check adds it here.
+
 Check once, at the public edge: a public function checks its arguments and then calls a kernel (a
-private ``_name`` function or a numba ``@njit``) that takes checked inputs and checks nothing again.
+``name_kernel`` function or a numba ``@njit``) that takes checked inputs and checks nothing again.
 ``plan_minibatches`` checks its pool once and runs the distribution, weight, alias and draw kernels on
 it (it used to validate the same p five times). Counts that size an array or a loop have upper bounds
 (``MAX_STEPS``, ``MAX_DRAWS``, ``MAX_COMPONENTS``), so a huge count is a ValueError, not a hang or a
@@ -26,7 +31,9 @@ MemoryError.
 
 from __future__ import annotations
 
+import math
 import numbers
+import os
 from collections.abc import Mapping, Set, Sized
 from typing import Any
 
@@ -35,7 +42,7 @@ import numpy as np
 _MAX_INT = int(np.iinfo(np.int64).max)
 
 
-def _show(x: Any) -> str:
+def show(x: Any) -> str:
     try:
         s = np.array2string(np.asarray(x), threshold=8, edgeitems=3) if np.ndim(x) else repr(x)
     except Exception:  # an object numpy cannot even look at
@@ -43,42 +50,45 @@ def _show(x: Any) -> str:
     return s if len(s) < 200 else s[:200] + "..."
 
 
-def _unwrap(x: Any) -> Any:
+def unwrap(x: Any) -> Any:
     if hasattr(x, "detach") and hasattr(x, "cpu"):  # torch.Tensor without importing torch
         x = x.detach().cpu().numpy()
     return x
 
 
-def _container(x: Any, name: str) -> None:
+def check_container(x: Any, name: str) -> None:
     if x is None or isinstance(x, (str, bytes, Mapping, Set)):
-        raise TypeError(f"{name} must be an array-like of numbers, got {_show(x)} ({type(x).__name__})")
+        raise TypeError(f"{name} must be an array-like of numbers, got {show(x)} ({type(x).__name__})")
 
 
 def as_array(x: Any, name: str) -> np.ndarray:
     """``x`` as a real float64 array of any shape, entries unchecked for finiteness."""
-    x = _unwrap(x)
-    _container(x, name)
+    x = unwrap(x)
+    check_container(x, name)
     try:
         raw = np.asarray(x)
     except (TypeError, ValueError) as exc:  # ragged nesting
-        raise ValueError(f"{name} must be a rectangular array of numbers, got {_show(x)}") from exc
+        raise ValueError(f"{name} must be a rectangular array of numbers, got {show(x)}") from exc
     if raw.dtype == np.bool_:
-        raise ValueError(f"{name} must hold numbers, not booleans, got {_show(raw)}")
+        raise ValueError(f"{name} must hold numbers, not booleans, got {show(raw)}")
     if np.iscomplexobj(raw):
-        raise ValueError(f"{name} must be real, got complex values {_show(raw)}")
+        raise ValueError(f"{name} must be real, got complex values {show(raw)}")
     try:
         return np.asarray(raw, dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name} must be numeric, got {_show(x)}") from exc
+        raise ValueError(f"{name} must be numeric, got {show(x)}") from exc
 
 
-def as_vector(x: Any, name: str, *, allow_empty: bool = False) -> np.ndarray:
-    """`x` as a finite 1-D float64 array (torch tensors and lists accepted)."""
+def as_vector(x: Any, name: str, *, allow_empty: bool = False, finite: bool = True) -> np.ndarray:
+    """`x` as a finite 1-D float64 array (torch tensors and lists accepted); ``finite=False`` lets NaN
+    and ±inf entries through (a measurement that failed)."""
     arr = as_array(x, name)
     if arr.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {arr.shape}: {_show(arr)}")
+        raise ValueError(f"{name} must be 1-D, got shape {arr.shape}: {show(arr)}")
     if arr.size == 0 and not allow_empty:
-        raise ValueError(f"{name} must not be empty, got {_show(arr)}")
+        raise ValueError(f"{name} must not be empty, got {show(arr)}")
+    if not finite:
+        return arr
     bad = ~np.isfinite(arr)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
@@ -116,6 +126,44 @@ def probability_vector(p: Any, name: str = "p", *, atol: float = 1e-8) -> np.nda
     return arr
 
 
+def unit_array(x: Any, name: str) -> np.ndarray:
+    """``x`` as a float64 array of any shape whose entries all lie in [0, 1] (rates, probabilities)."""
+    arr = as_array(x, name)
+    if not (np.isfinite(arr).all() and (arr >= 0).all() and (arr <= 1).all()):
+        raise ValueError(f"{name} must lie in [0, 1], got {show(arr)}")
+    return arr
+
+
+def index_vector(x: Any, n: int, name: str, *, integral_floats: bool = False) -> np.ndarray:
+    """``x`` flattened to a 1-D int64 array of indices in [0, n); [] (any dtype) is the empty array.
+
+    An integer dtype is required, unless ``integral_floats`` (then 2.0 is index 2, 2.5 is refused).
+    """
+    if integral_floats:
+        a = as_array(x, name).reshape(-1)
+        if not ((a == np.round(a)).all() and (a >= 0).all() and (a < n).all()):
+            raise ValueError(f"{name} must be integers in [0, {n}), got {show(a)}")
+        return a.astype(np.int64)
+    if x is None or isinstance(x, (str, bytes, dict, set)):
+        raise TypeError(f"{name} must be an array-like of integers, got {type(x).__name__}")
+    idx = np.asarray(unwrap(x)).reshape(-1)
+    if idx.size == 0:
+        return np.empty(0, dtype=np.int64)
+    if not np.issubdtype(idx.dtype, np.integer):
+        raise ValueError(f"{name} must be integers in [0, {n}), got dtype {idx.dtype}: {show(idx)}")
+    if idx.min() < 0 or idx.max() >= n:
+        raise ValueError(f"{name} must be integers in [0, {n}), got range [{idx.min()}, {idx.max()}]")
+    return idx.astype(np.int64, copy=False)
+
+
+def norms_and_costs(G: Any, c: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Gradient norms G >= 0 (not all zero) and costs c > 0, finite 1-D arrays of one length."""
+    G = nonnegative_vector(G, "G", not_all_zero=True)
+    c = positive_vector(c, "c")
+    same_length(G=G, c=c)
+    return G, c
+
+
 def same_length(**arrays: Sized) -> int:
     lengths = {k: len(v) for k, v in arrays.items()}
     if len(set(lengths.values())) > 1:
@@ -126,22 +174,36 @@ def same_length(**arrays: Sized) -> int:
 # -- scalars ------------------------------------------------------------------------------------
 
 
-def real_scalar(x: Any, name: str) -> float:
-    """A finite real number as float: rejects bool, complex, None, strings, nan and ±inf (ValueError)."""
-    v = _unwrap(x)
+def is_real_number(x: Any) -> bool:
+    """``x`` is a finite ``int`` or ``float`` (not a bool): a number as a record or config field holds it."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def real_scalar(x: Any, name: str, *, strict: bool = False, allow_inf: bool = False) -> float:
+    """A finite real number as float: rejects bool, complex, None, strings, nan and ±inf (ValueError).
+
+    ``allow_inf``: ±inf passes (nan never does); ``strict``: only an ``int`` or ``float``.
+    """
+    if strict and not (isinstance(x, (int, float)) and not isinstance(x, bool)):
+        raise ValueError(f"{name} must be a finite number (int or float), got {x!r} ({type(x).__name__})")
+    v = unwrap(x)
     if isinstance(v, np.ndarray) and v.ndim == 0:
         v = v[()]
     ok = isinstance(v, (numbers.Real, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
     if not ok:
-        raise ValueError(f"{name} must be a real number, got {_show(x)} ({type(x).__name__})")
+        raise ValueError(f"{name} must be a real number, got {show(x)} ({type(x).__name__})")
     f = float(v)
-    if not np.isfinite(f):
+    if not (np.isfinite(f) or (allow_inf and np.isinf(f))):
         raise ValueError(f"{name} must be finite, got {f!r}")
     return f
 
 
-def integer(x: Any, name: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
-    """An integer as int: accepts int, numpy integers and integral floats (2.0); ValueError otherwise."""
+def integer(
+    x: Any, name: str, *, minimum: int | None = None, maximum: int | None = None, strict: bool = False
+) -> int:
+    """An integer as int: accepts int, numpy integers and integral floats (2.0); ValueError otherwise.
+
+    ``strict``: only a Python ``int`` (not a bool, a float or a numpy integer)."""
     if minimum == 1:
         desc = "a positive integer"
     elif minimum == 0:
@@ -150,11 +212,13 @@ def integer(x: Any, name: str, *, minimum: int | None = None, maximum: int | Non
         desc = "an integer" if minimum is None else f"an integer >= {minimum}"
     if maximum is not None:
         desc += f" of at most {maximum}"
-    v = _unwrap(x)
+    v = unwrap(x)
     if isinstance(v, np.ndarray) and v.ndim == 0:
         v = v[()]
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (numbers.Real, np.integer, np.floating)):
-        raise ValueError(f"{name} must be {desc}, got {_show(x)} ({type(x).__name__})")
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (numbers.Real, np.integer, np.floating)) or (
+        strict and not isinstance(x, int)
+    ):
+        raise ValueError(f"{name} must be {desc}, got {show(x)} ({type(x).__name__})")
     if isinstance(v, (int, np.integer)):
         i = int(v)
     else:
@@ -171,22 +235,57 @@ def integer(x: Any, name: str, *, minimum: int | None = None, maximum: int | Non
 
 def boolean(x: Any, name: str) -> bool:
     if not isinstance(x, (bool, np.bool_)):
-        raise ValueError(f"{name} must be True or False, got {_show(x)} ({type(x).__name__})")
+        raise ValueError(f"{name} must be True or False, got {show(x)} ({type(x).__name__})")
     return bool(x)
 
 
-def in_unit_interval(x: Any, name: str) -> float:
-    v = real_scalar(x, name)
-    if not 0.0 <= v <= 1.0:
-        raise ValueError(f"{name} must lie in [0, 1], got {v!r}")
+def nonempty_string(x: Any, name: str) -> str:
+    if not isinstance(x, str) or not x:
+        raise ValueError(f"{name} must be a non-empty string, got {x!r}")
+    return x
+
+
+def file_path(x: Any, name: str) -> str:
+    """A file path (``str`` or ``os.PathLike``) as ``str``; TypeError for anything else."""
+    if not isinstance(x, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a file path (str or os.PathLike), got {type(x).__name__}")
+    return os.fspath(x)
+
+
+def in_interval(x: Any, name: str, low: float, high: float, *, strict: bool = False) -> float:
+    """A finite real in the closed interval [low, high]."""
+    v = real_scalar(x, name, strict=strict)
+    if not low <= v <= high:
+        raise ValueError(f"{name} must lie in [{low:g}, {high:g}], got {v!r}")
     return v
 
 
-def positive_scalar(x: Any, name: str, *, allow_zero: bool = False) -> float:
+def in_unit_interval(x: Any, name: str, *, strict: bool = False) -> float:
+    return in_interval(x, name, 0.0, 1.0, strict=strict)
+
+
+def in_open_unit_interval(x: Any, name: str, *, why: str = "") -> float:
+    """A real strictly between 0 and 1; ``why`` (e.g. ``" (a pass rate)"``) follows the bounds in the message."""
     v = real_scalar(x, name)
+    if not 0.0 < v < 1.0:
+        raise ValueError(f"{name} must lie in (0, 1){why}, got {v!r}")
+    return v
+
+
+def positive_scalar(
+    x: Any, name: str, *, allow_zero: bool = False, allow_inf: bool = False, strict: bool = False
+) -> float:
+    """A real > 0 (``allow_zero``: >= 0), finite unless ``allow_inf`` (then +inf passes)."""
+    v = real_scalar(x, name, strict=strict, allow_inf=allow_inf)
     if not (v >= 0 if allow_zero else v > 0):
-        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'} and finite, got {v!r}")
+        finite = " (inf allowed)" if allow_inf else " and finite"
+        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}{finite}, got {v!r}")
     return v
+
+
+def value_error(name: str, value: Any, why: str) -> ValueError:
+    """``ValueError("<name> <why>, got <value!r>")``: the message shape of every check here."""
+    return ValueError(f"{name} {why}, got {value!r}")
 
 
 def finite_result(value: float, what: str, inputs: str) -> float:

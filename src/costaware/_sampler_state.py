@@ -12,26 +12,18 @@ from typing import Any
 
 import numpy as np
 
-from costaware._checks import _show, _unwrap, integer, nonnegative_vector, real_scalar, same_length
+from costaware._checks import (
+    index_vector,
+    integer,
+    nonnegative_vector,
+    real_scalar,
+    same_length,
+)
 
-__all__ = ["load_stream", "save_stream"]
-
-
-def _indices(indices: Any, n: int, name: str = "indices") -> np.ndarray:
-    """``indices`` as a 1-D int64 array of entries in [0, n); [] (any dtype) is the empty array."""
-    if indices is None or isinstance(indices, (str, bytes, dict, set)):
-        raise TypeError(f"{name} must be an array-like of integers, got {type(indices).__name__}")
-    idx = np.asarray(_unwrap(indices)).reshape(-1)
-    if idx.size == 0:
-        return np.empty(0, dtype=np.int64)
-    if not np.issubdtype(idx.dtype, np.integer):
-        raise ValueError(f"{name} must be integers in [0, {n}), got dtype {idx.dtype}: {_show(idx)}")
-    if idx.min() < 0 or idx.max() >= n:
-        raise ValueError(f"{name} must be integers in [0, {n}), got range [{idx.min()}, {idx.max()}]")
-    return idx.astype(np.int64, copy=False)
+__all__ = ["load_stream", "save_stream", "EpochPass"]
 
 
-class _Pass:
+class EpochPass:
     """One epoch's iteration: its generator, the draws it still owes, and the chunk being yielded."""
 
     __slots__ = ("rng", "epoch", "left", "idx", "w", "pos", "version", "seg")
@@ -52,7 +44,7 @@ def _segments(segs: list[list[Any]]) -> dict[str, np.ndarray]:
 
 
 def save_stream(
-    state: dict[str, Any], run: _Pass | None, version: int, unclaimed: list[list[Any]]
+    state: dict[str, Any], run: EpochPass | None, version: int, unclaimed: list[list[Any]]
 ) -> dict[str, Any]:
     """``state`` plus the pass ``run`` (None: at an epoch start) and the ``unclaimed`` draws."""
     state["pass"] = None
@@ -78,7 +70,7 @@ def _key(d: Any, key: str, where: str) -> Any:
     return d[key]
 
 
-def load_stream(state: Any, n: int) -> tuple[np.ndarray, int, int, int, float, _Pass | None, list[list[Any]]]:
+def load_stream(state: Any, n: int) -> tuple[np.ndarray, int, int, int, float, EpochPass | None, list[list[Any]]]:
     """Checked ``(G, epoch, seed, drawn, drawn_cost, pass, unclaimed)`` of a state for n examples.
 
     Earlier states (``proxies``, ``epoch``, ``seed`` only) load as "at an epoch start"."""
@@ -96,13 +88,13 @@ def load_stream(state: Any, n: int) -> tuple[np.ndarray, int, int, int, float, _
             rng.bit_generator.state = copy.deepcopy(_key(saved, "rng", where))
         except (TypeError, ValueError, KeyError) as exc:
             raise ValueError(f"{where}['rng'] is not a PCG64 state: {exc}") from None
-        run = _Pass(rng, integer(_key(saved, "epoch", where), f"{where}['epoch']", minimum=0),
+        run = EpochPass(rng, integer(_key(saved, "epoch", where), f"{where}['epoch']", minimum=0),
                     integer(_key(saved, "left", where), f"{where}['left']", minimum=0))  # fmt: skip
-        run.idx = _indices(_key(saved, "idx", where), n, f"{where}['idx']").copy()
+        run.idx = index_vector(_key(saved, "idx", where), n, f"{where}['idx']").copy()
         run.w = nonnegative_vector(_key(saved, "w", where), f"{where}['w']", allow_empty=True)
         same_length(**{f"{where}['idx']": run.idx, f"{where}['w']": run.w})
     u = state.get("unclaimed") or {"idx": [], "w": []}
-    u_idx = _indices(_key(u, "idx", "state['unclaimed']"), n, "state['unclaimed']['idx']").copy()
+    u_idx = index_vector(_key(u, "idx", "state['unclaimed']"), n, "state['unclaimed']['idx']").copy()
     u_w = nonnegative_vector(_key(u, "w", "state['unclaimed']"), "state['unclaimed']['w']", allow_empty=True)
     same_length(**{"state['unclaimed']['idx']": u_idx, "state['unclaimed']['w']": u_w})
     return (

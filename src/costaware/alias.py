@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from costaware._checks import _show, as_array, as_generator, integer, probability_vector
+from costaware._checks import as_array, as_generator, integer, probability_vector, show
 
-__all__ = ["build_alias", "draw", "alias_draw", "alias_draw_single", "alias_probabilities", "AliasTable"]
+__all__ = ["build_alias", "draw", "alias_draw", "alias_draw_single", "alias_probabilities", "AliasTable", "build_alias_kernel"]
 
 
 @njit(cache=True)
@@ -108,10 +108,10 @@ def build_alias(p: Any) -> tuple[np.ndarray, np.ndarray]:
     >>> prob, alias
     (array([1. , 0.5]), array([0, 0]))
     """
-    return _build_alias(probability_vector(p, "p"))
+    return build_alias_kernel(probability_vector(p, "p"))
 
 
-def _build_alias(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def build_alias_kernel(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Kernel of :func:`build_alias` for a checked float64 probability vector (no second check)."""
     return _vose(np.ascontiguousarray(p))
 
@@ -125,13 +125,13 @@ def _check_table(prob: Any, alias: Any) -> tuple[np.ndarray, np.ndarray]:
     try:
         alias = np.asarray(alias.detach().cpu().numpy() if hasattr(alias, "detach") else alias)
     except (TypeError, ValueError) as exc:  # ragged
-        raise ValueError(f"alias must be a 1-D integer array, got {_show(alias)}") from exc
+        raise ValueError(f"alias must be a 1-D integer array, got {show(alias)}") from exc
     if prob.ndim != 1 or prob.size == 0 or alias.shape != prob.shape:
         raise ValueError(
             f"prob and alias must be non-empty 1-D of equal length, got {prob.shape}, {alias.shape}"
         )
     if not np.issubdtype(alias.dtype, np.integer):
-        raise ValueError(f"alias must be an integer array, got dtype {alias.dtype}: {_show(alias)}")
+        raise ValueError(f"alias must be an integer array, got dtype {alias.dtype}: {show(alias)}")
     bad = ~((prob >= 0.0) & (prob <= 1.0))  # also catches nan
     if bad.any():
         i = int(np.flatnonzero(bad)[0])

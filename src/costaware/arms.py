@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from costaware._checks import in_unit_interval, positive_scalar, value_error
 from costaware.rollouts.stage import PROMPT_METHODS
 
 __all__ = ["Arm", "ArmFields", "DEFAULT_ALPHA", "KEY_PARTS", "ROLLOUTS", "STEP_BUDGETS", "WEIGHT_MODES", "arm_fields",
@@ -84,17 +84,6 @@ class ArmFields(Protocol):
     def rollout(self) -> str: ...
 
 
-def _bad(name: str, value: Any, why: str) -> ValueError:
-    return ValueError(f"{name} {why}, got {value!r}")
-
-
-def _check_float(name: str, value: Any, *, high: float = math.inf) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _bad(name, value, "must be a finite number")
-    if not 0 <= value <= high:
-        raise _bad(name, value, f"must be in [0, {high}]")
-
-
 def arm_fields(run: ArmFields) -> dict[str, Any]:
     """The arm's fields of a spec or record, as they are (a run's record copies them from its spec)."""
     return {f.name: getattr(run, f.name) for f in dataclasses.fields(Arm)}
@@ -105,15 +94,15 @@ def check_arm_fields(owner: str, run: ArmFields) -> None:
     for name in ("method", "proxy"):
         value = getattr(run, name)
         if not isinstance(value, str) or not value or ":" in value:
-            raise _bad(f"{owner}.{name}", value, f"must be a {name} id without ':' (options are fields)")
+            raise value_error(f"{owner}.{name}", value, f"must be a {name} id without ':' (options are fields)")
     if run.weights not in WEIGHT_MODES:
-        raise _bad(f"{owner}.weights", run.weights, f"must be one of {WEIGHT_MODES}")
+        raise value_error(f"{owner}.weights", run.weights, f"must be one of {WEIGHT_MODES}")
     if run.step_budget not in STEP_BUDGETS:
-        raise _bad(f"{owner}.step_budget", run.step_budget, f"must be one of {STEP_BUDGETS}")
+        raise value_error(f"{owner}.step_budget", run.step_budget, f"must be one of {STEP_BUDGETS}")
     if run.rollout not in ROLLOUTS:
-        raise _bad(f"{owner}.rollout", run.rollout, f"must be one of {ROLLOUTS}")
-    _check_float(f"{owner}.alpha", run.alpha, high=1.0)
-    _check_float(f"{owner}.proxy_noise", run.proxy_noise)
+        raise value_error(f"{owner}.rollout", run.rollout, f"must be one of {ROLLOUTS}")
+    in_unit_interval(run.alpha, f"{owner}.alpha", strict=True)
+    positive_scalar(run.proxy_noise, f"{owner}.proxy_noise", allow_zero=True, strict=True)
 
 
 @functools.total_ordering

@@ -17,7 +17,6 @@ import numpy as np
 from numba import njit
 
 from costaware._checks import (
-    _show,
     as_generator,
     in_unit_interval,
     integer,
@@ -27,6 +26,7 @@ from costaware._checks import (
     pow2_exponent,
     probability_vector,
     same_length,
+    show,
 )
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "support_size",
     "importance_weights",
     "WeightMode",
+    "optimal_kernel", "variance_kernel", "inverse_sqrt_cost_kernel", "smoothed_kernel", "ratio_normalise_kernel", "importance_weights_kernel",
 ]
 
 WeightMode = Literal["centred", "raw"]
@@ -60,7 +61,7 @@ def _normalise(v: np.ndarray, name: str) -> np.ndarray:
     return s / s.sum()
 
 
-def _ratio_normalise(G: np.ndarray, root: np.ndarray, name: str) -> np.ndarray:
+def ratio_normalise_kernel(G: np.ndarray, root: np.ndarray, name: str) -> np.ndarray:
     """p ∝ G / root (G ≥ 0, root > 0): the direct quotient when it is exact enough, else log space."""
     with np.errstate(all="ignore"):
         q = G / root
@@ -91,7 +92,7 @@ def uniform(n: int) -> np.ndarray:
 
 def variance(G: Any) -> np.ndarray:
     """The variance-minimising, cost-blind baseline: p_i ∝ G_i."""
-    return _variance(nonnegative_vector(G, "G", not_all_zero=True))
+    return variance_kernel(nonnegative_vector(G, "G", not_all_zero=True))
 
 
 def optimal(G: Any, c: Any) -> np.ndarray:
@@ -99,39 +100,39 @@ def optimal(G: Any, c: Any) -> np.ndarray:
     G = nonnegative_vector(G, "G", not_all_zero=True)
     c = positive_vector(c, "c")
     same_length(G=G, c=c)
-    return _optimal(G, c)
+    return optimal_kernel(G, c)
 
 
 def inverse_sqrt_cost(c: Any) -> np.ndarray:
     """p_i ∝ 1/√c_i: the optimum when every G_i is replaced by 1 (the paper's G ≡ 1 ablation)."""
-    return _inverse_sqrt_cost(positive_vector(c, "c"))
+    return inverse_sqrt_cost_kernel(positive_vector(c, "c"))
 
 
 def smoothed(p: Any, alpha: float) -> np.ndarray:
     """(1−α)·p + α·uniform. α = 0 returns p, α = 1 uniform; any α > 0 gives full support."""
-    return _smoothed(probability_vector(p, "p"), in_unit_interval(alpha, "alpha"))
+    return smoothed_kernel(probability_vector(p, "p"), in_unit_interval(alpha, "alpha"))
 
 
 # -- kernels: checked inputs only (the public functions above check, then call these; the plan checks
 # its pool once and calls these directly, so one plan validates each vector once) ------------------
 
 
-def _variance(G: np.ndarray) -> np.ndarray:
+def variance_kernel(G: np.ndarray) -> np.ndarray:
     """p ∝ G for a finite float64 G >= 0 (all zeros still raise: the normaliser needs a positive entry)."""
     return _normalise(G, "G")
 
 
-def _optimal(G: np.ndarray, c: np.ndarray) -> np.ndarray:
+def optimal_kernel(G: np.ndarray, c: np.ndarray) -> np.ndarray:
     """p ∝ G/√c for finite float64 G >= 0 and c > 0 of equal length."""
-    return _ratio_normalise(G, np.sqrt(c), "G")
+    return ratio_normalise_kernel(G, np.sqrt(c), "G")
 
 
-def _inverse_sqrt_cost(c: np.ndarray) -> np.ndarray:
+def inverse_sqrt_cost_kernel(c: np.ndarray) -> np.ndarray:
     """p ∝ 1/√c for a finite float64 c > 0."""
-    return _ratio_normalise(np.ones_like(c), np.sqrt(c), "c")
+    return ratio_normalise_kernel(np.ones_like(c), np.sqrt(c), "c")
 
 
-def _smoothed(p: np.ndarray, alpha: float) -> np.ndarray:
+def smoothed_kernel(p: np.ndarray, alpha: float) -> np.ndarray:
     """(1−α)p + α/n for a probability vector p and a float α in [0, 1]."""
     return (1.0 - alpha) * p + alpha / p.size
 
@@ -154,7 +155,7 @@ def support_size(p: Any) -> int:
     return int(np.count_nonzero(nonnegative_vector(p, "p") > 0))
 
 
-def _all_weights(p: np.ndarray, mode: WeightMode) -> np.ndarray:
+def importance_weights_kernel(p: np.ndarray, mode: WeightMode) -> np.ndarray:
     """Kernel of ``importance_weights(p, None, mode)`` for a checked probability vector p."""
     n = int(np.count_nonzero(p)) if mode == "centred" else p.size
     w, finite = _inverse_n_p(p, float(n))
@@ -187,7 +188,7 @@ def importance_weights(p: Any, indices: Any | None = None, mode: WeightMode = "c
     if not (isinstance(mode, str) and mode in ("centred", "raw")):
         raise ValueError(f"mode must be 'centred' or 'raw', got {mode!r}")
     if indices is None:  # every component; those with p = 0 are never drawn and get weight 0
-        return _all_weights(p, mode)
+        return importance_weights_kernel(p, mode)
     n = int(np.count_nonzero(p)) if mode == "centred" else p.size
     if isinstance(indices, (str, bytes, dict, set)):
         raise TypeError(f"indices must be an array-like of integers, got {type(indices).__name__}")
@@ -195,7 +196,7 @@ def importance_weights(p: Any, indices: Any | None = None, mode: WeightMode = "c
     if idx.size == 0:  # no draws (a bare [] arrives as float64)
         return np.empty(idx.shape)
     if not np.issubdtype(idx.dtype, np.integer):  # bool would act as a mask, float cannot index
-        raise ValueError(f"indices must be integers, got dtype {idx.dtype}: {_show(idx)}")
+        raise ValueError(f"indices must be integers, got dtype {idx.dtype}: {show(idx)}")
     if idx.min() < 0 or idx.max() >= p.size:
         raise ValueError(f"indices must lie in [0, {p.size}), got range [{idx.min()}, {idx.max()}]")
     pi = p[idx]
@@ -212,6 +213,6 @@ def _weights(pi: np.ndarray, n: int, p: np.ndarray) -> np.ndarray:
         small = float(pi[~np.isfinite(w)][0])
         raise ValueError(
             f"p has an entry {small!r} so small that its importance weight 1/(n·p) overflows float64; "
-            f"p = {_show(p)}"
+            f"p = {show(p)}"
         )
     return w

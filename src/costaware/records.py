@@ -20,38 +20,25 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from costaware._checks import (
+    in_interval,
+    in_unit_interval,
+    integer,
+    nonempty_string,
+    positive_scalar,
+    real_scalar,
+    value_error,
+)
+from costaware._io import write_json_atomic
 from costaware.arms import DEFAULT_ALPHA, Arm, check_arm_fields
 
 __all__ = ["SCHEMA_VERSION", "RunId", "EvalPoint", "ProxyFidelityPoint", "RunResult"]
 
 SCHEMA_VERSION = 1
-
-
-def _bad(name: str, value: Any, why: str) -> ValueError:
-    return ValueError(f"{name} {why}, got {value!r}")
-
-
-def _check_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise _bad(name, value, "must be an int >= 0")
-
-
-def _check_float(name: str, value: Any, *, low: float = 0.0, high: float = math.inf, positive: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _bad(name, value, "must be a finite number")
-    if value < low or value > high or (positive and value <= 0):
-        bound = f"> {low}" if positive else f"in [{low}, {high}]"
-        raise _bad(name, value, f"must be {bound}")
-
-
-def _check_name(name: str, value: Any) -> None:
-    if not isinstance(value, str) or not value:
-        raise _bad(name, value, "must be a non-empty string")
 
 
 @dataclass(frozen=True)
@@ -78,11 +65,11 @@ class RunId:
 
     def __post_init__(self) -> None:
         for name in ("task", "loss_type", "setting", "group"):
-            _check_name(f"RunId.{name}", getattr(self, name))
+            nonempty_string(getattr(self, name), f"RunId.{name}")
         if self.loss_type == "profile":  # the run resolves it; a record holds what ran
-            raise _bad("RunId.loss_type", self.loss_type, "must be the resolved TRL loss_type")
-        _check_int("RunId.seed", self.seed)
-        _check_float("RunId.learning_rate", self.learning_rate, positive=True)
+            raise value_error("RunId.loss_type", self.loss_type, "must be the resolved TRL loss_type")
+        integer(self.seed, "RunId.seed", minimum=0, strict=True)
+        positive_scalar(self.learning_rate, "RunId.learning_rate", strict=True)
         check_arm_fields("RunId", self)
 
     @property
@@ -107,14 +94,14 @@ class EvalPoint:
 
     def __post_init__(self) -> None:
         for name in ("rounds", "po_tokens", "generated_tokens", "step"):
-            _check_int(f"EvalPoint.{name}", getattr(self, name))
+            integer(getattr(self, name), f"EvalPoint.{name}", minimum=0, strict=True)
         for name in ("po_tokens_plain", "po_tokens_nonzero"):
             if getattr(self, name) is not None:
-                _check_int(f"EvalPoint.{name}", getattr(self, name))
-        _check_float("EvalPoint.heldout_accuracy", self.heldout_accuracy, high=1.0)
+                integer(getattr(self, name), f"EvalPoint.{name}", minimum=0, strict=True)
+        in_unit_interval(self.heldout_accuracy, "EvalPoint.heldout_accuracy", strict=True)
         if self.validation_accuracy is not None:
-            _check_float("EvalPoint.validation_accuracy", self.validation_accuracy, high=1.0)
-        _check_float("EvalPoint.po_seconds", self.po_seconds)
+            in_unit_interval(self.validation_accuracy, "EvalPoint.validation_accuracy", strict=True)
+        positive_scalar(self.po_seconds, "EvalPoint.po_seconds", allow_zero=True, strict=True)
 
 
 @dataclass(frozen=True)
@@ -128,13 +115,13 @@ class ProxyFidelityPoint:
     j_vs_uniform: float | None = None
 
     def __post_init__(self) -> None:
-        _check_int("ProxyFidelityPoint.step", self.step)
-        _check_int("ProxyFidelityPoint.po_tokens", self.po_tokens)
+        integer(self.step, "ProxyFidelityPoint.step", minimum=0, strict=True)
+        integer(self.po_tokens, "ProxyFidelityPoint.po_tokens", minimum=0, strict=True)
         if self.pearson is not None:
-            _check_float("ProxyFidelityPoint.pearson", self.pearson, low=-1.0, high=1.0)
+            in_interval(self.pearson, "ProxyFidelityPoint.pearson", -1.0, 1.0, strict=True)
         for name in ("chi2", "j_vs_uniform"):
             if getattr(self, name) is not None:
-                _check_float(f"ProxyFidelityPoint.{name}", getattr(self, name))
+                positive_scalar(getattr(self, name), f"ProxyFidelityPoint.{name}", allow_zero=True, strict=True)
 
 
 _MONOTONE = ("rounds", "po_tokens", "generated_tokens", "step")
@@ -162,21 +149,21 @@ class RunResult:
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, RunId):
-            raise _bad("RunResult.id", self.id, "must be a RunId")
+            raise value_error("RunResult.id", self.id, "must be a RunId")
         object.__setattr__(self, "evals", tuple(self.evals))
         object.__setattr__(self, "fidelity", tuple(self.fidelity))
         if not self.evals:
-            raise _bad("RunResult.evals", self.evals, "must hold at least one EvalPoint")
+            raise value_error("RunResult.evals", self.evals, "must hold at least one EvalPoint")
         for name in _MONOTONE:
             seq = [getattr(e, name) for e in self.evals]
             if any(b < a for a, b in zip(seq[:-1], seq[1:], strict=True)):
-                raise _bad(f"RunResult.evals[].{name}", seq, "must be non-decreasing")
-        _check_float("RunResult.wall_seconds", self.wall_seconds)
+                raise value_error(f"RunResult.evals[].{name}", seq, "must be non-decreasing")
+        positive_scalar(self.wall_seconds, "RunResult.wall_seconds", allow_zero=True, strict=True)
         for name in ("generation_seconds", "eval_seconds"):
             if getattr(self, name) is not None:
-                _check_float(f"RunResult.{name}", getattr(self, name))
+                positive_scalar(getattr(self, name), f"RunResult.{name}", allow_zero=True, strict=True)
         for k, v in self.counters.items():
-            _check_float(f"RunResult.counters[{k!r}]", v, low=-math.inf)
+            real_scalar(v, f"RunResult.counters[{k!r}]", strict=True)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-serialisable dict with the schema version; :meth:`from_json` inverts it."""
@@ -191,7 +178,7 @@ class RunResult:
         """Build and validate a record from :meth:`to_json`'s output; unknown fields are an error."""
         version = d.get("schema_version")
         if version != SCHEMA_VERSION:
-            raise _bad("schema_version", version, f"must be {SCHEMA_VERSION}")
+            raise value_error("schema_version", version, f"must be {SCHEMA_VERSION}")
         try:
             return cls(
                 id=RunId(**d["id"]),
@@ -208,11 +195,7 @@ class RunResult:
 
     def save(self, path: str | Path) -> Path:
         """Write the record atomically: a killed writer leaves no half-written file."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_json()))
-        tmp.replace(path)
-        return path
+        return write_json_atomic(path, self.to_json())
 
     @classmethod
     def load(cls, path: str | Path) -> RunResult:

@@ -42,16 +42,17 @@ from torch.utils.data import Dataset, Sampler
 
 from costaware import distributions as dist
 from costaware._checks import (
-    _show,
     boolean,
     in_unit_interval,
+    index_vector,
     integer,
     nonnegative_vector,
     positive_vector,
     real_scalar,
     same_length,
+    show,
 )
-from costaware._sampler_state import _indices, _Pass, load_stream, save_stream
+from costaware._sampler_state import EpochPass, load_stream, save_stream
 from costaware.alias import build_alias, draw
 
 __all__ = ["CostAwareSampler", "WeightedIndexDataset"]
@@ -173,7 +174,7 @@ class CostAwareSampler(Sampler[int]):
         self.chunk_size = _nonneg_int(chunk_size, "chunk_size", positive=True)
         self.epoch = 0
         self._version = 0  # bumped by every change of G: a chunk drawn under an older one is stale
-        self._pass: _Pass | None = None  # the iteration in progress (or restored by load_state_dict)
+        self._pass: EpochPass | None = None  # the iteration in progress (or restored by load_state_dict)
         self._started = False  # whether self._pass has yielded since it was set up
         self._unclaimed: list[list[Any]] = []  # [idx, w, start, stop] segments weights_for has not claimed
         self.drawn = 0
@@ -217,7 +218,7 @@ class CostAwareSampler(Sampler[int]):
         (indices drawn elsewhere, a batch passed twice or skipped) is a ValueError, never a weight
         from another p. A new ``iter()`` starts a new record.
         """
-        idx = _indices(indices, len(self._costs))
+        idx = index_vector(indices, len(self._costs), "indices")
         k = idx.size
         got_i, got_w, avail = [], [], 0
         for seg_idx, seg_w, start, stop in self._unclaimed:
@@ -229,9 +230,9 @@ class CostAwareSampler(Sampler[int]):
                 break
         expected = np.concatenate(got_i) if got_i else np.empty(0, dtype=np.int64)
         if avail < k or not np.array_equal(expected, idx):
-            have = f"expected {_show(expected)}" if avail else "none is unclaimed"
+            have = f"expected {show(expected)}" if avail else "none is unclaimed"
             raise ValueError(
-                f"indices {_show(idx)} are not the next draws of this sampler: {have} (weights_for "
+                f"indices {show(idx)} are not the next draws of this sampler: {have} (weights_for "
                 "claims each yielded draw once, in order; pass every batch's indices in the order the "
                 "loader returns them, or use yield_weights=True)"
             )
@@ -251,7 +252,7 @@ class CostAwareSampler(Sampler[int]):
         norms, all ≥ 0. With repeated indices the last occurrence wins. If the update would leave
         every G_i = 0 it is refused with ValueError and nothing changes.
         """
-        idx = _indices(indices, self._G.size)
+        idx = index_vector(indices, self._G.size, "indices")
         vals = _to_numpy(values)
         vals = nonnegative_vector(
             np.reshape(vals, -1) if np.ndim(vals) > 1 else vals, "values", allow_empty=True
@@ -273,7 +274,7 @@ class CostAwareSampler(Sampler[int]):
         Costs that change online (a prompt's expected generation + PO tokens, re-estimated each round)
         move p as proxies do. With repeated indices the last occurrence wins.
         """
-        idx = _indices(indices, self._costs.size)
+        idx = index_vector(indices, self._costs.size, "indices")
         vals = _to_numpy(values)
         if idx.size == 0 and np.size(vals) == 0:
             return
@@ -301,7 +302,7 @@ class CostAwareSampler(Sampler[int]):
             base = int(torch.randint(0, 2**62, (), generator=self.generator).item())
         return np.random.Generator(np.random.PCG64(np.random.SeedSequence([base, self.epoch, self.rank])))
 
-    def _refill(self, run: _Pass) -> bool:
+    def _refill(self, run: EpochPass) -> bool:
         """Give ``run`` a fresh chunk drawn from the current p; False when its epoch is done."""
         run.left += run.idx.size - run.pos  # a stale remainder is redrawn, not yielded
         if run.left == 0:
@@ -318,7 +319,7 @@ class CostAwareSampler(Sampler[int]):
     def __iter__(self) -> Iterator[Any]:
         # Set up on the first next(), not at iter(): DataLoader creates iterators it never advances.
         if self._pass is None or self._started:
-            self._pass = _Pass(self._rng(), self.epoch, self.num_samples)
+            self._pass = EpochPass(self._rng(), self.epoch, self.num_samples)
             self._unclaimed = []
         run = self._pass
         self._started = True

@@ -24,10 +24,9 @@ from numba import njit
 from costaware._checks import (
     finite_result,
     nonnegative_vector,
+    norms_and_costs,
     positive_scalar,
-    positive_vector,
     pow2_exponent,
-    same_length,
 )
 
 __all__ = [
@@ -44,13 +43,6 @@ __all__ = [
 EXACT_MAX_ITEMS = 25
 # Relative slack on the covering constraint, so that Γ = 0 (keep everything) is feasible despite rounding.
 _RTOL = 1e-12
-
-
-def _G_c(G: Any, c: Any) -> tuple[np.ndarray, np.ndarray]:
-    G = nonnegative_vector(G, "G", not_all_zero=True)
-    c = positive_vector(c, "c")
-    same_length(G=G, c=c)
-    return G, c
 
 
 def _scaled_need(G: np.ndarray, gamma: float, D: float) -> tuple[np.ndarray, float, int]:
@@ -139,7 +131,7 @@ def greedy_subset(
     Components with G_i = 0 are never selected (they cost and contribute nothing). If Γ is so large
     that nothing needs keeping (V ≤ 0) the empty subset is returned.
     """
-    G, c = _G_c(G, c)
+    G, c = norms_and_costs(G, c)
     gamma = positive_scalar(gamma, "gamma", allow_zero=True)
     D = positive_scalar(D, "D")
     if not (isinstance(method, str) and method in ("completion", "prefix")):
@@ -190,7 +182,7 @@ def exact_subset(G: Any, c: Any, gamma: float, D: float) -> np.ndarray:
 
     m counts the components with G_i > 0; refuses m > 25 (2^25 ≈ 3·10⁷ subsets, about a second).
     """
-    G, c = _G_c(G, c)
+    G, c = norms_and_costs(G, c)
     gamma = positive_scalar(gamma, "gamma", allow_zero=True)
     D = positive_scalar(D, "D")
     G, need, _ = _scaled_need(G, gamma, D)  # G/g, V/g: same subset
@@ -214,7 +206,7 @@ def exact_subset(G: Any, c: Any, gamma: float, D: float) -> np.ndarray:
 
 def subset_cost(G: Any, c: Any, subset: Any) -> float:
     """The knapsack objective Σ_{i∈π} G_i√c_i (= n·√J restricted to π)."""
-    G, c = _G_c(G, c)
+    G, c = norms_and_costs(G, c)
     idx = _subset_indices(subset, G.size)
     with np.errstate(over="ignore"):
         value = np.sum(G[idx] * np.sqrt(c[idx]))
@@ -233,7 +225,7 @@ def bias(G: Any, subset: Any) -> float:
 
 def restricted_optimal(G: Any, c: Any, subset: Any) -> np.ndarray:
     """p* restricted to π: p_i ∝ G_i/√c_i for i ∈ π, 0 elsewhere (length n)."""
-    G, c = _G_c(G, c)
+    G, c = norms_and_costs(G, c)
     idx = _subset_indices(subset, G.size)
     q = np.zeros(G.size)
     q[idx] = G[idx] / np.sqrt(c[idx])
@@ -250,7 +242,7 @@ def biased_cost(G: Any, c: Any, subset: Any, eps: float, D: float) -> float:
 
     Raises ValueError when ε ≤ Dβ_π: the bias alone already exceeds the target error.
     """
-    G, c = _G_c(G, c)
+    G, c = norms_and_costs(G, c)
     eps = positive_scalar(eps, "eps")
     D = positive_scalar(D, "D")
     idx = _subset_indices(subset, G.size)

@@ -99,7 +99,7 @@ def _field(row: Mapping[str, Any], names: Sequence[str], *, index: int, required
     return None
 
 
-def _answer_text(value: Any, *, index: int) -> str:
+def answer_text(value: Any, *, index: int) -> str:
     """A gold answer as text; integer-valued floats (AMC stores ``27.0``) lose the ``.0``."""
     if isinstance(value, bool):
         raise ValueError(f"answer must be a number or text, got {value!r}")
@@ -141,7 +141,7 @@ def _from_verl(row: Mapping[str, Any], index: int, benchmark: str) -> EvalRecord
     return EvalRecord(
         id=f"{benchmark}-{rid if rid is not None else index}",
         problem=users[-1] if users else messages[-1]["content"],
-        answer=_answer_text(gold, index=index),
+        answer=answer_text(gold, index=index),
         benchmark=benchmark,
         messages=messages,
         meta={"data_source": row.get("data_source"), "ability": row.get("ability")},
@@ -159,7 +159,7 @@ def _from_gsm8k(row: Mapping[str, Any], index: int, benchmark: str) -> EvalRecor
     return EvalRecord(
         id=str(rid) if rid is not None else f"gsm8k-{index}",
         problem=str(_field(row, ["question", "problem"], index=index)),
-        answer=_answer_text(gold, index=index),
+        answer=answer_text(gold, index=index),
         benchmark=benchmark,
         meta={"solution": solution},
     )
@@ -170,7 +170,7 @@ def _from_math500(row: Mapping[str, Any], index: int, benchmark: str) -> EvalRec
     return EvalRecord(
         id=str(rid) if rid is not None else f"math500-{index}",
         problem=str(_field(row, ["problem", "question"], index=index)),
-        answer=_answer_text(_field(row, ["answer"], index=index), index=index),
+        answer=answer_text(_field(row, ["answer"], index=index), index=index),
         benchmark=benchmark,
         meta={
             "subject": _field(row, ["subject", "type"], index=index, required=False),
@@ -190,7 +190,7 @@ def _from_aime(row: Mapping[str, Any], index: int, benchmark: str) -> EvalRecord
     return EvalRecord(
         id=str(rid),
         problem=str(_field(row, ["Question", "problem"], index=index)),
-        answer=_answer_text(_field(row, ["Answer"], index=index), index=index),
+        answer=answer_text(_field(row, ["Answer"], index=index), index=index),
         benchmark=benchmark,
         meta={"year": year, "problem_number": number, "part": part},
     )
@@ -201,7 +201,7 @@ def _from_amc(row: Mapping[str, Any], index: int, benchmark: str) -> EvalRecord:
     return EvalRecord(
         id=f"amc-{rid}" if rid is not None else f"amc-{index}",
         problem=str(_field(row, ["problem", "question"], index=index)),
-        answer=_answer_text(_field(row, ["answer"], index=index), index=index),
+        answer=answer_text(_field(row, ["answer"], index=index), index=index),
         benchmark=benchmark,
         meta={"url": _field(row, ["url"], index=index, required=False)},
     )

@@ -20,12 +20,12 @@ from typing import Any
 import numpy as np
 from scipy.special import gammaln
 
-from costaware._checks import _container, as_array, integer
+from costaware._checks import as_array, check_container, integer
 
 
 def as_correctness(correct: Any) -> np.ndarray:
     """``correct`` as a non-empty 2-D boolean array (problems × samples); 0/1 numbers are accepted."""
-    _container(correct, "correct")
+    check_container(correct, "correct")
     arr = np.asarray(correct)
     if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] == 0:
         raise ValueError(f"correct must be a non-empty 2-D array (problems x samples), got shape {arr.shape}")
@@ -52,8 +52,8 @@ def pass_at_k(num_samples: Any, num_correct: Any, k: int) -> np.ndarray:
 
     The ratio is computed in log space with ``gammaln``; it is exactly 0 (pass@k = 1) when n − c < k.
     """
-    _container(num_samples, "num_samples")
-    _container(num_correct, "num_correct")
+    check_container(num_samples, "num_samples")
+    check_container(num_correct, "num_correct")
     n = np.asarray(num_samples)
     c = np.asarray(num_correct)
     if n.shape != c.shape or n.ndim != 1 or n.size == 0:

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from costaware.evaluation.data import EvalRecord, _answer_text
+from costaware.evaluation.data import EvalRecord, answer_text
 from costaware.evaluation.files import read_jsonl_objects
 from costaware.evaluation.generate import Completion
 
@@ -110,7 +110,7 @@ def read_responses(
                     f"{len(texts)} responses, but line {k_line[1]} has {k_line[0]}: every problem "
                     "needs the same number k"
                 )
-            gold = _answer_text(answer, index=lineno) if answer is not None else None
+            gold = answer_text(answer, index=lineno) if answer is not None else None
             if by_id is not None:
                 if rid not in by_id:
                     some = ", ".join(repr(i) for i in list(by_id)[:3])

@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from costaware._checks import integer
+
 ALPHABET = "0123456789+=,"
 _RESPONSE = re.compile(r"^\s*(\d+)(?:,(\d+))*\s*$")
 
@@ -48,13 +50,6 @@ class ArithTasks:
         return len(self.prompts)
 
 
-def _check_range(min_terms: int, max_terms: int) -> None:
-    if not isinstance(min_terms, int | np.integer) or min_terms < 2:
-        raise ValueError(f"min_terms must be an integer >= 2, got {min_terms!r}")
-    if not isinstance(max_terms, int | np.integer) or max_terms < min_terms:
-        raise ValueError(f"max_terms must be an integer >= min_terms={min_terms}, got {max_terms!r}")
-
-
 def make_tasks(
     n: int, *, min_terms: int = 2, max_terms: int = 12, rng: np.random.Generator | None = None
 ) -> ArithTasks:
@@ -65,7 +60,8 @@ def make_tasks(
     """
     if not isinstance(n, int | np.integer) or n < 1:
         raise ValueError(f"n must be a positive integer, got {n!r}")
-    _check_range(min_terms, max_terms)
+    min_terms = integer(min_terms, "min_terms", minimum=2)
+    max_terms = integer(max_terms, "max_terms", minimum=min_terms)
     rng = np.random.default_rng() if rng is None else rng
     num_terms = rng.integers(min_terms, max_terms + 1, size=n)
     terms = rng.integers(1, 10, size=(n, max_terms))

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from costaware._io import write_json_atomic
 from costaware.experiments.keys import sft_key
 from costaware.experiments.profile import Profile
 from costaware.experiments.quiet import quiet_libraries
@@ -52,7 +53,7 @@ def warm_up(profile: Profile, task_name: str, out: Path) -> Path:
         info = json.loads((path / "sft.json").read_text())
         if info.get("held_out") != held_cfg:  # cached by a profile with another held-out set: re-score it
             info.update(_score_sft(*load_checkpoint(path), profile, task_name))
-            _write_json(path / "sft.json", info)
+            write_json_atomic(path / "sft.json", info, indent=2)
         return path
     task = get_task(task_name)
     torch.manual_seed(0)
@@ -69,9 +70,3 @@ def warm_up(profile: Profile, task_name: str, out: Path) -> Path:
     (tmp / "sft.json").write_text(json.dumps(info, indent=2))
     os.replace(tmp, path)
     return path
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2))
-    tmp.replace(path)

@@ -19,7 +19,6 @@ and the config), table.md (mean cost to reach ε per strategy, measured ratios b
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ import numpy as np
 
 from costaware import distributions as dist
 from costaware import theory
+from costaware._io import write_json_atomic, write_text_atomic
 from costaware.report.synthetic import cost_table, markdown_table, plot
 from costaware.sgd import LeastSquares, run_trials
 
@@ -145,12 +145,6 @@ def _check_args(args: argparse.Namespace) -> dict[str, Any]:
     return cfg
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
 def main(args: argparse.Namespace) -> int:
     cfg = _check_args(args)
     out = Path(args.out)
@@ -160,9 +154,9 @@ def main(args: argparse.Namespace) -> int:
     result = run(**cfg, seed=args.seed, progress=not args.quick)
     result["seconds"] = time.perf_counter() - start
     # curves.json holds the raw curves only; the table is derived from them by the report
-    _write_atomic(out / "curves.json", json.dumps(result, indent=1))
+    write_json_atomic(out / "curves.json", result, indent=1)
     rows = cost_table(result)
-    _write_atomic(out / "table.md", markdown_table(result, rows))
+    write_text_atomic(out / "table.md", markdown_table(result, rows))
     plot(result, out / "figure.png")
     print((out / "table.md").read_text())
     print(f"[costaware] {time.perf_counter() - start:.1f} s; wrote {out}/figure.png, curves.json, table.md")

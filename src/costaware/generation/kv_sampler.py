@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from costaware._checks import _show, _unwrap, as_array, integer, positive_scalar, real_scalar
+from costaware._checks import as_array, integer, positive_scalar, real_scalar, show, unwrap
 from costaware.generation.qwen2 import KVCache, forward, key_bias, qwen2_weights
 
 __all__ = ["Rollout", "SamplingParams", "kv_generate", "next_tokens", "process_logits"]
@@ -116,11 +116,11 @@ def process_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor
     if logits.is_complex() or logits.dtype == torch.bool:
         raise ValueError(f"logits must be real numbers, got dtype {logits.dtype}")
     if not torch.isfinite(logits).all():  # -inf is an output (a filtered token), not an input
-        raise ValueError(f"logits must be finite, got {_show(logits)}")
+        raise ValueError(f"logits must be finite, got {show(logits)}")
     scores = _process_logits(logits, params)
     if torch.isnan(scores).any() or (scores == float("inf")).any():  # float32 scores after the temperature
         raise ValueError(f"logits / temperature overflow float32 for temperature={params.temperature!r}, "
-                         f"logits {_show(logits)}")
+                         f"logits {show(logits)}")
     return scores
 
 
@@ -169,7 +169,7 @@ def _token_ids(value: Any, name: str, vocab: int | None = None) -> list[int]:
 
 def _as_id_list(name: str, value: Any) -> list[int]:
     """One token id or a non-empty list of them (numpy integers and integral floats accepted)."""
-    if isinstance(_unwrap(value), (numbers.Real, np.generic)) or np.ndim(_unwrap(value)) == 0:
+    if isinstance(unwrap(value), (numbers.Real, np.generic)) or np.ndim(unwrap(value)) == 0:
         return [integer(value, name, minimum=0)]
     ids = _token_ids(value, name)
     if not ids:
@@ -181,14 +181,14 @@ def _prompt_rows(prompts: Any) -> list[list[int]]:
     """The prompts as lists of ids: a list of id lists (ragged allowed), or a (B, L) array or tensor."""
     if prompts is None or isinstance(prompts, (str, bytes, Mapping, Set)):
         raise TypeError(f"prompts must be a list of token-id lists, got {type(prompts).__name__}")
-    rows = _unwrap(prompts)
+    rows = unwrap(prompts)
     if isinstance(rows, np.ndarray) and rows.ndim != 2:
         raise ValueError(f"prompts must be a list of token-id lists or a 2-D array, got shape {rows.shape}")
     out = []
     for j, row in enumerate(rows):
-        row = _unwrap(row)
+        row = unwrap(row)
         if row is None or isinstance(row, (str, bytes, Mapping, Set)) or np.ndim(row) != 1:
-            raise ValueError(f"prompts[{j}] must be a list of token ids, got {_show(row)}")
+            raise ValueError(f"prompts[{j}] must be a list of token ids, got {show(row)}")
         out.append(_token_ids(row, f"prompts[{j}]"))
     return out
 

@@ -25,6 +25,8 @@ import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from costaware._io import write_json_atomic
+
 __all__ = ["STATE_FILE", "METRIC_PREFIX", "StepCounts", "Counters", "save_counters", "load_counters"]
 
 STATE_FILE = "cost_aware_state.json"
@@ -120,14 +122,7 @@ def save_counters(counters: Counters, folder: str | os.PathLike[str]) -> str:
     """Write ``folder/STATE_FILE`` atomically (a crash never leaves half a file); returns the path."""
     path = os.path.join(os.fspath(folder), STATE_FILE)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp"
-    try:
-        with open(tmp, "w") as handle:
-            json.dump(counters.to_dict(), handle)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):  # the write failed: leave the previous state file alone, and no litter
-            os.remove(tmp)
+    write_json_atomic(path, counters.to_dict())
     return path
 
 

@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from costaware._checks import _show, boolean, integer, real_scalar
+from costaware._checks import boolean, integer, real_scalar, show
 
-__all__ = ["group_advantages", "sequence_costs", "sequence_costs_from_masks"]
+__all__ = ["group_advantages", "sequence_costs", "sequence_costs_from_masks", "rewards_vector", "check_group_size"]
 
 
 _F32_MAX = float(torch.finfo(torch.float32).max)
@@ -50,11 +50,11 @@ def _rewards_and_dtype(rewards: Any) -> tuple[torch.Tensor, torch.dtype]:
             if arr.dtype == object:
                 arr = arr.astype(np.float64)
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"rewards must be a 1-D array of numbers, got {_show(rewards)}") from exc
+            raise ValueError(f"rewards must be a 1-D array of numbers, got {show(rewards)}") from exc
         if np.iscomplexobj(arr):
-            raise ValueError(f"rewards must be real, got complex values {_show(arr)}")
+            raise ValueError(f"rewards must be real, got complex values {show(arr)}")
         if not (arr.dtype == np.bool_ or np.issubdtype(arr.dtype, np.number)):
-            raise ValueError(f"rewards must be numeric, got dtype {arr.dtype}: {_show(arr)}")
+            raise ValueError(f"rewards must be numeric, got dtype {arr.dtype}: {show(arr)}")
         # a plain list gives float32 advantages (torch's default), a float64 array float64
         lst = isinstance(rewards, (list, tuple))
         out = torch.float64 if arr.dtype == np.float64 and not lst else torch.float32
@@ -75,7 +75,7 @@ def _rewards_and_dtype(rewards: Any) -> tuple[torch.Tensor, torch.dtype]:
     return r.to(work), out
 
 
-def _rewards_vector(rewards: Any) -> torch.Tensor:
+def rewards_vector(rewards: Any) -> torch.Tensor:
     """The checked rewards (float32, or float64 if given float64 or beyond float32's range)."""
     return _rewards_and_dtype(rewards)[0]
 
@@ -83,7 +83,7 @@ def _rewards_vector(rewards: Any) -> torch.Tensor:
 _INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)
 
 
-def _check_group_size(n: int, group_size: Any) -> int:
+def check_group_size(n: int, group_size: Any) -> int:
     m = integer(group_size, "group_size", minimum=1)
     if n % m != 0:
         raise ValueError(f"the number of rows ({n}) must be a multiple of group_size ({m})")
@@ -128,7 +128,7 @@ def group_advantages(
     tensor([ 1., -1.])
     """
     r, out = _rewards_and_dtype(rewards)
-    m = _check_group_size(r.numel(), group_size)
+    m = check_group_size(r.numel(), group_size)
     eps = real_scalar(eps, "eps")
     if eps < 0:
         raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
@@ -157,7 +157,7 @@ def group_advantages(
         i = int(torch.nonzero(~torch.isfinite(adv))[0])
         raise ValueError(
             f"rewards span too wide a range: the advantage of row {i} overflows {out} "
-            f"(rewards = {_show(r.cpu().numpy())}, scale_by_std={scale_by_std})"
+            f"(rewards = {show(r.cpu().numpy())}, scale_by_std={scale_by_std})"
         )
     return adv
 
@@ -173,9 +173,9 @@ def _mask_matrix(mask: Any, name: str) -> torch.Tensor:
             if arr.dtype == object:
                 arr = arr.astype(np.float64)
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"{name} must be a rectangular 2-D array of 0/1, got {_show(mask)}") from exc
+            raise ValueError(f"{name} must be a rectangular 2-D array of 0/1, got {show(mask)}") from exc
         if not (arr.dtype == np.bool_ or np.issubdtype(arr.dtype, np.number)):
-            raise ValueError(f"{name} must be numeric 0/1, got dtype {arr.dtype}: {_show(arr)}")
+            raise ValueError(f"{name} must be numeric 0/1, got dtype {arr.dtype}: {show(arr)}")
         t = torch.as_tensor(arr)
     if t.is_complex():
         raise ValueError(f"{name} must be real 0/1, got complex dtype {t.dtype}")

@@ -15,33 +15,17 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from costaware._checks import as_array, nonnegative_vector, positive_vector, real_scalar, same_length
+from costaware._checks import (
+    as_vector,
+    nonnegative_vector,
+    positive_scalar,
+    positive_vector,
+    real_scalar,
+    same_length,
+)
 from costaware.grpo.loss_families import BETA_BOUNDS, loss_family
 
-__all__ = ["BetaFit", "fit_beta", "shrink", "BetaCalibrator"]
-
-
-def _finite(x: float, name: str) -> float:
-    try:
-        return real_scalar(x, name)  # the rule of costaware._checks: ValueError naming the argument
-    except ValueError:
-        raise ValueError(f"{name} must be a finite number, got {x!r}") from None
-
-
-def _sd(x: Any, name: str) -> float:
-    """A standard deviation: a real number >= 0, +inf allowed (an uninformative prior)."""
-    v = _unwrap_real(x, name)
-    if not v >= 0:
-        raise ValueError(f"{name} must be >= 0 (inf allowed), got {x!r}")
-    return v
-
-
-def _unwrap_real(x: Any, name: str) -> float:
-    if isinstance(x, float) and math.isinf(x):
-        return x
-    if isinstance(x, (np.floating, np.ndarray)) and np.ndim(x) == 0 and np.isinf(x):
-        return float(x)
-    return real_scalar(x, name)
+__all__ = ["BetaFit", "fit_beta", "shrink", "BetaCalibrator", "fit_from_stats"]
 
 
 @dataclass(frozen=True)
@@ -71,7 +55,7 @@ class BetaFit:
         return math.isfinite(self.stderr)
 
 
-def _from_stats(sxx: float, sxy: float, syy: float, dof: float, n_used: int, level: float) -> BetaFit:
+def fit_from_stats(sxx: float, sxy: float, syy: float, dof: float, n_used: int, level: float) -> BetaFit:
     # Costs that all round to the same log (relative spread < 1e-9) carry no slope information.
     if not (dof > 0 and sxx > 1e-18 * max(n_used, 1)):
         return BetaFit(0.0, math.inf, (-math.inf, math.inf), n_used, sxx, sxy, syy, dof, level)
@@ -80,14 +64,6 @@ def _from_stats(sxx: float, sxy: float, syy: float, dof: float, n_used: int, lev
     se = math.sqrt(rss / dof / sxx)
     half = float(stats.t.ppf(0.5 + level / 2, dof)) * se
     return BetaFit(slope, se, (slope - half, slope + half), n_used, sxx, sxy, syy, dof, level)
-
-
-def _norms(grad_norms: Any) -> np.ndarray:
-    """Measured gradient norms: a real 1-D array; NaN/inf entries allowed (a failed measurement)."""
-    g = as_array(grad_norms, "grad_norms")
-    if g.ndim != 1:
-        raise ValueError(f"grad_norms must be 1-D, got shape {g.shape}")
-    return g
 
 
 def fit_beta(abs_adv: Any, grad_norms: Any, costs: Any, *, level: float = 0.95) -> BetaFit:
@@ -103,22 +79,22 @@ def fit_beta(abs_adv: Any, grad_norms: Any, costs: Any, *, level: float = 0.95) 
     """
     a = nonnegative_vector(abs_adv, "abs_adv")
     c = positive_vector(costs, "costs")
-    g = _norms(grad_norms)
+    g = as_vector(grad_norms, "grad_norms", allow_empty=True, finite=False)
     same_length(abs_adv=a, grad_norms=g, costs=c)
     if (g < 0).any():  # NaN compares False: kept for the mask below
         i = int(np.flatnonzero(g < 0)[0])
         raise ValueError(f"grad_norms must be >= 0 (or NaN to skip a row), got {g[i]} at index {i}")
-    level = _finite(level, "level")
+    level = real_scalar(level, "level")
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must lie in (0, 1), got {level!r}")
     use = (a > 0) & np.isfinite(g) & (g > 0)
     n = int(use.sum())
     if n < 3:
-        return _from_stats(0.0, 0.0, 0.0, 0.0, n, level)
+        return fit_from_stats(0.0, 0.0, 0.0, 0.0, n, level)
     x = np.log(c[use])
     y = np.log(g[use]) - np.log(a[use])
     dx, dy = x - x.mean(), y - y.mean()
-    return _from_stats(float(dx @ dx), float(dx @ dy), float(dy @ dy), float(n - 2), n, level)
+    return fit_from_stats(float(dx @ dx), float(dx @ dy), float(dy @ dy), float(n - 2), n, level)
 
 
 def shrink(
@@ -132,11 +108,11 @@ def shrink(
     """
     if not isinstance(fit, BetaFit):
         raise TypeError(f"fit must be a BetaFit, got {type(fit).__name__}")
-    prior_beta = _finite(prior_beta, "prior_beta")
-    prior_sd = _sd(prior_sd, "prior_sd")
+    prior_beta = real_scalar(prior_beta, "prior_beta")
+    prior_sd = positive_scalar(prior_sd, "prior_sd", allow_zero=True, allow_inf=True)
     if not (isinstance(bounds, (tuple, list)) and len(bounds) == 2):
         raise ValueError(f"bounds must be a (low, high) pair, got {bounds!r}")
-    lo, hi = (_finite(b, "bounds") for b in bounds)
+    lo, hi = (real_scalar(b, "bounds") for b in bounds)
     if not lo <= hi:
         raise ValueError(f"bounds must satisfy low <= high, got {bounds!r}")
     se = float(fit.stderr)
@@ -191,15 +167,15 @@ class BetaCalibrator:
     beta: float = field(default=math.nan)
 
     def __post_init__(self) -> None:
-        _finite(self.prior_beta, "prior_beta")
-        _sd(self.prior_sd, "prior_sd")
+        real_scalar(self.prior_beta, "prior_beta")
+        positive_scalar(self.prior_sd, "prior_sd", allow_zero=True, allow_inf=True)
         if isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1:
             raise ValueError(f"every must be an integer >= 1, got {self.every!r}")
-        if not 0.0 < _finite(self.decay, "decay") <= 1.0:
+        if not 0.0 < real_scalar(self.decay, "decay") <= 1.0:
             raise ValueError(f"decay must lie in (0, 1], got {self.decay!r}")
         if not (isinstance(self.bounds, (tuple, list)) and len(self.bounds) == 2):
             raise ValueError(f"bounds must be a (low, high) pair, got {self.bounds!r}")
-        self.bounds = (_finite(self.bounds[0], "bounds"), _finite(self.bounds[1], "bounds"))
+        self.bounds = (real_scalar(self.bounds[0], "bounds"), real_scalar(self.bounds[1], "bounds"))
         if not self.bounds[0] <= self.bounds[1]:
             raise ValueError(f"bounds must satisfy low <= high, got {self.bounds!r}")
         if math.isnan(self.beta):
@@ -218,7 +194,7 @@ class BetaCalibrator:
         """The fit from every update so far (weighted), before shrinkage."""
         # pooled with one intercept per round: dof = Σ (n_r − 1) − 1
         dof = self.centred_n - 1.0
-        return _from_stats(self.sxx, self.sxy, self.syy, dof, int(round(self.n_used)), self.level)
+        return fit_from_stats(self.sxx, self.sxy, self.syy, dof, int(round(self.n_used)), self.level)
 
     def update(self, fit: BetaFit) -> float:
         """Fold in one round's fit; return the new β."""

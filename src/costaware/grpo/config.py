@@ -22,10 +22,9 @@ Pods(keep=3)
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from costaware._checks import integer, real_scalar
+from costaware._checks import integer, is_real_number, real_scalar
 from costaware.grpo.methods import (
     ALPHA_AUTO_MAX,
     METHODS,
@@ -54,10 +53,6 @@ PROXIES = ("advantage", "length_aware", "calibrated")
 # The most optimiser steps (mini-batches) one pool may be split into: a bound on the arrays and loops
 # sized by a step count (10**30 would otherwise run for ever); real runs use a handful per pool.
 MAX_STEPS = 1 << 20
-
-
-def _real(x: object) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 # How many rows a drawing method draws per pool: the baseline's, as many as the pool has rows with A != 0
@@ -122,7 +117,7 @@ class SamplingConfig:
 
     def __post_init__(self) -> None:
         check_alpha(self.alpha)  # every method's options are checked, whichever method uses them
-        if not _real(self.proxy_noise) or self.proxy_noise < 0:
+        if not is_real_number(self.proxy_noise) or self.proxy_noise < 0:
             raise ValueError(f"proxy_noise must be a finite variance >= 0, got {self.proxy_noise!r}")
         if self.weights not in ("centred", "raw"):
             raise ValueError(f"weights must be 'centred' or 'raw', got {self.weights!r}")
@@ -131,9 +126,9 @@ class SamplingConfig:
         if self.budget not in BUDGETS:
             raise ValueError(f"budget must be one of {BUDGETS}, got {self.budget!r}")
         check_keep(self.pods_keep, "pods_keep")
-        if not (_real(self.zero_tol) and 0.0 <= self.zero_tol < 1.0):
+        if not (is_real_number(self.zero_tol) and 0.0 <= self.zero_tol < 1.0):
             raise ValueError(f"zero_tol must lie in [0, 1), got {self.zero_tol!r}")
-        if not (_real(self.max_draws_factor) and self.max_draws_factor >= 1.0):
+        if not (is_real_number(self.max_draws_factor) and self.max_draws_factor >= 1.0):
             raise ValueError(f"max_draws_factor must be a finite number >= 1, got {self.max_draws_factor!r}")
         w = check_max_weight(self.adaptive_alpha_max_weight, self.alpha, "adaptive_alpha_max_weight")
         rule = method_from_name(self.method, alpha=self.alpha, adaptive_max_weight=w, keep=self.pods_keep)
@@ -152,7 +147,7 @@ class SamplingConfig:
         if self.proxy not in PROXIES:
             raise ValueError(f"proxy must be one of {PROXIES}, got {self.proxy!r}")
         beta = self.proxy_beta
-        if beta is not None and not _real(beta):
+        if beta is not None and not is_real_number(beta):
             raise ValueError(f"proxy_beta must be a finite number or None, got {beta!r}")
         if self.proxy == "advantage" and beta not in (None, 0, 0.0):
             raise ValueError(

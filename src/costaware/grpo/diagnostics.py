@@ -23,6 +23,7 @@ import torch
 from costaware import distributions as dist
 from costaware import theory
 from costaware._checks import nonnegative_vector, positive_vector, same_length
+from costaware.theory._numeric import scaled
 
 __all__ = ["per_sequence_grad_norms", "proxy_fidelity"]
 
@@ -155,7 +156,7 @@ def proxy_fidelity(abs_adv: Any, grad_norms: Any, costs: Any) -> dict[str, float
         rho = float("nan")
     # Every quantity below is scale-free in G and in c: scale both by a power of two near their max
     # (exact), so that tiny norms (1e-300) cannot underflow J(uniform) to 0 and divide by zero.
-    g, c = theory._scaled(g), theory._scaled(c)
+    g, c = scaled(g), scaled(c)
     p_true = dist.optimal(g, c)
     p_proxy = dist.optimal(a, c)
     chi2 = theory.chi2_divergence(theory.cost_biased(p_true, c), theory.cost_biased(p_proxy, c))

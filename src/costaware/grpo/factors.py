@@ -42,6 +42,7 @@ from costaware.grpo.plan import MiniBatch
 
 __all__ = [
     "FAMILIES", "MAX_STEPS", "NORMALISERS", "StepNormaliser", "step_normalisers", "global_tokens", "row_factors",
+    "step_normalisers_kernel", "row_factors_kernel",
 ]
 
 FAMILIES = ("row_mean", "token_mean", "global_tokens")
@@ -89,10 +90,10 @@ def step_normalisers(
     for j, mb in enumerate(minibatches):
         if mb.indices.numel() and not (0 <= int(mb.indices.min()) and int(mb.indices.max()) < pool_rows):
             raise ValueError(f"minibatches[{j}] holds rows outside the pool of pool_rows={pool_rows}")
-    return _step_normalisers(minibatches, lengths, normaliser, pool_rows, num_steps, subset)
+    return step_normalisers_kernel(minibatches, lengths, normaliser, pool_rows, num_steps, subset)
 
 
-def _step_normalisers(
+def step_normalisers_kernel(
     minibatches: Sequence[MiniBatch], lengths: torch.Tensor, normaliser: str, pool_rows: int, num_steps: int,
     subset: bool,
 ) -> list[StepNormaliser]:
@@ -155,10 +156,10 @@ def row_factors(
     fed = nonnegative_vector(fed_lengths, "fed_lengths") if family == "token_mean" else None
     if fed is not None:
         same_length(weights=w, fed_lengths=fed)
-    return _row_factors(family, w, fed, num_ranks, draws, tokens)
+    return row_factors_kernel(family, w, fed, num_ranks, draws, tokens)
 
 
-def _row_factors(
+def row_factors_kernel(
     family: str, w: torch.Tensor, fed: np.ndarray | None, num_ranks: int, draws: float, tokens: float
 ) -> torch.Tensor:
     """Kernel of :func:`row_factors` for checked inputs: ``w`` float64 >= 0; ``fed`` the float64 fed

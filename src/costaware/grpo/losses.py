@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from costaware._checks import real_scalar
+from costaware._checks import check_container, real_scalar
 
 __all__ = ["AGG_MODES", "grpo_token_loss", "cispo_token_loss", "aggregate", "importance_ratio"]
 
@@ -52,8 +52,7 @@ def _finite_matrix(x: Any, name: str) -> torch.Tensor:
 
 def _real_tensor(x: Any, name: str, device: torch.device | None = None) -> torch.Tensor:
     """``x`` as a real tensor: TypeError for a wrong container, ValueError for complex/bool/non-numbers."""
-    if x is None or isinstance(x, (str, bytes, dict, set)):
-        raise TypeError(f"{name} must be an array-like of numbers, got {type(x).__name__}")
+    check_container(x, name)
     try:
         t = torch.as_tensor(x, device=device)
     except (TypeError, ValueError, RuntimeError) as exc:

@@ -45,8 +45,8 @@ import torch
 
 from costaware import distributions as dist
 from costaware._checks import integer, real_scalar
-from costaware.grpo.pods import _cost_pods_select, _pods_select, pods_advantages
-from costaware.grpo.proxy import _adaptive_alpha, _proxy_probs
+from costaware.grpo.pods import cost_pods_select_kernel, pods_advantages, pods_select_kernel
+from costaware.grpo.proxy import adaptive_alpha_kernel, proxy_probs_kernel
 
 __all__ = [
     "ALPHA_AUTO_MAX", "METHODS", "REGISTRY", "SamplingMethod", "Drawing", "Subset", "RowPool", "Selection",
@@ -167,7 +167,7 @@ class Subset(SamplingMethod):
 
 def _proxy_base(g: np.ndarray, c: np.ndarray, beta: float) -> np.ndarray:
     # β = 0 keeps the paper's p ∝ |A|/√c expression, so the paper's plans are unchanged bit for bit
-    return dist._optimal(g, c) if beta == 0.0 else _proxy_probs(g, c, beta, 0.0)
+    return dist.optimal_kernel(g, c) if beta == 0.0 else proxy_probs_kernel(g, c, beta, 0.0)
 
 
 @dataclass(frozen=True)
@@ -203,8 +203,8 @@ class PSmooth(Drawing):
         base = _proxy_base(proxy, costs, beta)
         alpha = self.alpha
         if self.adaptive_max_weight is not None:
-            alpha = _adaptive_alpha(base, self.adaptive_max_weight, alpha, ALPHA_AUTO_MAX)
-        return Probs(dist._smoothed(base, alpha), beta, float(alpha))
+            alpha = adaptive_alpha_kernel(base, self.adaptive_max_weight, alpha, ALPHA_AUTO_MAX)
+        return Probs(dist.smoothed_kernel(base, alpha), beta, float(alpha))
 
 
 @dataclass(frozen=True)
@@ -216,7 +216,7 @@ class InvSqrtCost(Drawing):
     uses_costs: ClassVar[bool] = True
 
     def probs(self, proxy: np.ndarray, costs: np.ndarray, beta: float) -> Probs:
-        return Probs(dist._inverse_sqrt_cost(costs), None, None)
+        return Probs(dist.inverse_sqrt_cost_kernel(costs), None, None)
 
 
 @dataclass(frozen=True)
@@ -226,7 +226,7 @@ class Variance(Drawing):
     name: ClassVar[str] = "variance"
 
     def probs(self, proxy: np.ndarray, costs: np.ndarray, beta: float) -> Probs:
-        return Probs(dist._variance(proxy), None, None)
+        return Probs(dist.variance_kernel(proxy), None, None)
 
 
 @dataclass(frozen=True)
@@ -300,7 +300,7 @@ class Pods(_GroupSubset):
 
     def _mask(self, pool: RowPool, group_size: int, keep: int) -> torch.Tensor:
         assert pool.rewards is not None  # select() checked it
-        return _pods_select(pool.rewards, group_size, keep)
+        return pods_select_kernel(pool.rewards, group_size, keep)
 
 
 @dataclass(frozen=True)
@@ -313,7 +313,7 @@ class CostPods(_GroupSubset):
 
     def _mask(self, pool: RowPool, group_size: int, keep: int) -> torch.Tensor:
         assert pool.rewards is not None  # select() checked it
-        return _cost_pods_select(pool.rewards, torch.from_numpy(pool.costs), group_size, keep)
+        return cost_pods_select_kernel(pool.rewards, torch.from_numpy(pool.costs), group_size, keep)
 
 
 # -- factories (the public way to build a method) -------------------------------------------------

@@ -30,8 +30,8 @@ import numpy as np
 import torch
 
 from costaware import distributions as dist
-from costaware._checks import _show, integer
-from costaware.alias import MAX_DRAWS, _build_alias, draw
+from costaware._checks import integer, show
+from costaware.alias import MAX_DRAWS, build_alias_kernel, draw
 from costaware.grpo._draws import draw_until_fed_tokens, draw_until_tokens, gather, merge_chunks
 from costaware.grpo.config import MAX_STEPS, METHODS, SamplingConfig
 from costaware.grpo.methods import Drawing, RowPool, Subset
@@ -106,15 +106,15 @@ def _as_vector(x: Any, name: str, dtype: torch.dtype) -> torch.Tensor:
     try:
         t = torch.as_tensor(x).detach().cpu()
     except (TypeError, ValueError, RuntimeError) as exc:  # ragged lists, None inside, non-numbers
-        raise ValueError(f"{name} must be a 1-D array of numbers, got {_show(x)}: {exc}") from None
+        raise ValueError(f"{name} must be a 1-D array of numbers, got {show(x)}: {exc}") from None
     if t.is_complex():
-        raise ValueError(f"{name} must be real, got complex dtype {t.dtype}: {_show(t.numpy())}")
+        raise ValueError(f"{name} must be real, got complex dtype {t.dtype}: {show(t.numpy())}")
     if t.dtype == torch.bool:
-        raise ValueError(f"{name} must hold numbers, not booleans, got {_show(t.numpy())}")
+        raise ValueError(f"{name} must hold numbers, not booleans, got {show(t.numpy())}")
     if t.ndim != 1:
         raise ValueError(f"{name} must be 1-D (one value per row), got shape {tuple(t.shape)}")
     if t.numel() == 0:
-        raise ValueError(f"{name} must not be empty, got {_show(t.numpy())}")
+        raise ValueError(f"{name} must not be empty, got {show(t.numpy())}")
     t = t.to(dtype)
     a = t.numpy()
     if not np.isfinite(a).all():  # numpy: several times faster than torch.isfinite(t).any() here
@@ -279,13 +279,13 @@ def plan_minibatches(
     drawn = method.probs(proxy, cost_np, config.beta)
     p, beta, alpha = drawn.p, drawn.beta, drawn.alpha
     try:
-        w = dist._all_weights(p, cast(dist.WeightMode, config.weights))  # SamplingConfig checked it
+        w = dist.importance_weights_kernel(p, cast(dist.WeightMode, config.weights))  # SamplingConfig checked it
     except ValueError as exc:  # name what the caller can change
         raise ValueError(
             f"advantages and costs (with alpha={alpha!r}, beta={beta!r}) give a row so small a probability "
             f"that its importance weight overflows float64: {exc}"
         ) from None
-    table = _build_alias(p)  # built once per plan; every draw below reuses it
+    table = build_alias_kernel(p)  # built once per plan; every draw below reuses it
     rng = _numpy_rng(generator)
     sizes, capped = None, False
     cap = max(1, min(int(config.max_draws_factor * minibatch_size), MAX_DRAWS // num_minibatches))

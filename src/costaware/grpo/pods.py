@@ -26,9 +26,9 @@ import numpy as np
 import torch
 
 from costaware._checks import integer, positive_vector, same_length
-from costaware.grpo.advantages import _rewards_vector, group_advantages
+from costaware.grpo.advantages import group_advantages, rewards_vector
 
-__all__ = ["MAX_SUBSETS", "pods_select", "cost_pods_select", "pods_advantages"]
+__all__ = ["MAX_SUBSETS", "pods_select", "cost_pods_select", "pods_advantages", "pods_select_kernel", "cost_pods_select_kernel"]
 
 # Cost-aware PODS searches every keep-subset of a group: C(M, keep) of them. 2**16 covers every keep
 # for groups of up to 18 rows (C(18, 9) = 48,620); a larger search is refused rather than run for minutes.
@@ -37,7 +37,7 @@ _CHUNK = 1 << 22  # subset entries evaluated at once (groups × subsets × keep)
 
 
 def _checked(rewards: Any, group_size: Any, keep: Any) -> tuple[torch.Tensor, int, int]:
-    r = _rewards_vector(rewards)
+    r = rewards_vector(rewards)
     m = integer(group_size, "group_size", minimum=1, maximum=max(r.numel(), 1))
     if r.numel() == 0 or r.numel() % m:
         raise ValueError(f"rewards must hold whole groups of group_size={m}, got {r.numel()} rows")
@@ -45,19 +45,19 @@ def _checked(rewards: Any, group_size: Any, keep: Any) -> tuple[torch.Tensor, in
 
 
 def pods_select(rewards: Any, group_size: int, keep: int) -> torch.Tensor:
-    """:func:`_pods_select` on checked arguments (rewards (N,), groups of ``group_size``, 1 <= keep <= group_size)."""
-    return _pods_select(*_checked(rewards, group_size, keep))
+    """:func:`pods_select_kernel` on checked arguments (rewards (N,), groups of ``group_size``, 1 <= keep <= group_size)."""
+    return pods_select_kernel(*_checked(rewards, group_size, keep))
 
 
 def cost_pods_select(rewards: Any, costs: Any, group_size: int, keep: int) -> torch.Tensor:
-    """:func:`_cost_pods_select` on checked arguments (costs (N,) > 0, as many as rewards)."""
+    """:func:`cost_pods_select_kernel` on checked arguments (costs (N,) > 0, as many as rewards)."""
     r, m, k = _checked(rewards, group_size, keep)
     c = positive_vector(costs, "costs")
     same_length(rewards=r.numpy(), costs=c)
-    return _cost_pods_select(r, torch.from_numpy(c), m, k)
+    return cost_pods_select_kernel(r, torch.from_numpy(c), m, k)
 
 
-def _pods_select(rewards: torch.Tensor, group_size: int, keep: int) -> torch.Tensor:
+def pods_select_kernel(rewards: torch.Tensor, group_size: int, keep: int) -> torch.Tensor:
     """PODS max-variance down-sampling: per group, the ``keep`` rows whose rewards vary most.
 
     For sorted rewards the max-variance subset of size m takes the k largest and the m−k smallest
@@ -106,7 +106,7 @@ def check_subset_search(group_size: int, keep: int) -> None:
         )
 
 
-def _cost_pods_select(rewards: torch.Tensor, costs: torch.Tensor, group_size: int, keep: int) -> torch.Tensor:
+def cost_pods_select_kernel(rewards: torch.Tensor, costs: torch.Tensor, group_size: int, keep: int) -> torch.Tensor:
     """Cost-aware PODS: per group, the ``keep`` rows with the most reward variation per PO token.
 
     For group g with rewards r_i and costs c_i (prompt + completion tokens), the kept set is

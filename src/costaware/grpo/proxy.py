@@ -28,15 +28,18 @@ import numpy as np
 from costaware import distributions as dist
 from costaware import theory
 from costaware._checks import (
-    _show,
+    as_vector,
     finite_result,
     in_unit_interval,
     nonnegative_vector,
     positive_vector,
+    real_scalar,
     same_length,
+    show,
 )
-from costaware.grpo.beta import BetaCalibrator, BetaFit, _finite, _norms, fit_beta, shrink
+from costaware.grpo.beta import BetaCalibrator, BetaFit, fit_beta, shrink
 from costaware.grpo.loss_families import BETA_BOUNDS, LOSS_FAMILY_PRIOR_BETA, LossFamily, loss_family
+from costaware.theory._numeric import scaled
 
 __all__ = [
     "BETA_BOUNDS",
@@ -50,6 +53,7 @@ __all__ = [
     "BetaCalibrator",
     "adaptive_alpha",
     "predicted_j_ratios",
+    "proxy_probs_kernel", "adaptive_alpha_kernel",
 ]
 
 
@@ -62,16 +66,16 @@ def proxy_probs(abs_adv: Any, costs: Any, *, beta: float, alpha: float = 0.0) ->
     a = nonnegative_vector(abs_adv, "abs_adv", not_all_zero=True)
     c = positive_vector(costs, "costs")
     same_length(abs_adv=a, costs=c)
-    return _proxy_probs(a, c, _finite(beta, "beta"), in_unit_interval(alpha, "alpha"))
+    return proxy_probs_kernel(a, c, real_scalar(beta, "beta"), in_unit_interval(alpha, "alpha"))
 
 
-def _proxy_probs(a: np.ndarray, c: np.ndarray, beta: float, alpha: float) -> np.ndarray:
+def proxy_probs_kernel(a: np.ndarray, c: np.ndarray, beta: float, alpha: float) -> np.ndarray:
     """Kernel of :func:`proxy_probs` for checked inputs (a >= 0 with an entry > 0, c > 0, equal lengths)."""
     logw = np.full(a.size, -np.inf)
     nz = a > 0
     logw[nz] = np.log(a[nz]) + (beta - 0.5) * np.log(c[nz])
     w = np.exp(logw - logw[nz].max())
-    return dist._smoothed(w / w.sum(), alpha)
+    return dist.smoothed_kernel(w / w.sum(), alpha)
 
 
 def adaptive_alpha(
@@ -89,17 +93,17 @@ def adaptive_alpha(
     (0.0, 0.0722)
     """
     p = dist.smoothed(p, 0.0)  # validates a probability vector
-    W = _finite(max_weight, "max_weight")
+    W = real_scalar(max_weight, "max_weight")
     if not W > 1.0:
         raise ValueError(f"max_weight must be > 1 (uniform sampling has weight 1), got {max_weight!r}")
     lo = in_unit_interval(alpha_min, "alpha_min")
     hi = in_unit_interval(alpha_max, "alpha_max")
     if lo > hi:
         raise ValueError(f"alpha_min must be <= alpha_max, got {alpha_min!r} > {alpha_max!r}")
-    return _adaptive_alpha(p, W, lo, hi)
+    return adaptive_alpha_kernel(p, W, lo, hi)
 
 
-def _adaptive_alpha(p: np.ndarray, W: float, lo: float, hi: float) -> float:
+def adaptive_alpha_kernel(p: np.ndarray, W: float, lo: float, hi: float) -> float:
     """Kernel of :func:`adaptive_alpha` for a checked probability vector and checked bounds."""
     q = p.size * p[p > 0].min()
     need = 0.0 if q >= 1.0 / W else (1.0 / W - q) / (1.0 - q)
@@ -117,17 +121,17 @@ def predicted_j_ratios(p: Any, grad_norms: Any, costs: Any) -> dict[str, float]:
     """
     w = nonnegative_vector(p, "p", not_all_zero=True)
     c = positive_vector(costs, "costs")
-    g = _norms(grad_norms)
+    g = as_vector(grad_norms, "grad_norms", allow_empty=True, finite=False)
     same_length(p=w, grad_norms=g, costs=c)
     keep = np.isfinite(g)
     if (g[keep] < 0).any() or not (g[keep] > 0).any() or not (w[keep] > 0).any():
         raise ValueError(f"grad_norms must be >= 0 with one finite entry > 0 where p > 0, got {g}")
     # J ratios are scale-free in G and c: scaled by powers of two (exact), no J underflows to 0
-    w, g, c = w[keep] / w[keep].sum(), theory._scaled(g[keep]), theory._scaled(c[keep])
+    w, g, c = w[keep] / w[keep].sum(), scaled(g[keep]), scaled(c[keep])
     j = theory.J(w, g, c)
     if j == float("inf"):  # p misses a row with G > 0: the documented +inf of J
         return {"j_vs_optimal": j, "j_vs_uniform": j}
-    what = f"p = {_show(w)}, grad_norms = {_show(g)}, costs = {_show(c)}"
+    what = f"p = {show(w)}, grad_norms = {show(g)}, costs = {show(c)}"
     return {
         "j_vs_optimal": finite_result(j / theory.J_optimal(g, c), "j_vs_optimal", what),
         "j_vs_uniform": finite_result(j / theory.J(dist.uniform(g.size), g, c), "j_vs_uniform", what),

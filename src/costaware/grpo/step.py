@@ -34,7 +34,13 @@ import torch
 from costaware._checks import integer, nonnegative_vector
 from costaware.grpo.accounting import StepCounts
 from costaware.grpo.config import MAX_STEPS, SamplingConfig, plan_seed
-from costaware.grpo.factors import FAMILIES, NORMALISERS, StepNormaliser, _row_factors, _step_normalisers
+from costaware.grpo.factors import (
+    FAMILIES,
+    NORMALISERS,
+    StepNormaliser,
+    row_factors_kernel,
+    step_normalisers_kernel,
+)
 from costaware.grpo.plan import Plan, plan_minibatches
 from costaware.grpo.shard import ShardStep, rank_offsets, shard_minibatches
 
@@ -171,13 +177,13 @@ def plan_round(
     shards = shard_minibatches(
         plan.minibatches, sizes, num_steps, pad_rows, equal_steps=equal_steps, row_multiple=row_multiple
     )
-    norms = _step_normalisers(plan.minibatches, lengths, normaliser, n, num_steps, not config.rule.fixed_size)
+    norms = step_normalisers_kernel(plan.minibatches, lengths, normaliser, n, num_steps, not config.rule.fixed_size)
     procs = len(sizes)
     steps = tuple(
         tuple(
             RankStep(
                 shard=s,
-                factors=_row_factors(family, s.weights, lengths[int(offsets[r]) + s.rows].numpy(), procs,
+                factors=row_factors_kernel(family, s.weights, lengths[int(offsets[r]) + s.rows].numpy(), procs,
                                      norm.draws, norm.tokens),  # fmt: skip
                 advantages=torch.where(s.padding, 0.0, plan.advantages[s.global_rows.clamp(min=0)].double()),
             )

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from costaware._checks import integer
-from costaware.grpo.advantages import _check_group_size, _rewards_vector
+from costaware.grpo.advantages import check_group_size, rewards_vector
 
 __all__ = ["nonzero_variance_groups", "FillReport", "FillResult", "fill_batch"]
 
@@ -30,8 +30,8 @@ MAX_ROUNDS = 2**16
 
 def nonzero_variance_groups(rewards: Any, group_size: int) -> torch.Tensor:
     """Bool (N,) row mask: True for rows whose group's rewards are not all equal."""
-    r = _rewards_vector(rewards)
-    m = _check_group_size(r.numel(), group_size)
+    r = rewards_vector(rewards)
+    m = check_group_size(r.numel(), group_size)
     grouped = r.view(-1, m)
     keep = grouped.amax(dim=1) > grouped.amin(dim=1)
     return keep.repeat_interleave(m)
@@ -70,7 +70,7 @@ def _check_round(batch: Any, rewards: Any, num_groups: int, group_size: int) -> 
         raise ValueError(
             f"generate must return (dict of per-row tensors, rewards), got batch {type(batch).__name__}"
         )
-    r = _rewards_vector(rewards)
+    r = rewards_vector(rewards)
     rows = num_groups * group_size
     if r.numel() != rows:
         raise ValueError(
@@ -116,7 +116,7 @@ def fill_batch(
     """
     target_groups = integer(target_groups, "target_groups", minimum=1, maximum=MAX_GROUPS)
     max_rounds = integer(max_rounds, "max_rounds", minimum=1, maximum=MAX_ROUNDS)
-    group_size = _check_group_size(group_size, group_size)
+    group_size = check_group_size(group_size, group_size)
     if groups_per_round is not None:
         groups_per_round = integer(groups_per_round, "groups_per_round", minimum=1, maximum=MAX_GROUPS)
 

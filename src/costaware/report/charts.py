@@ -15,7 +15,7 @@ import numpy as np
 
 from costaware.report import evidence as E
 from costaware.report.curves import DEFAULT_GENERATION_COST, MIN_SEEDS_FOR_CI, Estimate
-from costaware.report.figures import DPI, FONT, _grid, _pyplot
+from costaware.report.figures import DPI, FONT, figure_grid, load_pyplot
 from costaware.report.labels import style
 from costaware.report.verdicts import fmt
 
@@ -31,7 +31,7 @@ def _sid(ev: E.Evidence) -> Sid:
 def plot_cost_to_target(evs: Sequence[E.Evidence], stats: Mapping[Sid, Mapping[E.Key, Mapping[str, Any]]],
                         keys: Mapping[Sid, Sequence[E.Key]], path: Path) -> None:
     """Dot and whisker: each arm's total cost to the section's target (seed-mean curve), 95% CI over seeds."""
-    plt = _pyplot()
+    plt = load_pyplot()
     with plt.rc_context(FONT):
         n = max(len(keys[_sid(ev)]) for ev in evs)
         cols = min(2, len(evs))
@@ -91,9 +91,9 @@ def plot_waterfall(evs: Sequence[E.Evidence], stats: Mapping[Sid, Mapping[E.Key,
              and all(np.isfinite(stats[_sid(ev)][k]["total_cost_to_target"]) for k in (steps[0].a, steps[0].b, steps[1].b))]
     if not drawn:
         return False
-    plt = _pyplot()
+    plt = load_pyplot()
     with plt.rc_context(FONT):
-        fig, axes = _grid(len(drawn), 0)
+        fig, axes = figure_grid(len(drawn), 0)
         for ax, (ev, (first, second)) in zip(axes, drawn, strict=True):
             sec, st = ev.section, stats[_sid(ev)]
             a, b, c = (st[k]["total_cost_to_target"] for k in (first.a, first.b, second.b))
@@ -125,11 +125,11 @@ def plot_price_sweep(panels: Sequence[tuple[E.Evidence, Mapping[E.Key, Sequence[
     """Each arm's total-cost saving over the baseline against the price ``g`` of a generated token (symlog: linear
     below 0.1, so g = 0 is on the axis), 95% bands; marks the FLOP ratio 1/3, this machine's measured ratio (CPU)
     and the range of published GPU timings."""
-    plt = _pyplot()
+    plt = load_pyplot()
     g = np.asarray(prices, float)
     with plt.rc_context(FONT):
         legend_rows = max(math.ceil((len(c) + 3) / 2) for _, c in panels)
-        fig, axes = _grid(len(panels), legend_rows)
+        fig, axes = figure_grid(len(panels), legend_rows)
         for ax, (ev, curves) in zip(axes, panels, strict=True):
             sec = ev.section
             ax.axvspan(*gpu_range, color="#999999", alpha=0.15, label=f"GPU, published timings ({gpu_range[0]:.1f}–"

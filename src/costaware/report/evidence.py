@@ -273,9 +273,6 @@ AXIS_WORDS = {"total_cost": "total cost", "po_tokens": "PO tokens", "generated_t
 HEADLINE_AXIS = AXES[0]  # total cost: every verdict is decided by its CI
 
 
-_pct = pct  # the one percentage format (report.verdicts)
-
-
 def describe(est: Estimate, axis: str) -> str:
     """In words, with the signed saving, its CI and whether the CI excludes zero.
 

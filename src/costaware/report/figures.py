@@ -22,7 +22,7 @@ from costaware.report import evidence as E
 from costaware.report.curves import MIN_SEEDS_FOR_CI, seed_curves
 from costaware.report.labels import label, style
 
-__all__ = ["AXIS_TITLES", "COLUMNS", "DPI", "PANEL_INCHES", "plot_axis", "plot_ablations", "x_limit", "X_STRETCH"]
+__all__ = ["AXIS_TITLES", "COLUMNS", "DPI", "PANEL_INCHES", "plot_axis", "plot_ablations", "x_limit", "X_STRETCH", "figure_grid", "load_pyplot"]
 
 AXIS_TITLES = {"total_cost": "total cost (generated tokens × ratio + PO tokens)",
                "po_tokens": "cumulative policy-optimisation tokens", "generated_tokens": "cumulative generated tokens",
@@ -34,7 +34,7 @@ FONT = {"font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "legend.fon
         "xtick.labelsize": 9, "ytick.labelsize": 9}
 
 
-def _pyplot():
+def load_pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
@@ -58,9 +58,9 @@ def _legend_under(ax, entries: int) -> None:
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.17), ncols=2 if entries > 3 else 1, frameon=False)
 
 
-def _grid(n: int, legend_rows: int):
+def figure_grid(n: int, legend_rows: int):
     """A figure of ``n`` panels, at most :data:`COLUMNS` a row, with room under each for its legend."""
-    plt = _pyplot()
+    plt = load_pyplot()
     cols = min(COLUMNS, n)
     rows = math.ceil(n / cols)
     w, h = PANEL_INCHES
@@ -92,13 +92,13 @@ def plot_axis(evs: Sequence[E.Evidence], axis: str, path: Path, sft: Sequence[Ru
     """Seed-mean held-out accuracy against ``axis`` with a 95% band over seeds (none below 3 seeds), one panel per
     section; ``keys``: the arms to draw per (task, setting) (default: all). Returns the labels of the curves cut
     by the axis limit (:func:`x_limit`)."""
-    plt = _pyplot()
+    plt = load_pyplot()
     cut: list[str] = []
     with plt.rc_context(FONT):
         drawn = {(ev.section.task, ev.section.setting): [k for k in sorted(ev.section.arms)
                  if keys is None or k in keys.get((ev.section.task, ev.section.setting), ())] for ev in evs}
         legend_rows = max(math.ceil((len(v) + 2) / 2) for v in drawn.values())
-        fig, axes = _grid(len(evs), legend_rows)
+        fig, axes = figure_grid(len(evs), legend_rows)
         for ax, ev in zip(axes, evs, strict=True):
             sec = ev.section
             ends = []
@@ -134,13 +134,13 @@ def plot_axis(evs: Sequence[E.Evidence], axis: str, path: Path, sft: Sequence[Ru
 
 def plot_ablations(runs: Sequence[RunResult], path: Path) -> None:
     """Seed-mean held-out accuracy against PO tokens of each ablation arm, in one panel."""
-    plt = _pyplot()
+    plt = load_pyplot()
     by: dict[tuple[str, str, Arm], list[RunResult]] = defaultdict(list)
     for r in runs:
         by[(r.id.task, r.id.setting, r.id.arm)].append(r)
     names = {k: f"{k[0]}/{k[1]}: {label(k[2])}" for k in by}
     with plt.rc_context(FONT):
-        fig, (ax,) = _grid(1, math.ceil(len(by) / 2))
+        fig, (ax,) = figure_grid(1, math.ceil(len(by) / 2))
         for k in sorted(by, key=lambda k: (names[k], k)):  # in the legend, by name
             c = seed_curves(by[k], "po_tokens", points=64)
             st = style(k[2])

@@ -46,8 +46,6 @@ def is_rollout(sec: Section) -> bool:
     return bool(_FINITE_SET.search(sec.setting)) or any(a.rollout != "all" for a, _ in sec.arms)
 
 
-_pct = fmt  # the one way an estimate is written (report.verdicts)
-
 TARGET_WORDS = (f"the prompt-stage target: ≥ 2× less total cost than GRPO and ≥ {100 * MIN_SAVING_OVER_BEST:.0f}% less "
                 f"than the best of nonzero, PODS, GRESO's skip and DAPO's dynamic sampling, each with a CI over "
                 f"≥ {MIN_SEEDS} seeds that excludes zero")
@@ -70,9 +68,9 @@ class TargetVerdict:
         if not self.met:
             return f"{name}: **target not met**: " + "; ".join(escape(s) for s in self.shortfalls) + "."
         assert self.vs_baseline is not None and self.vs_best is not None and self.best_peer is not None
-        return (f"{name}: **target met**: total cost saving {_pct(self.vs_baseline.savings[HEADLINE_AXIS])} over "
+        return (f"{name}: **target met**: total cost saving {fmt(self.vs_baseline.savings[HEADLINE_AXIS])} over "
                 f"{escape(sec.name(self.vs_baseline.a))} (needs ≥ +{100 * MIN_SAVING:.0f}%, 2×) and "
-                f"{_pct(self.vs_best.savings[HEADLINE_AXIS])} over the best peer, {escape(sec.name(self.best_peer))} "
+                f"{fmt(self.vs_best.savings[HEADLINE_AXIS])} over the best peer, {escape(sec.name(self.best_peer))} "
                 f"(needs ≥ +{100 * MIN_SAVING_OVER_BEST:.0f}%), each CI excluding zero, over {self.seeds} seeds.")
 
     def as_dict(self) -> dict[str, Any]:
@@ -167,7 +165,7 @@ def _target(sec: Section, ev: E.Evidence, cand: Key, peer_savings: dict[Key, Est
     assert vs_base is not None  # both were run and the target is informative
     s = vs_base.savings[HEADLINE_AXIS]
     if not (s.value >= MIN_SAVING and s.lo > 0):
-        short.append(f"against {sec.name(base)}, total cost saving {_pct(s)}; it needs ≥ +{100 * MIN_SAVING:.0f}% (2×)"
+        short.append(f"against {sec.name(base)}, total cost saving {fmt(s)}; it needs ≥ +{100 * MIN_SAVING:.0f}% (2×)"
                      + ("" if s.lo > 0 else " with a CI above zero"))
     best = max(peer_savings, key=lambda p: (np.nan_to_num(peer_savings[p].value, nan=-np.inf), p)) if peer_savings else None
     vs_best = None if best is None else comp(best, cand)
@@ -177,8 +175,8 @@ def _target(sec: Section, ev: E.Evidence, cand: Key, peer_savings: dict[Key, Est
         assert best is not None  # vs_best is compared against the best peer
         b = vs_best.savings[HEADLINE_AXIS]
         if not (b.value >= MIN_SAVING_OVER_BEST and b.lo > 0):
-            short.append(f"against the best peer, {sec.name(best)} (itself saving {_pct(peer_savings[best])} over "
-                         f"{sec.name(base)}), total cost saving {_pct(b)}; it needs ≥ +{100 * MIN_SAVING_OVER_BEST:.0f}%"
+            short.append(f"against the best peer, {sec.name(best)} (itself saving {fmt(peer_savings[best])} over "
+                         f"{sec.name(base)}), total cost saving {fmt(b)}; it needs ≥ +{100 * MIN_SAVING_OVER_BEST:.0f}%"
                          + ("" if b.lo > 0 else " with a CI above zero"))
     seeds = min(len(sec.arms[key]) for key in (base, cand) + ((best,) if best else ()))
     if seeds < MIN_SEEDS:
@@ -241,7 +239,7 @@ def section_lines(rev: RolloutEvidence, pred: Predictions) -> list[str]:
     lines += [f"- {t.text(sec)}" for t in rev.targets]
     if rev.peer_savings:
         lines += ["", "Peers' total-cost saving over GRPO (the best one is the bar): " + "; ".join(
-            f"{escape(sec.name(p))} {_pct(s)}" for p, s in rev.peer_savings.items()) + "."]
+            f"{escape(sec.name(p))} {fmt(s)}" for p, s in rev.peer_savings.items()) + "."]
     lines += ["", "### Prompts examined and generated (mean over seeds)", ""]
     lines += table(["method", "prompts examined", "prompts generated", "skipped before generation", "DAPO refills"],
                    _counts_rows(rev))

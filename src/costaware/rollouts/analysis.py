@@ -31,16 +31,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from costaware._checks import integer, real_scalar
+from costaware._checks import in_open_unit_interval, integer, real_scalar
 from costaware.rollouts.group import TRL_EPS, row_abs_advantages
 from costaware.rollouts.logs import PromptRound
 from costaware.rollouts.prompts import (
+    FLOOR_WHY,
     MAX_PROMPTS,
     REGISTRY,
     CostModel,
     SkipRule,
     TwoStage,
-    _floor,
     prompt_method_from_name,
 )
 from costaware.rollouts.state import PromptState, StateConfig
@@ -70,8 +70,8 @@ class AnalysisConfig:
         if self.row_method not in ROW_METHODS:
             raise ValueError(f"row_method must be one of {tuple(ROW_METHODS)}, got {self.row_method!r}")
         for a in self.alphas:
-            _floor(a, "alphas")
-        _floor(self.two_stage_floor, "two_stage_floor")
+            in_open_unit_interval(a, "alphas", why=FLOOR_WHY)
+        in_open_unit_interval(self.two_stage_floor, "two_stage_floor", why=FLOOR_WHY)
         if self.first is None or isinstance(self.first, (str, bytes, dict, set)):
             raise TypeError(f"first must be a tuple of integers >= 1, got {self.first!r}")
         object.__setattr__(self, "first", tuple(integer(m, "first", minimum=1) for m in self.first))

@@ -27,7 +27,7 @@ from typing import Any, Literal
 import numpy as np
 from scipy.special import betaln, gammaln
 
-from costaware._checks import _show, as_array, integer, real_scalar
+from costaware._checks import as_array, integer, positive_scalar, show, unit_array
 
 __all__ = [
     "TRL_EPS",
@@ -37,6 +37,7 @@ __all__ = [
     "binomial_pmf",
     "beta_binomial_pmf",
     "row_abs_advantages",
+    "abs_adv_sum_kernel",
 ]
 
 TRL_EPS = 1e-4  # TRL adds 1e-4 to the group std (verl 1e-6)
@@ -49,18 +50,11 @@ def _std_kind(std: Any) -> Std:
     return std
 
 
-def _eps(eps: Any) -> float:
-    e = real_scalar(eps, "eps")
-    if e < 0:
-        raise ValueError(f"eps must be >= 0, got {e!r}")
-    return e
-
-
 def _group(group_size: Any) -> int:
     return integer(group_size, "group_size", minimum=1, maximum=1 << 20)
 
 
-def _abs_adv_sum(k: np.ndarray, G: int, std: str, eps: float) -> np.ndarray:
+def abs_adv_sum_kernel(k: np.ndarray, G: int, std: str, eps: float) -> np.ndarray:
     """Kernel: Σ|A| for k correct of G (k checked, float64)."""
     if G < 2:
         return np.zeros_like(k, dtype=np.float64)
@@ -73,11 +67,11 @@ def _abs_adv_sum(k: np.ndarray, G: int, std: str, eps: float) -> np.ndarray:
 
 def abs_adv_sum(k: Any, group_size: int, *, std: Std = "sample", eps: float = TRL_EPS) -> np.ndarray:
     """Σ_i |A_i| of a group of ``group_size`` 0/1 rewards with ``k`` correct (any array shape)."""
-    G, std, eps = _group(group_size), _std_kind(std), _eps(eps)
+    G, std, eps = _group(group_size), _std_kind(std), positive_scalar(eps, "eps", allow_zero=True)
     kk = as_array(k, "k")
     if not (np.isfinite(kk).all() and (kk == np.round(kk)).all() and (kk >= 0).all() and (kk <= G).all()):
-        raise ValueError(f"k must hold integers in [0, group_size={G}], got {_show(kk)}")
-    return _abs_adv_sum(kk, G, std, eps)
+        raise ValueError(f"k must hold integers in [0, group_size={G}], got {show(kk)}")
+    return abs_adv_sum_kernel(kk, G, std, eps)
 
 
 def binomial_pmf(pass_rate: np.ndarray, n: int) -> np.ndarray:
@@ -103,23 +97,16 @@ def _moment(pmf: np.ndarray, offset: np.ndarray | int, G: int, std: str, eps: fl
     """E[(Σ|A|)^moment] with k = offset + j, j distributed as the last axis of ``pmf``."""
     j = np.arange(pmf.shape[-1])
     k = np.asarray(offset)[..., None] + j
-    return (pmf * _abs_adv_sum(k.astype(np.float64), G, std, eps) ** moment).sum(axis=-1)
-
-
-def _rate(x: Any, name: str) -> np.ndarray:
-    arr = as_array(x, name)
-    if not (np.isfinite(arr).all() and (arr >= 0).all() and (arr <= 1).all()):
-        raise ValueError(f"{name} must lie in [0, 1], got {_show(arr)}")
-    return arr
+    return (pmf * abs_adv_sum_kernel(k.astype(np.float64), G, std, eps) ** moment).sum(axis=-1)
 
 
 def expected_abs_adv_sum(
     pass_rate: Any, group_size: int, *, std: Std = "sample", eps: float = TRL_EPS, moment: int = 1
 ) -> np.ndarray:
     """E[(Σ|A|)^moment] over k ~ Binomial(G, π), for an array of pass rates π."""
-    G, std, eps = _group(group_size), _std_kind(std), _eps(eps)
+    G, std, eps = _group(group_size), _std_kind(std), positive_scalar(eps, "eps", allow_zero=True)
     m = integer(moment, "moment", minimum=1, maximum=2)
-    pi = _rate(pass_rate, "pass_rate")
+    pi = unit_array(pass_rate, "pass_rate")
     return _moment(binomial_pmf(pi, G), 0, G, std, eps, m)
 
 
@@ -139,16 +126,16 @@ def predictive_abs_adv_sum(
     With ``first`` = m > 0 the first m responses are known, ``first_correct`` of them correct: the
     posterior becomes Beta(a + k₁, b + m − k₁) and the other G − m responses are predicted from it.
     """
-    G, std, eps = _group(group_size), _std_kind(std), _eps(eps)
+    G, std, eps = _group(group_size), _std_kind(std), positive_scalar(eps, "eps", allow_zero=True)
     m = integer(moment, "moment", minimum=1, maximum=2)
     aa, bb = as_array(a, "a"), as_array(b, "b")
     for name, arr in (("a", aa), ("b", bb)):
         if not (np.isfinite(arr).all() and (arr > 0).all()):
-            raise ValueError(f"{name} must be > 0 and finite, got {_show(arr)}")
+            raise ValueError(f"{name} must be > 0 and finite, got {show(arr)}")
     f = integer(first, "first", minimum=0, maximum=G)
     k1 = as_array(first_correct, "first_correct")
     if not ((k1 == np.round(k1)).all() and (k1 >= 0).all() and (k1 <= f).all()):
-        raise ValueError(f"first_correct must hold integers in [0, first={f}], got {_show(k1)}")
+        raise ValueError(f"first_correct must hold integers in [0, first={f}], got {show(k1)}")
     try:
         np.broadcast_shapes(aa.shape, bb.shape, k1.shape)
     except ValueError:
@@ -158,13 +145,13 @@ def predictive_abs_adv_sum(
         pmf = beta_binomial_pmf(aa + k1, bb + (f - k1), G - f)
     if not np.isfinite(pmf).all():  # betaln's inf − inf at pseudo-counts near the float64 limits
         raise ValueError(f"a and b are beyond the range the Beta-binomial is computed in (float64), got "
-                         f"a = {_show(aa)}, b = {_show(bb)}")
+                         f"a = {show(aa)}, b = {show(bb)}")
     return _moment(pmf, k1.astype(np.int64), G, std, eps, m)
 
 
 def row_abs_advantages(rewards: Any, *, std: Std = "sample", eps: float = TRL_EPS) -> np.ndarray:
     """|A_i| of every row of (B, G) rewards (any real rewards), group by group; 0 for G = 1."""
-    std, eps = _std_kind(std), _eps(eps)
+    std, eps = _std_kind(std), positive_scalar(eps, "eps", allow_zero=True)
     r = as_array(rewards, "rewards")
     if r.ndim != 2 or not np.isfinite(r).all():
         raise ValueError(f"rewards must be a finite (groups, group_size) array, got shape {r.shape}")

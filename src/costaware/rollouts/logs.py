@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from costaware._checks import boolean, integer, real_scalar
+from costaware._checks import boolean, file_path, integer, real_scalar
 from costaware.evaluation.files import read_jsonl_objects
 
 __all__ = ["PromptRound", "write_prompt_rounds", "read_prompt_rounds", "RecordingReward"]
@@ -70,7 +70,7 @@ class PromptRound:
 
 def write_prompt_rounds(path: str | os.PathLike[str], records: Iterable[PromptRound], *, append: bool = True) -> None:
     """Append (or write) records as JSON Lines."""
-    path = _path(path, "path")
+    path = file_path(path, "path")
     if records is None or isinstance(records, (str, bytes, dict, set)):
         raise TypeError(f"records must be a list of PromptRound, got {type(records).__name__}")
     records = list(records)
@@ -83,19 +83,13 @@ def write_prompt_rounds(path: str | os.PathLike[str], records: Iterable[PromptRo
             fh.write(json.dumps(asdict(rec)) + "\n")
 
 
-def _path(path: Any, name: str) -> str:
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"{name} must be a file path (str or os.PathLike), got {type(path).__name__}")
-    return os.fspath(path)
-
-
 def read_prompt_rounds(paths: Sequence[str | os.PathLike[str]]) -> list[PromptRound]:
     """Every record of every file, in file order then line order; blank lines are skipped."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     if paths is None or isinstance(paths, (bytes, dict, set)) or not hasattr(paths, "__iter__"):
         raise TypeError(f"paths must be a file path or a list of them, got {type(paths).__name__}")
-    paths = [_path(p, "paths") for p in paths]
+    paths = [file_path(p, "paths") for p in paths]
     for p in paths:
         if not os.path.isfile(p):
             raise ValueError(f"paths holds {p!r}, which is not a file")
@@ -121,7 +115,7 @@ class RecordingReward:
         if not callable(reward_fn):
             raise TypeError(f"reward_fn must be callable, got {type(reward_fn).__name__}")
         self.reward_fn = reward_fn
-        self.path = _path(path, "path")
+        self.path = file_path(path, "path")
         self.group_size = integer(group_size, "group_size", minimum=1)
         self.count_prompt_tokens = count_prompt_tokens
         self.calls = 0

@@ -44,7 +44,16 @@ from typing import Any, ClassVar
 import numpy as np
 
 from costaware import distributions as dist
-from costaware._checks import _show, as_array, as_generator, in_unit_interval, integer, real_scalar
+from costaware._checks import (
+    as_array,
+    as_generator,
+    in_open_unit_interval,
+    in_unit_interval,
+    index_vector,
+    integer,
+    real_scalar,
+    show,
+)
 from costaware.alias import build_alias, draw
 from costaware.rollouts.group import predictive_abs_adv_sum
 from costaware.rollouts.state import ALL_CORRECT, ALL_WRONG, PromptState
@@ -56,6 +65,7 @@ __all__ = [
     "StageRound",
     "prompt_method_from_name",
     "prompt_method_names",
+    "FLOOR_WHY",
     "CostModel",
     "UniformPrompts",
     "CostAwarePrompts",
@@ -79,19 +89,8 @@ MAX_PROMPTS = 2**20
 MAX_CALLS = 2**16
 MAX_EXAMINED = 2**28
 
-
-def _floor(x: Any, name: str = "floor") -> float:
-    v = real_scalar(x, name)
-    if not 0.0 < v < 1.0:
-        raise ValueError(f"{name} must lie in (0, 1) (0 lets a weight be infinite, 1 is uniform), got {v!r}")
-    return v
-
-
-def _ids(prompt_ids: Any, n: int) -> np.ndarray:
-    a = as_array(prompt_ids, "prompt_ids").reshape(-1)
-    if not ((a == np.round(a)).all() and (a >= 0).all() and (a < n).all()):
-        raise ValueError(f"prompt_ids must be integers in [0, {n}), got {_show(a)}")
-    return a.astype(np.int64)
+# why a floor (or a GRESO probability) lies strictly inside (0, 1), in its error message
+FLOOR_WHY = " (0 lets a weight be infinite, 1 is uniform)"
 
 
 @dataclass(frozen=True)
@@ -255,7 +254,7 @@ class UniformPrompts(PromptMethod):
     def prompt_factors(self, q: Any, prompt_ids: Any) -> np.ndarray:
         """f_j = 1/(N·q_j) of each drawn prompt: exactly 1 under uniform q."""
         qq = as_array(q, "q").reshape(-1)
-        ids = _ids(prompt_ids, qq.size)
+        ids = index_vector(prompt_ids, qq.size, "prompt_ids", integral_floats=True)
         return 1.0 / (qq.size * qq[ids])
 
 
@@ -272,7 +271,7 @@ class CostAwarePrompts(UniformPrompts):
     cost: CostModel = CostModel()
 
     def __post_init__(self) -> None:
-        _floor(self.floor)
+        in_open_unit_interval(self.floor, "floor", why=FLOOR_WHY)
         if not isinstance(self.cost, CostModel):
             raise TypeError(f"cost must be a CostModel, got {type(self.cost).__name__}")
 
@@ -288,7 +287,7 @@ class CostAwarePrompts(UniformPrompts):
 
     def probabilities(self, state: PromptState, round: int) -> np.ndarray:
         g, c = self.sampler_inputs(state, round)
-        return dist._smoothed(dist.optimal(g, c), self.floor)
+        return dist.smoothed_kernel(dist.optimal(g, c), self.floor)
 
 
 def uniform_prompts() -> UniformPrompts:
@@ -316,7 +315,7 @@ def fill_prompt_batch(
     """
     keep = as_array(keep_probability, "keep_probability").reshape(-1)
     if not (np.isfinite(keep).all() and (keep >= 0).all() and (keep <= 1).all()):
-        raise ValueError(f"keep_probability must lie in [0, 1], got {_show(keep)}")
+        raise ValueError(f"keep_probability must lie in [0, 1], got {show(keep)}")
     b = integer(batch_size, "batch_size", minimum=1, maximum=MAX_PROMPTS)
     m = integer(candidates_per_call, "candidates_per_call", minimum=1, maximum=MAX_PROMPTS)
     calls = integer(max_calls, "max_calls", minimum=1, maximum=MAX_CALLS)
@@ -327,7 +326,7 @@ def fill_prompt_batch(
     kept: list[np.ndarray] = []
     seen = have = 0
     for _ in range(calls):
-        cand = _ids(draw_candidates(m), keep.size)
+        cand = index_vector(draw_candidates(m), keep.size, "prompt_ids", integral_floats=True)
         seen += cand.size
         k = cand[gen.random(cand.size) < keep[cand]]
         kept.append(k)
@@ -351,8 +350,8 @@ class CostAwareSkip(SkipRule):
     cost: CostModel = CostModel()
 
     def __post_init__(self) -> None:
-        _floor(self.min_keep, "min_keep")
-        _floor(self.reference, "reference")
+        in_open_unit_interval(self.min_keep, "min_keep", why=FLOOR_WHY)
+        in_open_unit_interval(self.reference, "reference", why=FLOOR_WHY)
 
     def keep_probabilities(self, state: PromptState, round: int) -> np.ndarray:
         e = self.cost.expected(_check_state(state), round)
@@ -413,7 +412,7 @@ class Greso(SkipRule):
 
     def __post_init__(self) -> None:
         for name in ("target", "easy_split", "min_p", "max_p"):
-            _floor(getattr(self, name), name)
+            in_open_unit_interval(getattr(self, name), name, why=FLOOR_WHY)
         if not 0 < real_scalar(self.step, "step") < 1:
             raise ValueError(f"step must lie in (0, 1), got {self.step!r}")
         if not self.min_p <= self.max_p:
@@ -472,7 +471,8 @@ def greso(target: float = 0.25, easy_split: float = 1.0 / 3.0, step: float = 0.0
           p_hard: float = 0.5, oversample: float = 1.5, min_p: float = 0.05, max_p: float = 0.95) -> Greso:
     """GRESO's probabilistic pre-rollout skip with its adaptive exploration; labelled ``biased=True``."""
     return Greso(target=target, easy_split=easy_split, step=step, min_p=min_p, max_p=max_p,
-                 oversample=oversample, initial=GresoControl(_floor(p_easy, "p_easy"), _floor(p_hard, "p_hard")))
+                 oversample=oversample, initial=GresoControl(in_open_unit_interval(p_easy, "p_easy", why=FLOOR_WHY),
+                                         in_open_unit_interval(p_hard, "p_hard", why=FLOOR_WHY)))
 
 
 # -- the registry ---------------------------------------------------------------------------------
@@ -537,7 +537,7 @@ class TwoStage:
 
     def __post_init__(self) -> None:
         integer(self.first, "first", minimum=1)
-        _floor(self.floor)
+        in_open_unit_interval(self.floor, "floor", why=FLOOR_WHY)
         if not isinstance(self.base, UniformPrompts):
             raise TypeError(f"base must be uniform_prompts() or cost_aware_prompts(...), got {type(self.base).__name__}")
 
@@ -553,20 +553,20 @@ class TwoStage:
         G, m = st.config.group_size, self.first
         if m >= G:
             raise ValueError(f"first must be < group_size={G}, got {m}")
-        ids = _ids(prompt_ids, st.num_prompts)
+        ids = index_vector(prompt_ids, st.num_prompts, "prompt_ids", integral_floats=True)
         r1 = as_array(first_rewards, "first_rewards")
         if r1.shape != (ids.size, m) or not (np.isfinite(r1).all() and (r1 >= 0).all() and (r1 <= 1).all()):
-            raise ValueError(f"first_rewards must be 0/1 rewards of shape ({ids.size}, {m}), got {_show(r1)}")
+            raise ValueError(f"first_rewards must be 0/1 rewards of shape ({ids.size}, {m}), got {show(r1)}")
         f = np.ones(ids.size) if prompt_factors is None else as_array(prompt_factors, "prompt_factors").reshape(-1)
         if f.shape != (ids.size,) or not (np.isfinite(f).all() and (f > 0).all()):
-            raise ValueError(f"prompt_factors must be {ids.size} positive numbers, got {_show(f)}")
+            raise ValueError(f"prompt_factors must be {ids.size} positive numbers, got {show(f)}")
         ell = st.expected_length(round, ids)
         if first_lengths is None:
             stage1 = self.cost.generation_cost * m * ell
         else:
             ln = as_array(first_lengths, "first_lengths")
             if ln.shape != r1.shape or not (np.isfinite(ln).all() and (ln >= 0).all()):
-                raise ValueError(f"first_lengths must be lengths >= 0 of shape {r1.shape}, got {_show(ln)}")
+                raise ValueError(f"first_lengths must be lengths >= 0 of shape {r1.shape}, got {show(ln)}")
             stage1 = self.cost.generation_cost * ln.sum(axis=1)
         agree = r1.max(axis=1) == r1.min(axis=1)
         k1 = np.rint(r1.sum(axis=1))

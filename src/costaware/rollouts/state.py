@@ -31,8 +31,16 @@ from typing import Any
 
 import numpy as np
 
-from costaware._checks import _show, as_array, integer, real_scalar
-from costaware.rollouts.group import TRL_EPS, Std, _abs_adv_sum, beta_binomial_pmf
+from costaware._checks import (
+    as_array,
+    in_open_unit_interval,
+    index_vector,
+    integer,
+    positive_scalar,
+    real_scalar,
+    show,
+)
+from costaware.rollouts.group import TRL_EPS, Std, abs_adv_sum_kernel, beta_binomial_pmf
 
 __all__ = ["UNSEEN", "INFORMATIVE", "ALL_CORRECT", "ALL_WRONG", "StateConfig", "PromptState"]
 
@@ -41,20 +49,6 @@ STATUS_NAMES = ("unseen", "informative", "all_correct", "all_wrong")
 _STATE_VERSION = 1
 # The longest completion or prompt, in tokens, the state takes: its sums then stay far inside float64
 MAX_TOKENS = 2**40
-
-
-def _open_unit(x: Any, name: str) -> float:
-    v = real_scalar(x, name)
-    if not 0.0 < v < 1.0:
-        raise ValueError(f"{name} must lie in (0, 1) (a pass rate strictly between 0 and 1), got {v!r}")
-    return v
-
-
-def _positive(x: Any, name: str) -> float:
-    v = real_scalar(x, name)
-    if not v > 0:
-        raise ValueError(f"{name} must be > 0, got {v!r}")
-    return v
 
 
 @dataclass(frozen=True)
@@ -83,14 +77,14 @@ class StateConfig:
 
     def __post_init__(self) -> None:
         integer(self.group_size, "group_size", minimum=1, maximum=1 << 20)
-        _open_unit(self.prior_pass_rate, "prior_pass_rate")
-        _positive(self.prior_strength, "prior_strength")
+        in_open_unit_interval(self.prior_pass_rate, "prior_pass_rate", why=" (a pass rate strictly between 0 and 1)")
+        positive_scalar(self.prior_strength, "prior_strength")
         d = real_scalar(self.decay, "decay")
         if not 0.0 < d <= 1.0:
             raise ValueError(f"decay must lie in (0, 1], got {d!r}")
         if self.length_prior is not None:
-            _positive(self.length_prior, "length_prior")
-        _positive(self.length_prior_weight, "length_prior_weight")
+            positive_scalar(self.length_prior, "length_prior")
+        positive_scalar(self.length_prior_weight, "length_prior_weight")
         if self.std not in ("sample", "population"):
             raise ValueError(f"std must be 'sample' or 'population', got {self.std!r}")
         if real_scalar(self.eps, "eps") < 0:
@@ -150,7 +144,7 @@ class PromptState:
         if prompt_tokens is not None:
             pt = as_array(prompt_tokens, "prompt_tokens").reshape(-1)
             if pt.size != n or not (np.isfinite(pt).all() and (pt >= 0).all() and (pt <= MAX_TOKENS).all()):
-                raise ValueError(f"prompt_tokens must be {n} finite lengths >= 0, got {_show(pt)}")
+                raise ValueError(f"prompt_tokens must be {n} finite lengths >= 0, got {show(pt)}")
             self.prompt_tokens = pt.astype(np.float64)
         self.round = -1  # the latest round updated
         self.total_length = 0.0  # every completion's length, and their count (the default length prior)
@@ -162,13 +156,13 @@ class PromptState:
         G = self.config.group_size
         ids = as_array(prompt_ids, "prompt_ids").reshape(-1)
         if not ((ids == np.round(ids)).all() and (ids >= 0).all() and (ids < self.num_prompts).all()):
-            raise ValueError(f"prompt_ids must be integers in [0, {self.num_prompts}), got {_show(ids)}")
+            raise ValueError(f"prompt_ids must be integers in [0, {self.num_prompts}), got {show(ids)}")
         ids = ids.astype(np.int64)
         r = as_array(rewards, "rewards")
         if r.ndim != 2 or r.shape != (ids.size, G):
             raise ValueError(f"rewards must have shape (len(prompt_ids), group_size) = ({ids.size}, {G}), got {r.shape}")
         if not (np.isfinite(r).all() and (r >= 0).all() and (r <= 1).all()):
-            raise ValueError(f"rewards must lie in [0, 1] (0/1 correctness), got {_show(r)}")
+            raise ValueError(f"rewards must lie in [0, 1] (0/1 correctness), got {show(r)}")
         ln = as_array(lengths, "completion_lengths")
         if ln.shape != r.shape:
             raise ValueError(f"completion_lengths must have shape {r.shape}, got {ln.shape}")
@@ -193,7 +187,7 @@ class PromptState:
         if prompt_tokens is not None:
             pt = as_array(prompt_tokens, "prompt_tokens").reshape(-1)
             if pt.size != ids.size or not (np.isfinite(pt).all() and (pt >= 0).all() and (pt <= MAX_TOKENS).all()):
-                raise ValueError(f"prompt_tokens must be {ids.size} finite lengths >= 0, got {_show(pt)}")
+                raise ValueError(f"prompt_tokens must be {ids.size} finite lengths >= 0, got {show(pt)}")
         if ids.size == 0:
             self.round = t
             return
@@ -232,12 +226,7 @@ class PromptState:
     # -- queries (at the round about to be drawn) -------------------------------------------
 
     def _ids(self, ids: Any | None) -> np.ndarray:
-        if ids is None:
-            return np.arange(self.num_prompts)
-        a = as_array(ids, "ids").reshape(-1)
-        if not ((a == np.round(a)).all() and (a >= 0).all() and (a < self.num_prompts).all()):
-            raise ValueError(f"ids must be integers in [0, {self.num_prompts}), got {_show(a)}")
-        return a.astype(np.int64)
+        return np.arange(self.num_prompts) if ids is None else index_vector(ids, self.num_prompts, "ids", integral_floats=True)
 
     def _aged(self, round: Any, ids: Any | None) -> tuple[np.ndarray, np.ndarray]:
         t = integer(round, "round", minimum=0)
@@ -278,7 +267,7 @@ class PromptState:
         a, b = self.posterior(round, ids)
         G = self.config.group_size
         pmf = beta_binomial_pmf(a, b, G)
-        s = _abs_adv_sum(np.arange(G + 1, dtype=np.float64), G, self.config.std, float(self.config.eps))
+        s = abs_adv_sum_kernel(np.arange(G + 1, dtype=np.float64), G, self.config.std, float(self.config.eps))
         informative = 1.0 - pmf[..., 0] - pmf[..., -1] if G > 1 else np.zeros(a.shape)
         return {"abs_adv_sum": pmf @ s, "abs_adv_sum_sq": pmf @ (s * s), "informative": informative}
 

@@ -13,7 +13,7 @@ from numba import njit, prange
 
 from costaware.alias import alias_draw_single
 from costaware.sgd.problems import Loss
-from costaware.sgd.rng import _next_uniform, _trial_state
+from costaware.sgd.rng import next_uniform, trial_state
 
 _LEAST_SQUARES = 0
 _LOGISTIC = 1
@@ -24,7 +24,7 @@ _AHEAD = 64  # steps drawn ahead per pass; float32 running sums go into float64 
 
 
 @njit(parallel=True, fastmath=True, cache=True)
-def _trials_kernel(
+def trials_kernel(
     A,  # (n, dp) float32/float64, columns d..dp zero padding
     b,  # (n,) LS targets or logistic labels
     kind,  # KERNEL_CODE[problem.loss]
@@ -61,7 +61,7 @@ def _trials_kernel(
         draws = np.empty((_BLOCK, _AHEAD), dtype=np.int64)
         cum = np.empty((_BLOCK, _AHEAD))
         for k in range(kk):
-            state[k] = _trial_state(np.uint64(seed), np.uint64(first_trial + lo + k))
+            state[k] = trial_state(np.uint64(seed), np.uint64(first_trial + lo + k))
         c = 0
         for t0 in range(0, steps, _AHEAD):
             m = min(_AHEAD, steps - t0)
@@ -70,7 +70,7 @@ def _trials_kernel(
             # a table lookup or a mispredicted coin flip.
             for q in range(m):
                 for k in range(kk):
-                    s, u = _next_uniform(state[k])
+                    s, u = next_uniform(state[k])
                     state[k] = s
                     i = alias_draw_single(prob, alias, u)
                     draws[k, q] = i

@@ -7,17 +7,17 @@ from typing import Any
 
 import numpy as np
 
-from costaware._checks import positive_scalar
+from costaware._checks import integer, positive_scalar
 from costaware.alias import build_alias, draw
 from costaware.sgd.problems import FiniteSum
 from costaware.sgd.schedules import (
+    MAX_STEPS,
     StepRule,
     StepSize,
-    _checked_p,
-    _positive_int,
-    _recorded,
-    _weight_scale,
+    checked_p,
+    recorded_schedule,
     step_schedule,
+    weight_scale,
 )
 
 __all__ = ["SGDResult", "cost_aware_sgd"]
@@ -58,11 +58,11 @@ def cost_aware_sgd(
     drawing from ``rng`` (alias table, :func:`costaware.alias.draw`); ``record`` is a count of
     log-spaced steps or an increasing array of steps at which to keep x̄_t and x_{t+1}.
     """
-    p = _checked_p(problem, p)
-    steps = _positive_int(steps, "steps")
+    p = checked_p(problem, p)
+    steps = integer(steps, "steps", minimum=1, maximum=MAX_STEPS)
     R = problem.radius if radius is None else positive_scalar(radius, "radius")
     sched = step_schedule(problem, p, steps, step_size, D=D, mu=mu, weights=weights, averaging=averaging)
-    rec = _recorded(record, steps, "record")
+    rec = recorded_schedule(record, steps, "record")
     n = problem.n
     if indices is None:
         idx = draw(*build_alias(p), steps, rng)
@@ -76,7 +76,7 @@ def cost_aware_sgd(
         ):
             raise ValueError(f"indices must be {steps} integers in [0, {n}), got shape {idx.shape}")
         idx = idx.astype(np.int64)
-    w = _weight_scale(p, weights) / (n * p[idx])
+    w = weight_scale(p, weights) / (n * p[idx])
     x = np.zeros(problem.d)
     x_sum = np.zeros(problem.d)
     omega_sum = 0.0

@@ -13,9 +13,9 @@ from numba import njit
 
 from costaware._checks import integer
 from costaware.alias import alias_draw_single, build_alias
-from costaware.sgd.schedules import _positive_int
+from costaware.sgd.schedules import MAX_STEPS
 
-__all__ = ["runner_indices"]
+__all__ = ["runner_indices", "trial_state", "next_uniform"]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MUL = np.uint64(2685821657736338717)
@@ -30,7 +30,7 @@ def _splitmix64(z: np.uint64) -> np.uint64:  # pragma: no cover - compiled
 
 
 @njit(inline="always")
-def _trial_state(seed: np.uint64, trial: np.uint64) -> np.uint64:  # pragma: no cover
+def trial_state(seed: np.uint64, trial: np.uint64) -> np.uint64:  # pragma: no cover
     s = _splitmix64(_splitmix64(seed) ^ (trial * _GOLDEN))
     if s == np.uint64(0):  # xorshift's fixed point
         s = _GOLDEN
@@ -38,7 +38,7 @@ def _trial_state(seed: np.uint64, trial: np.uint64) -> np.uint64:  # pragma: no 
 
 
 @njit(inline="always")
-def _next_uniform(s: np.uint64) -> tuple[np.uint64, float]:  # pragma: no cover
+def next_uniform(s: np.uint64) -> tuple[np.uint64, float]:  # pragma: no cover
     """xorshift64* step; returns (new state, uniform in [0, 1) from the top 53 bits)."""
     s ^= s >> np.uint64(12)
     s ^= s << np.uint64(25)
@@ -48,10 +48,10 @@ def _next_uniform(s: np.uint64) -> tuple[np.uint64, float]:  # pragma: no cover
 
 @njit(cache=True)
 def _indices_kernel(prob, alias, steps, seed, trial):  # pragma: no cover - compiled
-    s = _trial_state(np.uint64(seed), np.uint64(trial))
+    s = trial_state(np.uint64(seed), np.uint64(trial))
     out = np.empty(steps, dtype=np.int64)
     for t in range(steps):
-        s, u = _next_uniform(s)
+        s, u = next_uniform(s)
         out[t] = alias_draw_single(prob, alias, u)
     return out
 
@@ -59,6 +59,6 @@ def _indices_kernel(prob, alias, steps, seed, trial):  # pragma: no cover - comp
 def runner_indices(p: Any, steps: int, seed: int, trial: int) -> np.ndarray:
     """The exact draw sequence :func:`run_trials` uses for ``trial`` (replay it with ``cost_aware_sgd``)."""
     prob, alias = build_alias(p)
-    steps = _positive_int(steps, "steps")
+    steps = integer(steps, "steps", minimum=1, maximum=MAX_STEPS)
     seed, trial = integer(seed, "seed", minimum=0), integer(trial, "trial", minimum=0)
     return _indices_kernel(prob, alias, steps, np.uint64(seed), np.uint64(trial))

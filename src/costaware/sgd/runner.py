@@ -8,17 +8,18 @@ from typing import Any
 
 import numpy as np
 
+from costaware._checks import integer
 from costaware.alias import build_alias
-from costaware.sgd.kernels import KERNEL_CODE, _trials_kernel
+from costaware.sgd.kernels import KERNEL_CODE, trials_kernel
 from costaware.sgd.problems import LeastSquares, LogisticRegression
 from costaware.sgd.schedules import (
+    MAX_STEPS,
     StepRule,
     StepSize,
-    _checked_p,
-    _positive_int,
-    _recorded,
-    _weight_scale,
+    checked_p,
+    recorded_schedule,
     step_schedule,
+    weight_scale,
 )
 
 __all__ = ["TrialCurves", "run_trials"]
@@ -78,22 +79,22 @@ def run_trials(
             f"run_trials supports LeastSquares and LogisticRegression, got {type(problem).__name__} "
             "(use cost_aware_sgd for any other FiniteSum)"
         )
-    p = _checked_p(problem, p)
-    steps = _positive_int(steps, "steps")
-    trials = _positive_int(trials, "trials")
-    chunks = _positive_int(chunks, "chunks")
+    p = checked_p(problem, p)
+    steps = integer(steps, "steps", minimum=1, maximum=MAX_STEPS)
+    trials = integer(trials, "trials", minimum=1, maximum=MAX_STEPS)
+    chunks = integer(chunks, "chunks", minimum=1, maximum=MAX_STEPS)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     if dtype not in ("float32", "float64"):
         raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
-    ck = _recorded(checkpoints, steps, "checkpoints")
+    ck = recorded_schedule(checkpoints, steps, "checkpoints")
     sched = step_schedule(problem, p, steps, step_size, D=D, mu=mu, weights=weights, averaging=averaging)
     n, d = problem.n, problem.d
     lanes = 16 if dtype == "float32" else 8  # pad d to whole SIMD registers: no remainder loops
     A = np.zeros((n, -(-d // lanes) * lanes), dtype=dtype)
     A[:, :d] = problem.A
     prob, alias = build_alias(p)
-    w = _weight_scale(p, weights) / (n * np.where(p > 0, p, 1.0))
+    w = weight_scale(p, weights) / (n * np.where(p > 0, p, 1.0))
     row_sq = np.einsum("ij,ij->i", A, A, dtype=np.float64)
     eta = sched.eta[: ck[-1]].copy()
     omega = sched.omega[: ck[-1]].copy()
@@ -102,7 +103,7 @@ def run_trials(
     cost = np.empty((trials, ck.size))
     bounds = np.linspace(0, trials, min(chunks, trials) + 1).astype(np.int64)
     for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-        _trials_kernel(
+        trials_kernel(
             A, problem.b, kind, w, row_sq, problem.c, prob, alias, eta, omega, problem.radius, ck,
             np.uint64(seed), np.int64(lo), x_sum[lo:hi], x_last[lo:hi], cost[lo:hi],
         )  # fmt: skip

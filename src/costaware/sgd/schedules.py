@@ -26,10 +26,10 @@ from typing import Any, Literal
 import numpy as np
 
 from costaware import distributions as dist
-from costaware._checks import positive_scalar, probability_vector
+from costaware._checks import integer, positive_scalar, probability_vector
 from costaware.theory import S
 
-__all__ = ["StepRule", "StepSize", "log_checkpoints", "step_schedule"]
+__all__ = ["StepRule", "StepSize", "log_checkpoints", "step_schedule", "checked_p", "recorded_schedule", "weight_scale"]
 
 StepSize = Literal["convex", "strongly_convex"] | float | Callable[[np.ndarray], Any]
 
@@ -43,7 +43,7 @@ class StepRule:
     rule: str
 
 
-def _weight_scale(p: np.ndarray, weights: str) -> float:
+def weight_scale(p: np.ndarray, weights: str) -> float:
     """Factor that ``weights`` applies on top of the raw 1/(n p_i)."""
     if weights == "raw":
         return 1.0
@@ -56,12 +56,6 @@ def _weight_scale(p: np.ndarray, weights: str) -> float:
 # already take 64 GB), so a larger count is an error, not a MemoryError or a machine out of memory.
 MAX_STEPS = 1 << 32
 MAX_CHECKPOINTS = 1 << 20
-
-
-def _positive_int(v: Any, name: str, maximum: int = MAX_STEPS) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= maximum:
-        raise ValueError(f"{name} must be a positive integer of at most {maximum}, got {v!r}")
-    return int(v)
 
 
 def step_schedule(
@@ -84,8 +78,8 @@ def step_schedule(
     ([2.0, 1.3333333333333333, 1.0, 0.8], [1.0, 2.0, 3.0, 4.0])
     """
     p = probability_vector(p, "p")
-    steps = _positive_int(steps, "steps")
-    scale = _weight_scale(p, weights)
+    steps = integer(steps, "steps", minimum=1, maximum=MAX_STEPS)
+    scale = weight_scale(p, weights)
     t = np.arange(1, steps + 1)
     if isinstance(step_size, str):
         if step_size == "convex":
@@ -122,7 +116,7 @@ def step_schedule(
     return StepRule(eta, omega, f"{rule}, {averaging} averaging")
 
 
-def _checked_p(problem: Any, p: Any) -> np.ndarray:
+def checked_p(problem: Any, p: Any) -> np.ndarray:
     p = probability_vector(p, "p")
     if p.size != problem.n:
         raise ValueError(f"p must have one entry per component (n = {problem.n}), got {p.size}")
@@ -134,11 +128,11 @@ def _checked_p(problem: Any, p: Any) -> np.ndarray:
     return p
 
 
-def _recorded(record: Any, steps: int, name: str) -> np.ndarray:
+def recorded_schedule(record: Any, steps: int, name: str) -> np.ndarray:
     if record is None:
         return np.array([steps], dtype=np.int64)
     if np.ndim(record) == 0:
-        return log_checkpoints(steps, _positive_int(record, name))
+        return log_checkpoints(steps, integer(record, name, minimum=1, maximum=MAX_STEPS))
     ck = np.asarray(record)
     if (
         ck.ndim != 1
@@ -158,7 +152,7 @@ def log_checkpoints(steps: int, count: int = 60) -> np.ndarray:
     >>> log_checkpoints(1000, 5).tolist()
     [1, 6, 32, 178, 1000]
     """
-    steps, count = _positive_int(steps, "steps"), _positive_int(count, "count", MAX_CHECKPOINTS)
+    steps, count = integer(steps, "steps", minimum=1, maximum=MAX_STEPS), integer(count, "count", minimum=1, maximum=MAX_CHECKPOINTS)
     grid = np.unique(np.round(np.geomspace(1, steps, count)).astype(np.int64))
     grid[-1] = steps
     return grid

@@ -13,7 +13,6 @@ By topic:
 Every name is importable from here (``from costaware.theory import J``).
 """
 
-from costaware.theory._numeric import _scaled  # noqa: F401  (grpo.proxy and grpo.diagnostics rescale with it)
 from costaware.theory.cost import (
     C,
     J,

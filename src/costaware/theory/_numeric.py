@@ -2,41 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from costaware._checks import nonnegative_vector, positive_vector, pow2_exponent, same_length
-
-
-def _G_c(G: Any, c: Any) -> tuple[np.ndarray, np.ndarray]:
-    G = nonnegative_vector(G, "G", not_all_zero=True)
-    c = positive_vector(c, "c")
-    same_length(G=G, c=c)
-    return G, c
-
+from costaware._checks import pow2_exponent
 
 _TINY = np.finfo(np.float64).tiny
 _LOG_MAX = float(np.log(np.finfo(np.float64).max))
 
 
-def _ok(*values: float) -> bool:
+def all_normal(*values: float) -> bool:
     """Every value finite and either 0 or a normal float (no overflow, no precision lost in subnormals)."""
     return all(np.isfinite(v) and (v == 0 or abs(v) >= _TINY) for v in values)
 
 
-def _exp(log_value: float, what: str, inputs: str) -> float:
+def checked_exp(log_value: float, what: str, inputs: str) -> float:
     """exp(log_value), or ValueError when the value itself does not fit in float64."""
     if log_value > _LOG_MAX:
         raise ValueError(f"{what} overflows float64 (≈ e^{log_value:.6g}) for {inputs}")
     return float(np.exp(log_value))
 
 
-def _log(x: np.ndarray) -> np.ndarray:
+def quiet_log(x: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore"):
         return np.log(x)
 
 
-def _scaled(x: np.ndarray) -> np.ndarray:
+def scaled(x: np.ndarray) -> np.ndarray:
     """x divided by a power of two near its max: exact, and leaves scale-free ratios unchanged."""
     return np.ldexp(x, -pow2_exponent(x))

@@ -15,15 +15,16 @@ from typing import Any
 import numpy as np
 
 from costaware._checks import (
-    _show,
     log_sum_exp,
     nonnegative_vector,
+    norms_and_costs,
     positive_scalar,
     positive_vector,
     probability_vector,
     same_length,
+    show,
 )
-from costaware.theory._numeric import _exp, _G_c, _log, _ok, _scaled
+from costaware.theory._numeric import all_normal, checked_exp, quiet_log, scaled
 
 __all__ = [
     "S",
@@ -43,16 +44,16 @@ def _log_S(p: np.ndarray, G: np.ndarray) -> float:
 
 
 def _log_C(p: np.ndarray, c: np.ndarray) -> float:
-    return log_sum_exp(_log(p) + np.log(c))
+    return log_sum_exp(quiet_log(p) + np.log(c))
 
 
 def _S(p: np.ndarray, G: np.ndarray) -> float:
     keep = G > 0
     with np.errstate(all="ignore"):
         direct = float(np.sum(G[keep] * (G[keep] / p[keep])) / G.size**2)
-    if _ok(direct) and direct > 0:
+    if all_normal(direct) and direct > 0:
         return direct
-    return _exp(_log_S(p, G), "S(p)", f"G = {_show(G)}, p = {_show(p)}")
+    return checked_exp(_log_S(p, G), "S(p)", f"G = {show(G)}, p = {show(p)}")
 
 
 def S(p: Any, G: Any) -> float:
@@ -72,9 +73,9 @@ def S(p: Any, G: Any) -> float:
 def _C(p: np.ndarray, c: np.ndarray) -> float:
     with np.errstate(all="ignore"):
         direct = float(p @ c)
-    if _ok(direct) and direct > 0:
+    if all_normal(direct) and direct > 0:
         return direct
-    return _exp(_log_C(p, c), "C(p)", f"c = {_show(c)}")
+    return checked_exp(_log_C(p, c), "C(p)", f"c = {show(c)}")
 
 
 def C(p: Any, c: Any) -> float:
@@ -91,11 +92,11 @@ def _J(p: np.ndarray, G: np.ndarray, c: np.ndarray) -> float:
     try:
         with np.errstate(all="ignore"):
             direct = _S(p, G) * _C(p, c)
-        if _ok(direct) and direct > 0:
+        if all_normal(direct) and direct > 0:
             return float(direct)
     except ValueError:  # S or C alone overflows; their product may still fit
         pass
-    return _exp(_log_S(p, G) + _log_C(p, c), "J(p)", f"G = {_show(G)}, c = {_show(c)}")
+    return checked_exp(_log_S(p, G) + _log_C(p, c), "J(p)", f"G = {show(G)}, c = {show(c)}")
 
 
 def J(p: Any, G: Any, c: Any) -> float:
@@ -109,14 +110,14 @@ def J(p: Any, G: Any, c: Any) -> float:
 
 def J_optimal(G: Any, c: Any) -> float:
     """J(p*) = (Σ G_i √c_i)² / n², the minimum of J over all p (Cauchy–Schwarz, §4.2)."""
-    G, c = _G_c(G, c)
+    G, c = norms_and_costs(G, c)
     with np.errstate(all="ignore"):
         direct = float(np.sum(G * np.sqrt(c)) ** 2 / G.size**2)
-    if _ok(direct) and direct > 0:
+    if all_normal(direct) and direct > 0:
         return direct
     keep = G > 0
     log_a = log_sum_exp(np.log(G[keep]) + 0.5 * np.log(c[keep]))
-    return _exp(2.0 * log_a - 2.0 * np.log(G.size), "J_optimal", f"G = {_show(G)}, c = {_show(c)}")
+    return checked_exp(2.0 * log_a - 2.0 * np.log(G.size), "J_optimal", f"G = {show(G)}, c = {show(c)}")
 
 
 def expected_cost(
@@ -146,7 +147,7 @@ def expected_cost(
     e, jj = np.float64(eps), np.float64(j)  # numpy floats: 1/0 gives inf, not ZeroDivisionError
     with np.errstate(all="ignore"):
         direct = np.float64(D) ** 2 * jj / e**2 if D is not None else 4.0 * jj / (np.float64(mu) * e)
-    if _ok(direct) and direct > 0:
+    if all_normal(direct) and direct > 0:
         return float(direct)
     # j itself is finite; only the scalar factors over/underflowed
     if D is not None:
@@ -154,7 +155,7 @@ def expected_cost(
     else:
         assert mu is not None  # exactly one of D and mu is given (checked above)
         log_k = np.log(4.0) + np.log(j) - np.log(mu) - np.log(eps)
-    return _exp(float(log_k), "expected_cost", f"eps = {eps!r}, D = {D!r}, mu = {mu!r}, J = {j!r}")
+    return checked_exp(float(log_k), "expected_cost", f"eps = {eps!r}, D = {D!r}, mu = {mu!r}, J = {j!r}")
 
 
 def _ratio(num: list[np.ndarray], den: list[np.ndarray], powers: tuple[int, ...]) -> float:
@@ -171,10 +172,10 @@ def _ratio(num: list[np.ndarray], den: list[np.ndarray], powers: tuple[int, ...]
 
 def _ratio_inputs(G: Any, c: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     # The ratios are scale-free in G and in c: scale both to max ≈ 1 (exact, powers of two).
-    G, c = _G_c(G, c)
+    G, c = norms_and_costs(G, c)
     keep = G > 0
     # logs of the unscaled inputs: scaling can push a subnormal c to 0
-    return _scaled(G), _scaled(c), np.log(G[keep]), np.log(c[keep]), np.log(c)
+    return scaled(G), scaled(c), np.log(G[keep]), np.log(c[keep]), np.log(c)
 
 
 def ratio_optimal_to_uniform(G: Any, c: Any) -> float:
@@ -182,7 +183,7 @@ def ratio_optimal_to_uniform(G: Any, c: Any) -> float:
     G, c, lg, lc, lc_all = _ratio_inputs(G, c)
     with np.errstate(all="ignore"):
         a, b, d = np.sum(G * np.sqrt(c)), np.sum(G**2), np.sum(c)
-    if _ok(a, b, d) and a > 0:
+    if all_normal(a, b, d) and a > 0:
         return float(a**2 / (b * d))
     return _ratio([lg + 0.5 * lc], [2.0 * lg, lc_all], (2,))
 
@@ -192,7 +193,7 @@ def ratio_optimal_to_variance(G: Any, c: Any) -> float:
     G, c, lg, lc, lc_all = _ratio_inputs(G, c)
     with np.errstate(all="ignore"):
         a, b, d = np.sum(G * np.sqrt(c)), np.sum(G), np.sum(G * c)
-    if _ok(a, b, d) and a > 0 and d > 0:
+    if all_normal(a, b, d) and a > 0 and d > 0:
         return float(a**2 / (b * d))
     return _ratio([lg + 0.5 * lc], [lg, lg + lc], (2,))
 
@@ -202,6 +203,6 @@ def ratio_variance_to_uniform(G: Any, c: Any) -> float:
     G, c, lg, lc, lc_all = _ratio_inputs(G, c)
     with np.errstate(all="ignore"):
         a, b, d, e = np.sum(G), np.sum(G * c), np.sum(G**2), np.sum(c)
-    if _ok(a, b, d, e) and b > 0:
+    if all_normal(a, b, d, e) and b > 0:
         return float(a * b / (d * e))
     return _ratio([lg, lg + lc], [2.0 * lg, lc_all], (1, 1))

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from costaware._checks import positive_scalar, positive_vector
-from costaware.theory._numeric import _exp, _ok
+from costaware.theory._numeric import all_normal, checked_exp
 
 __all__ = ["LowerBound", "lower_bound"]
 
@@ -79,7 +79,7 @@ def lower_bound(
     n = c.size
     inputs = f"G = {G!r}, eps = {eps!r}, D = {D!r}, shift = {shift!r}, n = {n}"
     log_kappa = np.log(G) + np.log(D) - np.log(shift) - np.log(eps) - np.log(n)
-    kappa = _exp(float(log_kappa), "kappa = G·D/(shift·eps·n)", inputs)
+    kappa = checked_exp(float(log_kappa), "kappa = G·D/(shift·eps·n)", inputs)
     order = np.argsort(c, kind="stable")
     root = np.sqrt(c[order])
     cum = np.cumsum(root)
@@ -93,8 +93,8 @@ def lower_bound(
     with np.errstate(all="ignore"):
         f = np.float64  # numpy floats: overflow gives inf (handled below), not OverflowError
         value = f(constant) / f(shift) ** 2 * f(D) ** 2 * f(G) ** 2 / f(eps) ** 2 * (cum[k - 1] / n) ** 2
-    if not (_ok(value) and value > 0):
+    if not (all_normal(value) and value > 0):
         log_v = np.log(constant) + 2.0 * (np.log(D * 1.0) + np.log(G) + np.log(cum[k - 1]))
         log_v -= 2.0 * (np.log(shift) + np.log(n) + np.log(eps))
-        value = _exp(float(log_v), "lower_bound", inputs)
+        value = checked_exp(float(log_v), "lower_bound", inputs)
     return LowerBound(float(value), order[:k].astype(np.int64), k, float(kappa), step2)

@@ -11,7 +11,6 @@ import numpy as np
 
 from costaware import distributions as dist
 from costaware._checks import (
-    _show,
     as_vector,
     finite_result,
     log_sum_exp,
@@ -21,8 +20,9 @@ from costaware._checks import (
     probability_vector,
     real_scalar,
     same_length,
+    show,
 )
-from costaware.theory._numeric import _exp, _scaled
+from costaware.theory._numeric import checked_exp, scaled
 
 __all__ = [
     "cost_biased",
@@ -40,7 +40,7 @@ def cost_biased(p: Any, c: Any) -> np.ndarray:
     p = probability_vector(p, "p")
     c = positive_vector(c, "c")
     same_length(p=p, c=c)
-    return dist._ratio_normalise(p, 1.0 / _scaled(c), "p")  # ∝ p·c; scaling c is exact and free
+    return dist.ratio_normalise_kernel(p, 1.0 / scaled(c), "p")  # ∝ p·c; scaling c is exact and free
 
 
 def chi2_divergence(P: Any, Q: Any) -> float:
@@ -55,7 +55,7 @@ def chi2_divergence(P: Any, Q: Any) -> float:
         total = np.sum(P[keep] * (P[keep] / Q[keep]))  # ≥ 1 by Cauchy–Schwarz: only overflow matters
     if not np.isfinite(total):
         log_total = log_sum_exp(2.0 * np.log(P[keep]) - np.log(Q[keep]))
-        total = _exp(log_total, "chi2_divergence", f"P = {_show(P)}, Q = {_show(Q)}")
+        total = checked_exp(log_total, "chi2_divergence", f"P = {show(P)}, Q = {show(Q)}")
     return float(total - 1.0)
 
 
@@ -78,8 +78,8 @@ def suboptimality(p_proxy: Any, G: Any, c: Any) -> float:
         log_P = np.log(p_star) + np.log(cc)
         log_Q = np.log(p) + np.log(cc)
     log_P, log_Q = log_P - log_sum_exp(log_P), log_Q - log_sum_exp(log_Q)
-    total = _exp(log_sum_exp(2.0 * log_P[keep] - log_Q[keep]), "suboptimality",
-                 f"p_proxy = {_show(p)}, G = {_show(G)}, c = {_show(cc)}")
+    total = checked_exp(log_sum_exp(2.0 * log_P[keep] - log_Q[keep]), "suboptimality",
+                 f"p_proxy = {show(p)}, G = {show(G)}, c = {show(cc)}")
     return max(total, 1.0)  # Σ P²/Q ≥ 1 (Cauchy–Schwarz); rounding must not take it below
 
 
@@ -97,7 +97,7 @@ def pearson(x: Any, y: Any) -> float:
     n = same_length(x=x, y=y)
     if n < 2:
         raise ValueError(f"x and y need at least 2 points for a correlation, got {n}")
-    x, y = _scaled(x), _scaled(y)  # ρ is scale-free; this keeps x·x from overflowing at 1e200
+    x, y = scaled(x), scaled(y)  # ρ is scale-free; this keeps x·x from overflowing at 1e200
     dx, dy = x - x.mean(), y - y.mean()
     sx, sy = np.sqrt(dx @ dx), np.sqrt(dy @ dy)
     # Relative test: a vector whose spread is pure rounding of its mean counts as constant.
@@ -140,12 +140,12 @@ def expected_suboptimality_noisy(G: Any, c: Any, sigma2: float, *, covariance_te
     e = pow2_exponent(G)  # excess scales as 1/g² with g = 2^e; σ²·excess is formed as (σ²/g²)·excess′
     with np.errstate(all="ignore"):
         value = 1.0 + np.ldexp(np.float64(sigma2), -2 * e) * _excess(np.ldexp(G, -e), c, covariance_term)
-    return finite_result(value, "expected_suboptimality_noisy", f"sigma2 = {sigma2!r}, G = {_show(G)}")
+    return finite_result(value, "expected_suboptimality_noisy", f"sigma2 = {sigma2!r}, G = {show(G)}")
 
 
 def _excess(G: np.ndarray, c: np.ndarray, covariance_term: bool) -> float:
     """Σ(√c/G)/Σ(G√c) [− Σc/(ΣG√c)²] for G scaled to max ≈ 1; scale-free in c."""
-    sq = np.sqrt(_scaled(c))
+    sq = np.sqrt(scaled(c))
     with np.errstate(all="ignore"):
         s0 = float(G @ sq)
         excess = np.sum(sq / G) / s0
@@ -166,7 +166,7 @@ def expected_suboptimality_pearson(G: Any, c: Any, rho: float, *, covariance_ter
     c = positive_vector(c, "c")
     same_length(G=G, c=c)
     rho = real_scalar(rho, "rho")
-    G = _scaled(G)
+    G = scaled(G)
     sigma_G2 = float(np.var(G))
     if rho != 1 and not sigma_G2 > 0:
         raise ValueError(
@@ -175,4 +175,4 @@ def expected_suboptimality_pearson(G: Any, c: Any, rho: float, *, covariance_ter
     sigma2 = noise_variance_from_pearson(rho, sigma_G2)
     with np.errstate(all="ignore"):
         value = 1.0 + np.float64(sigma2) * _excess(G, c, covariance_term)
-    return finite_result(value, "expected_suboptimality_pearson", f"rho = {rho!r}, G = {_show(G)}")
+    return finite_result(value, "expected_suboptimality_pearson", f"rho = {rho!r}, G = {show(G)}")

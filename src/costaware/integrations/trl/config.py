@@ -70,11 +70,6 @@ def _check_launch(args: GRPOConfig) -> None:
     )
 
 
-def _int_at_least(name: str, v: object, low: int) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or v < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
-
-
 # cost_aware_method="auto", per loss family (costaware.grpo.proxy.loss_family): what the main job measured
 # best (README, "Measured, default profile" and "Measured, --profile full"; sort task, PO tokens to a
 # common accuracy target, paired bootstrap CIs over seeds).
@@ -278,13 +273,13 @@ class CostAwareGRPOConfig(GRPOConfig):
                 f"cost_aware_logprob_rows must be one of {LOGPROB_ROWS}, got {self.cost_aware_logprob_rows!r}"
             )
         self._check_generation()
-        _int_at_least("cost_aware_zvf_max_rounds", self.cost_aware_zvf_max_rounds, 1)
+        integer(self.cost_aware_zvf_max_rounds, "cost_aware_zvf_max_rounds", minimum=1, strict=True)
         self._check_rollout()
-        _int_at_least("cost_aware_diagnostics_interval", self.cost_aware_diagnostics_interval, 0)
-        _int_at_least("cost_aware_diagnostics_rows", self.cost_aware_diagnostics_rows, 2)
-        _int_at_least("cost_aware_warn_after_skips", self.cost_aware_warn_after_skips, 0)
-        _int_at_least("cost_aware_calibration_interval", self.cost_aware_calibration_interval, 1)
-        _int_at_least("cost_aware_calibration_rows", self.cost_aware_calibration_rows, 3)
+        integer(self.cost_aware_diagnostics_interval, "cost_aware_diagnostics_interval", minimum=0, strict=True)
+        integer(self.cost_aware_diagnostics_rows, "cost_aware_diagnostics_rows", minimum=2, strict=True)
+        integer(self.cost_aware_warn_after_skips, "cost_aware_warn_after_skips", minimum=0, strict=True)
+        integer(self.cost_aware_calibration_interval, "cost_aware_calibration_interval", minimum=1, strict=True)
+        integer(self.cost_aware_calibration_rows, "cost_aware_calibration_rows", minimum=3, strict=True)
         method = sampling.method
         message = paper_proxy_warning(self.cost_aware_proxy, loss_type=self.loss_type, method=method,
                                       field="cost_aware_proxy")

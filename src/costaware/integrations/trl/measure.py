@@ -2,9 +2,9 @@
 
 Both measure rows of the global pool through :func:`measure_global`, so every process joins the same
 collectives and logs the same numbers. Functions of the trainer (a
-:class:`~costaware.integrations.trl.trainer.CostAwareGRPOTrainer`), which holds their state:
-``cost_aware_calibrator`` (None unless the proxy is ``'calibrated'``), ``cost_aware_calibration_seconds``
-and the rows a waiting fit has measured.
+:class:`~costaware.integrations.trl.trainer.CostAwareGRPOTrainer`), which holds their state in one
+:class:`Calibration`, ``trainer.cost_aware_calibration``: the calibrator (None unless the proxy is
+``'calibrated'``), the seconds spent on it and the rows a waiting fit has measured.
 
 The ``'calibrated'`` proxy: β fitted on exact per-row gradient norms, identically on every process.
 
@@ -37,13 +37,15 @@ import json
 import math
 import os
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 from trl import GRPOTrainer
 
-from costaware.grpo.beta import BetaCalibrator, BetaFit, _from_stats
+from costaware._io import write_json_atomic
+from costaware.grpo.beta import BetaCalibrator, BetaFit, fit_from_stats
 from costaware.grpo.diagnostics import proxy_fidelity
 from costaware.grpo.proxy import predicted_j_ratios
 from costaware.grpo.shard import rank_offsets
@@ -54,12 +56,10 @@ __all__ = [
     "MIN_GROUPS",
     "choose_rows",
     "diagnostics",
-    "init_calibration",
-    "load_calibration",
+    "Calibration",
     "maybe_calibrate",
     "measure_global",
     "pooled_fit",
-    "save_calibration",
 ]
 
 CALIBRATOR_FILE = "cost_aware_calibrator.json"  # beside accounting's STATE_FILE in each checkpoint
@@ -108,7 +108,7 @@ def pooled_fit(rows: Any, *, level: float = 0.95) -> BetaFit:
         dx, dy = x - x.mean(), y - y.mean()
         sxx, sxy, syy = sxx + float(dx @ dx), sxy + float(dx @ dy), syy + float(dy @ dy)
         centred += part.shape[0] - 1
-    return _from_stats(sxx, sxy, syy, float(centred - 1), int(arr.shape[0]), level)
+    return fit_from_stats(sxx, sxy, syy, float(centred - 1), int(arr.shape[0]), level)
 
 
 def measure_rows(
@@ -187,16 +187,45 @@ def diagnostics(trainer: Any, batch: dict[str, Any], plan: Any, pool: Any, offse
             trainer._metrics["train"][f"cost_aware/{key}"].append(out[key])
 
 
-def init_calibration(trainer: Any) -> None:
-    """The calibrator (for the ``'calibrated'`` proxy, else None) and an empty fit."""
-    trainer.cost_aware_calibrator = None
-    trainer.cost_aware_calibration_seconds = 0.0  # wall time of the measurements and fits
-    trainer._ca_pending = []  # rows (batch, |A|, G, c) measured for the fit under way
-    trainer._ca_collecting = False  # a fit has started and waits for rows
-    if trainer.sampling.proxy == "calibrated":
-        trainer.cost_aware_calibrator = BetaCalibrator.for_loss(
-            trainer.loss_type, every=trainer.args.cost_aware_calibration_interval
-        )
+@dataclass
+class Calibration:
+    """The ``'calibrated'`` proxy's state on the trainer, and its checkpoint file (``CALIBRATOR_FILE``).
+
+    calibrator: holds β (None unless the proxy is ``'calibrated'``: then nothing here changes).
+    seconds: wall time of the measurements and fits.
+    pending: rows (generation, |A|, G, c) measured for the fit under way.
+    collecting: a fit has started and waits for rows.
+    """
+
+    calibrator: BetaCalibrator | None = None
+    seconds: float = 0.0
+    pending: list[list[float]] = field(default_factory=list)
+    collecting: bool = False
+
+    @classmethod
+    def for_run(cls, proxy: str, loss_type: str, interval: int) -> Calibration:
+        """The state a run starts with: a calibrator at the loss family's prior for ``proxy='calibrated'``."""
+        return cls(BetaCalibrator.for_loss(loss_type, every=interval) if proxy == "calibrated" else None)
+
+    def save(self, folder: str) -> None:
+        """``folder/CALIBRATOR_FILE``: the calibrator, its seconds and the fit under way (atomic)."""
+        if self.calibrator is None:
+            return
+        state = {"calibrator": self.calibrator.to_dict(), "seconds": self.seconds, "pending": self.pending,
+                 "collecting": self.collecting}
+        write_json_atomic(os.path.join(folder, CALIBRATOR_FILE), state)
+
+    def load(self, checkpoint: str) -> None:
+        """Restore what :meth:`save` wrote (nothing when the checkpoint has no such file)."""
+        path = os.path.join(checkpoint, CALIBRATOR_FILE)
+        if self.calibrator is None or not os.path.isfile(path):
+            return
+        with open(path) as handle:
+            state = json.load(handle)
+        self.calibrator = BetaCalibrator.from_dict(state["calibrator"])
+        self.seconds = float(state["seconds"])
+        self.pending = [list(map(float, r)) for r in state.get("pending", [])]  # older files: none
+        self.collecting = bool(state.get("collecting", False))
 
 
 def maybe_calibrate(trainer: Any, batch: dict[str, Any], plan: Any, pool: Any, offset: int) -> None:
@@ -204,59 +233,31 @@ def maybe_calibrate(trainer: Any, batch: dict[str, Any], plan: Any, pool: Any, o
 
     The pool that is measured was planned with the β of earlier fits; the new β serves the next pools.
     """
-    cal = trainer.cost_aware_calibrator
+    state: Calibration = trainer.cost_aware_calibration
+    cal = state.calibrator
     generation = int(trainer.cost_aware_counters.generations)
-    if cal is None or not (trainer._ca_collecting or cal.due(generation)):
+    if cal is None or not (state.collecting or cal.due(generation)):
         return
-    trainer._ca_collecting = True
+    state.collecting = True
     start = time.perf_counter()
     k = trainer.args.cost_aware_calibration_rows
     gen = torch.Generator().manual_seed(int(trainer.args.seed) * 7919 + generation + 104_729)
-    chosen = choose_rows(plan.advantages, need=k - len(trainer._ca_pending), group_size=trainer.num_generations,
+    chosen = choose_rows(plan.advantages, need=k - len(state.pending), group_size=trainer.num_generations,
                          per_group=math.ceil(k / MIN_GROUPS), zero_tol=trainer.sampling.zero_tol, generator=gen)  # fmt: skip
     metrics = trainer._metrics["train"]
     if chosen.numel():  # known to every process alike: all join the collectives or none does
         rows = measure_global(trainer, batch, plan, pool, offset, chosen)  # (1, |A|, G, c, p)
         abs_a, g, c, p = (rows[:, i].numpy() for i in range(1, 5))
-        trainer._ca_pending += [[generation, *r] for r in zip(abs_a.tolist(), g.tolist(), c.tolist(), strict=True)]
+        state.pending += [[generation, *r] for r in zip(abs_a.tolist(), g.tolist(), c.tolist(), strict=True)]
         if bool((np.isfinite(g) & (g > 0) & (p > 0)).any()):
             for key, value in predicted_j_ratios(p, g, c).items():
                 metrics[f"cost_aware/predicted_{key}"].append(value)
-    if len(trainer._ca_pending) >= k:
-        cal.update(pooled_fit(trainer._ca_pending, level=cal.level))
-        trainer._ca_pending, trainer._ca_collecting = [], False
+    if len(state.pending) >= k:
+        cal.update(pooled_fit(state.pending, level=cal.level))
+        state.pending, state.collecting = [], False
         for key, value in cal.metrics().items():
             if math.isfinite(value):
                 metrics[f"cost_aware/{_LOGGED[key]}"].append(value)
     seconds = time.perf_counter() - start
-    trainer.cost_aware_calibration_seconds += seconds
+    state.seconds += seconds
     metrics["cost_aware/calibration_seconds"].append(seconds)
-
-
-def save_calibration(trainer: Any, folder: str) -> None:
-    """``folder/CALIBRATOR_FILE``: the calibrator, its seconds and the fit under way (atomic)."""
-    if trainer.cost_aware_calibrator is None:
-        return
-    state = {
-        "calibrator": trainer.cost_aware_calibrator.to_dict(),
-        "seconds": trainer.cost_aware_calibration_seconds,
-        "pending": trainer._ca_pending,
-        "collecting": trainer._ca_collecting,
-    }
-    path = os.path.join(folder, CALIBRATOR_FILE)
-    with open(f"{path}.tmp", "w") as handle:
-        json.dump(state, handle)
-    os.replace(f"{path}.tmp", path)  # atomic, like the counters
-
-
-def load_calibration(trainer: Any, checkpoint: str) -> None:
-    """Restore what :func:`save_calibration` wrote (nothing when the checkpoint has no such file)."""
-    path = os.path.join(checkpoint, CALIBRATOR_FILE)
-    if trainer.cost_aware_calibrator is None or not os.path.isfile(path):
-        return
-    with open(path) as handle:
-        state = json.load(handle)
-    trainer.cost_aware_calibrator = BetaCalibrator.from_dict(state["calibrator"])
-    trainer.cost_aware_calibration_seconds = float(state["seconds"])
-    trainer._ca_pending = [list(map(float, r)) for r in state.get("pending", [])]  # older files: none
-    trainer._ca_collecting = bool(state.get("collecting", False))

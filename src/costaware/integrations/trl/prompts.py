@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
+from costaware._io import write_json_atomic
 from costaware.rollouts.stage import PromptStage, prompt_method
 
 __all__ = ["PromptStageSampler", "fold_round", "train_sampler", "build_stage", "round_metrics", "rounds_per_pass", "STATE_FILE"]
@@ -131,23 +132,21 @@ def round_metrics(draw: Any, rewards: torch.Tensor, group_size: int) -> dict[str
     }
 
 
-def save_stage(trainer: Any, folder: str) -> None:
-    """The prompt stage's state into a checkpoint folder (atomic: tmp + replace)."""
-    if trainer.prompt_stage is None:
+def save_stage(stage: PromptStage | None, folder: str) -> None:
+    """The prompt stage's state into a checkpoint folder (atomic); nothing without a stage."""
+    if stage is None:
         return
-    path = os.path.join(folder, STATE_FILE)
-    with open(path + ".tmp", "w", encoding="utf-8") as fh:
-        json.dump(trainer.prompt_stage.state_dict(), fh)
-    os.replace(path + ".tmp", path)
+    write_json_atomic(os.path.join(folder, STATE_FILE), stage.state_dict())
 
 
-def load_stage(trainer: Any, folder: str) -> None:
-    """Restore the prompt stage from a checkpoint folder; a checkpoint without one is refused by name."""
-    if trainer.prompt_stage is None:
+def load_stage(stage: PromptStage | None, folder: str, rollout: str) -> None:
+    """Restore the prompt stage from a checkpoint folder; a checkpoint without one is refused by name
+    (``rollout``: the run's ``cost_aware_rollout``)."""
+    if stage is None:
         return
     path = os.path.join(folder, STATE_FILE)
     if not os.path.exists(path):
         raise ValueError(f"checkpoint {folder!r} has no {STATE_FILE}: it was not saved with cost_aware_rollout="
-                         f"{trainer.args.cost_aware_rollout!r}")
+                         f"{rollout!r}")
     with open(path, encoding="utf-8") as fh:
-        trainer.prompt_stage.load_state_dict(json.load(fh))
+        stage.load_state_dict(json.load(fh))

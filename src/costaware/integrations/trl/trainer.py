@@ -64,8 +64,9 @@ generation batches, each process measures exact per-row gradient norms (the diag
 ``per_row_grad_norms``) on rows with A ≠ 0, every process gathers every process's (|A|, G, c) and runs
 the same fit, so β is the same on every rank; a fit waits for ``cost_aware_calibration_rows`` rows from
 at least 4 groups (:mod:`~costaware.integrations.trl.calibration`). The pool that is measured is planned
-with the β of earlier fits; the new β serves the next pools. The calibrator is saved beside the counters
-in every checkpoint (``CALIBRATOR_FILE``).
+with the β of earlier fits; the new β serves the next pools. That state is ``cost_aware_calibration`` (a
+:class:`~costaware.integrations.trl.measure.Calibration`), saved beside the counters in every checkpoint
+(``CALIBRATOR_FILE``).
 
 Token budget (``cost_aware_token_budget``): training stops once the counted tokens reach it, when a
 generation batch is spent (:class:`~costaware.integrations.trl.callbacks.TokenBudget`). The counters are
@@ -147,7 +148,8 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, KVRolloutMixin, GR
         # wants the gradients themselves replaces this attribute (examples/proxy_fidelity_probe.py)
         self.per_row_grad_norms = per_sequence_grad_norms
         self.prompt_stage = prompts.build_stage(self)  # None: TRL's sampler, every prompt generated
-        measure.init_calibration(self)
+        self.cost_aware_calibration = measure.Calibration.for_run(
+            self.sampling.proxy, self.loss_type, self.args.cost_aware_calibration_interval)
         self._ca_grads_pending = False  # a micro-step since the last optimiser step ran a backward
         self.add_callback(_OptimizerTimer(self))
         self.add_callback(TokenBudget(self))
@@ -222,7 +224,7 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, KVRolloutMixin, GR
                 pool = replace(pool, advantages=(pool.advantages.double() * factors).float())
                 batch = {**batch, "advantages": adv * factors[offset:offset + n].to(adv.device, adv.dtype)}
                 adv = batch["advantages"]
-        sampling, cal = self.sampling, self.cost_aware_calibrator
+        sampling, cal = self.sampling, self.cost_aware_calibration.calibrator
         if cal is not None:  # β from the rounds so far (the same on every process)
             sampling = replace(sampling, proxy_beta=cal.beta)
         rnd = plan_round(
@@ -354,8 +356,9 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, KVRolloutMixin, GR
         # run logs its totals whatever logging_steps is; one value per log, never averaged by TRL
         if (self.model.training and "loss" in logs) or "train_runtime" in logs:
             logs = {**logs, **self.cost_aware_counters.metrics()}
-            if self.cost_aware_calibrator is not None and self.cost_aware_counters.po_seconds > 0:
-                share = self.cost_aware_calibration_seconds / self.cost_aware_counters.po_seconds
+            cal = self.cost_aware_calibration
+            if cal.calibrator is not None and self.cost_aware_counters.po_seconds > 0:
+                share = cal.seconds / self.cost_aware_counters.po_seconds
                 logs[f"{METRIC_PREFIX}/calibration_share_of_po"] = share
         super().log(logs, start_time)
 
@@ -369,8 +372,8 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, KVRolloutMixin, GR
         if self.args.should_save:
             folder = f"{self._get_output_dir(trial=trial)}/checkpoint-{self.state.global_step}"
             save_counters(self.cost_aware_counters, folder)
-            measure.save_calibration(self, folder)
-            prompts.save_stage(self, folder)
+            self.cost_aware_calibration.save(folder)
+            prompts.save_stage(self.prompt_stage, folder)
 
     def _load_optimizer_and_scheduler(self, checkpoint):  # type: ignore[override]
         super()._load_optimizer_and_scheduler(checkpoint)
@@ -378,8 +381,8 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, KVRolloutMixin, GR
             saved = load_counters(checkpoint)
             if saved is not None:
                 self.cost_aware_counters = saved
-            measure.load_calibration(self, checkpoint)
-            prompts.load_stage(self, checkpoint)
+            self.cost_aware_calibration.load(checkpoint)
+            prompts.load_stage(self.prompt_stage, checkpoint, self.args.cost_aware_rollout)
 
 
 def _empty_step(rnd: Round, j: int) -> bool:

@@ -196,7 +196,7 @@ class CostAwareConfig:
             raise ValueError(f"{CONFIG_KEY}.{exc}") from None
 
 
-def _get(node: Any, dotted: str, default: Any = None) -> Any:
+def get_dotted(node: Any, dotted: str, default: Any = None) -> Any:
     for part in dotted.split("."):
         if node is None:
             return default
@@ -208,9 +208,9 @@ def _get(node: Any, dotted: str, default: Any = None) -> Any:
 def actor_loss(config: Any) -> tuple[str, bool]:
     """(``loss_agg_mode``, whether the loss has a KL or entropy term on every row) of a full verl config."""
     actor = "actor_rollout_ref.actor"
-    mode = _get(config, f"{actor}.loss_agg_mode", DEFAULT_LOSS_AGG_MODE)
-    use_kl = bool(_get(config, f"{actor}.use_kl_loss", False))
-    return mode, use_kl or float(_get(config, f"{actor}.entropy_coeff", 0.0)) != 0.0
+    mode = get_dotted(config, f"{actor}.loss_agg_mode", DEFAULT_LOSS_AGG_MODE)
+    use_kl = bool(get_dotted(config, f"{actor}.use_kl_loss", False))
+    return mode, use_kl or float(get_dotted(config, f"{actor}.entropy_coeff", 0.0)) != 0.0
 
 
 def read_trainer_config(config: Any) -> CostAwareConfig | None:
@@ -220,15 +220,15 @@ def read_trainer_config(config: Any) -> CostAwareConfig | None:
     Otherwise also checks the rest of the config for settings that would break the resampled
     mini-batches; each error names the setting, its value and what to set instead.
     """
-    node = _get(config, CONFIG_KEY)
+    node = get_dotted(config, CONFIG_KEY)
     if node is None:
         return None
-    enable = _get(node, "enable", True)
+    enable = get_dotted(node, "enable", True)
     if enable is False:
         return None
     cfg = CostAwareConfig.from_mapping(node)
     actor = "actor_rollout_ref.actor"
-    mode = _get(config, f"{actor}.loss_agg_mode", DEFAULT_LOSS_AGG_MODE)
+    mode = get_dotted(config, f"{actor}.loss_agg_mode", DEFAULT_LOSS_AGG_MODE)
     try:
         from costaware.grpo.proxy import loss_family
 
@@ -244,25 +244,25 @@ def read_trainer_config(config: Any) -> CostAwareConfig | None:
         warnings.warn(message, UserWarning, stacklevel=2)
         logger.warning("costaware: %s", message)
     cfg = cfg.resolved(mode)
-    epochs = _get(config, f"{actor}.ppo_epochs", 1)
+    epochs = get_dotted(config, f"{actor}.ppo_epochs", 1)
     if epochs != 1:
         raise ValueError(
             f"{CONFIG_KEY} needs {actor}.ppo_epochs=1 (each draw is one gradient contribution), got {epochs!r}"
         )
-    shuffle = _get(config, f"{actor}.shuffle", False)
+    shuffle = get_dotted(config, f"{actor}.shuffle", False)
     if shuffle is not False:
         raise ValueError(
             f"{CONFIG_KEY} needs {actor}.shuffle=false (the plan fixes the order of mini-batches and of the "
             f"rows across data-parallel ranks), got {shuffle!r}"
         )
-    loss_mode = _get(config, f"{actor}.policy_loss.loss_mode", "vanilla")
+    loss_mode = get_dotted(config, f"{actor}.policy_loss.loss_mode", "vanilla")
     if loss_mode == "bypass_mode":
         raise ValueError(
             f"{CONFIG_KEY} needs a policy loss that multiplies rollout_is_weights into the per-token loss, "
             f"got {actor}.policy_loss.loss_mode={loss_mode!r}"
         )
-    use_kl = bool(_get(config, f"{actor}.use_kl_loss", False))
-    entropy_coeff = float(_get(config, f"{actor}.entropy_coeff", 0.0))
+    use_kl = bool(get_dotted(config, f"{actor}.use_kl_loss", False))
+    entropy_coeff = float(get_dotted(config, f"{actor}.entropy_coeff", 0.0))
     if (use_kl or entropy_coeff != 0.0) and not cfg.full_support:
         raise ValueError(
             f"{CONFIG_KEY}.method={cfg.method!r} (alpha={cfg.alpha!r}) gives zero probability to rows with "
@@ -271,7 +271,7 @@ def read_trainer_config(config: Any) -> CostAwareConfig | None:
             "use method=p_smooth with alpha > 0 (or uniform, inv_sqrt_cost, none), which keeps every row "
             "drawable so the weighted KL and entropy terms stay unbiased"
         )
-    scale = _get(config, f"{actor}.loss_scale_factor", None)
+    scale = get_dotted(config, f"{actor}.loss_scale_factor", None)
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0):
         raise ValueError(
             f"{CONFIG_KEY} needs {actor}.loss_scale_factor to be None or a positive number (verl divides the "
@@ -284,7 +284,7 @@ def read_trainer_config(config: Any) -> CostAwareConfig | None:
             "without it verl divides each micro-batch by its own padded width, which depends on the rows "
             "drawn into it and biases the weighted update"
         )
-    if _get(config, "algorithm.rollout_correction.bypass_mode", False):
+    if get_dotted(config, "algorithm.rollout_correction.bypass_mode", False):
         raise ValueError(
             f"{CONFIG_KEY} does not support algorithm.rollout_correction.bypass_mode=true, got True"
         )

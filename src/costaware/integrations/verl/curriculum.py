@@ -26,7 +26,7 @@ import importlib
 import sys
 from typing import Any
 
-from costaware.integrations.verl.state import PATCH_MARK, _mark
+from costaware.integrations.verl.state import PATCH_MARK, mark_patched
 
 CLASS_PATH_KEY = "data.sampler.class_path"
 # modules that bind ``create_rl_sampler`` by name (``from verl.trainer.ppo.utils import create_rl_sampler``)
@@ -128,7 +128,7 @@ def patch_sampler_factory(module: Any) -> None:
             return original(data_config, dataset)
         return build_sampler(data_config, dataset)
 
-    module.create_rl_sampler = _mark(create_rl_sampler)
+    module.create_rl_sampler = mark_patched(create_rl_sampler)
     _rebind(_V0_USERS, original, module.create_rl_sampler)
 
 
@@ -152,4 +152,4 @@ def patch_sampler_factory_v1(module: Any) -> None:
         return original(data_config, dataset)
 
     create_rl_sampler.__costaware_v1__ = True  # type: ignore[attr-defined]  # a marker on the wrapper function
-    module.create_rl_sampler = _mark(create_rl_sampler)
+    module.create_rl_sampler = mark_patched(create_rl_sampler)

@@ -34,8 +34,8 @@ OLD, REF = "old_log_probs", "ref_log_prob"
 DEFERRED = "_cost_aware_deferred"  # trainer attribute: the passes answered with placeholders this step
 
 
-def _get(node: Any, dotted: str, default: Any = None) -> Any:
-    from costaware.integrations.verl.config import _get as get
+def get_dotted(node: Any, dotted: str, default: Any = None) -> Any:
+    from costaware.integrations.verl.config import get_dotted as get
 
     return get(node, dotted, default)
 
@@ -45,11 +45,11 @@ def deferrable(trainer: Any, cfg: Any, has_rollout_log_probs: bool) -> bool:
     config = trainer.config
     if cfg.logprob_rows != "fed" or cfg.rule.plain:
         return False
-    if _get(config, "algorithm.use_kl_in_reward", False):
+    if get_dotted(config, "algorithm.use_kl_in_reward", False):
         return False
-    if _get(config, "actor_rollout_ref.actor.calculate_sum_pi_squared", False):
+    if get_dotted(config, "actor_rollout_ref.actor.calculate_sum_pi_squared", False):
         return False
-    if _get(config, "actor_rollout_ref.actor.router_replay.mode", "disabled") not in ("disabled", None):
+    if get_dotted(config, "actor_rollout_ref.actor.router_replay.mode", "disabled") not in ("disabled", None):
         return False
     return not has_rollout_log_probs
 
@@ -69,8 +69,8 @@ def pad_multiple(trainer: Any, dp_size: int) -> int:
     multiple = dp_size
     for role in ("rollout", "ref"):
         node = f"actor_rollout_ref.{role}"
-        micro = _get(config, f"{node}.log_prob_micro_batch_size_per_gpu", None)
-        if micro and not _get(config, f"{node}.log_prob_use_dynamic_bsz", False):
+        micro = get_dotted(config, f"{node}.log_prob_micro_batch_size_per_gpu", None)
+        if micro and not get_dotted(config, f"{node}.log_prob_use_dynamic_bsz", False):
             multiple = math.lcm(multiple, dp_size * int(micro))
     return multiple
 
@@ -122,7 +122,7 @@ def patch_logprob_passes_v1(cls: type[Any], mark: Any) -> None:
     deferred, they write nothing and return the batch."""
     import functools
 
-    from costaware.integrations.verl.state import PATCH_MARK, _config
+    from costaware.integrations.verl.state import PATCH_MARK, cost_aware_config
 
     old, ref = getattr(cls, "_compute_old_log_prob", None), getattr(cls, "_compute_ref_log_prob", None)
     if old is None or ref is None or getattr(old, PATCH_MARK, False):
@@ -130,9 +130,9 @@ def patch_logprob_passes_v1(cls: type[Any], mark: Any) -> None:
 
     @functools.wraps(old)
     def _compute_old_log_prob(self, batch, metrics):
-        cfg = _config(self)
+        cfg = cost_aware_config(self)
         self.__dict__[DEFERRED] = set()
-        logged = bool(_get(self.config, "actor_rollout_ref.rollout.calculate_log_probs", False))
+        logged = bool(get_dotted(self.config, "actor_rollout_ref.rollout.calculate_log_probs", False))
         if cfg is None or not deferrable(self, cfg, logged):
             return old(self, batch, metrics)
         self.__dict__[DEFERRED] = {OLD}
@@ -154,7 +154,7 @@ def patch_logprob_passes(cls: type[Any], mark: Any) -> None:
     """Wrap ``_compute_old_log_prob`` and ``_compute_ref_log_prob`` of trainer v0 (idempotent)."""
     import functools
 
-    from costaware.integrations.verl.state import PATCH_MARK, _config
+    from costaware.integrations.verl.state import PATCH_MARK, cost_aware_config
 
     old, ref = getattr(cls, "_compute_old_log_prob", None), getattr(cls, "_compute_ref_log_prob", None)
     if old is None or ref is None or getattr(old, PATCH_MARK, False):
@@ -162,7 +162,7 @@ def patch_logprob_passes(cls: type[Any], mark: Any) -> None:
 
     @functools.wraps(old)
     def _compute_old_log_prob(self, batch):
-        cfg = _config(self)
+        cfg = cost_aware_config(self)
         self.__dict__[DEFERRED] = set()
         if cfg is None or not deferrable(self, cfg, "rollout_log_probs" in batch.batch.keys()):
             return old(self, batch)

@@ -27,14 +27,14 @@ from costaware.integrations.verl.curriculum import feed_sampler
 from costaware.integrations.verl.state import (
     PATCH_MARK,
     TokenBudgetReached,
-    _actor_micro_batch,
-    _budget_spent,
-    _config,
-    _counters,
-    _mark,
-    _minibatch_size,
-    _record,
+    actor_micro_batch,
+    budget_spent,
+    cost_aware_config,
+    cost_aware_counters,
     fed_minibatch_size,
+    mark_patched,
+    record_pool,
+    trainer_minibatch_size,
 )
 
 logger = logging.getLogger(__name__)
@@ -51,9 +51,9 @@ def update_actor_v0(trainer: Any, batch: Any, original: Any) -> Any:
     from costaware.integrations.verl.logprobs import DEFERRED, OLD, fill_fed_logprobs, skipped_step_entropy
     from costaware.integrations.verl.resample import resample_dataproto
 
-    cfg = _config(trainer)
+    cfg = cost_aware_config(trainer)
     deferred = trainer.__dict__.pop(DEFERRED, set())  # log-prob passes waiting for the plan
-    if _budget_spent(trainer):
+    if budget_spent(trainer):
         return DataProto.from_single_dict(data={}, meta_info={"metrics": {}})
     start = time.perf_counter()
     mode, regularised = actor_loss(trainer.config)
@@ -61,7 +61,7 @@ def update_actor_v0(trainer: Any, batch: Any, original: Any) -> Any:
     result = resample_dataproto(
         batch,
         cfg,
-        minibatch_size=_minibatch_size(trainer),
+        minibatch_size=trainer_minibatch_size(trainer),
         dp_size=dp_size,
         seed=cfg.seed,
         step=trainer.global_steps,
@@ -69,12 +69,12 @@ def update_actor_v0(trainer: Any, batch: Any, original: Any) -> Any:
         regularised=regularised,
         group_size=int(trainer.config.actor_rollout_ref.rollout.n),
         epochs=int(trainer.config.actor_rollout_ref.actor.ppo_epochs),
-        micro_batch_size=_actor_micro_batch(trainer),
+        micro_batch_size=actor_micro_batch(trainer),
     )
     originals = getattr(type(trainer), "_cost_aware_logprob_passes", {})
     if result.skipped is not None:
         logger.warning("costaware: step %s skips the actor update: %s", trainer.global_steps, result.skipped)
-        metrics = _record(trainer, result, time.perf_counter() - start)
+        metrics = record_pool(trainer, result, time.perf_counter() - start)
         if OLD in deferred:  # fit() logged actor/entropy from the placeholder: give it the batch's
             metrics.update(skipped_step_entropy(trainer, batch, dp_size, originals))
         return DataProto.from_single_dict(data={}, meta_info={"metrics": metrics})
@@ -82,9 +82,9 @@ def update_actor_v0(trainer: Any, batch: Any, original: Any) -> Any:
     passes = {}
     if deferred:
         passes = fill_fed_logprobs(trainer, batch, result.batch, result.indices, deferred, dp_size, originals)
-    with fed_minibatch_size(trainer.actor_rollout_wg, result.minibatch_size, _minibatch_size(trainer)):
+    with fed_minibatch_size(trainer.actor_rollout_wg, result.minibatch_size, trainer_minibatch_size(trainer)):
         output = original(trainer, result.batch)
-    output.meta_info["metrics"].update(_record(trainer, result, time.perf_counter() - start))
+    output.meta_info["metrics"].update(record_pool(trainer, result, time.perf_counter() - start))
     output.meta_info["metrics"].update(passes)
     return output
 
@@ -111,7 +111,7 @@ def patch_losses(module: Any) -> None:
             return original(config, model_output, data, dp_group)
         return weighted_ppo_loss(config, model_output, data, dp_group, original=original)
 
-    module.ppo_loss = _mark(ppo_loss)
+    module.ppo_loss = mark_patched(ppo_loss)
     import sys
 
     for name in ("verl.workers.engine_workers", "verl.trainer.distillation.losses"):  # bound by name
@@ -198,7 +198,7 @@ def patch_metrics_aggregator(cls: type[Any]) -> None:
             return "sum"
         return original(self, metric_name)
 
-    cls._get_aggregation_type = _mark(_get_aggregation_type)
+    cls._get_aggregation_type = mark_patched(_get_aggregation_type)
 
 
 # ------------------------------------------------------------------------------------- checkpoints
@@ -211,15 +211,15 @@ def _step_dir(trainer: Any) -> str:
 def _save_state(trainer: Any) -> None:
     from costaware.grpo.accounting import save_counters
 
-    if _config(trainer) is None or "_cost_aware_counters" not in trainer.__dict__:
+    if cost_aware_config(trainer) is None or "_cost_aware_counters" not in trainer.__dict__:
         return
-    save_counters(_counters(trainer), _step_dir(trainer))
+    save_counters(cost_aware_counters(trainer), _step_dir(trainer))
 
 
 def _load_state(trainer: Any) -> None:
     from costaware.grpo.accounting import STATE_FILE, load_counters
 
-    if _config(trainer) is None or not getattr(trainer, "global_steps", 0):
+    if cost_aware_config(trainer) is None or not getattr(trainer, "global_steps", 0):
         return
     candidates = [_step_dir(trainer)]
     resume_path = trainer.config.trainer.get("resume_from_path", None)
@@ -252,8 +252,8 @@ def _patch_checkpointing(cls: type[Any]) -> None:
         _load_state(self)
         return out
 
-    cls._save_checkpoint = _mark(_save_checkpoint)
-    cls._load_checkpoint = _mark(_load_checkpoint)
+    cls._save_checkpoint = mark_patched(_save_checkpoint)
+    cls._load_checkpoint = mark_patched(_load_checkpoint)
 
 
 def patch_v0(cls: type[Any]) -> None:
@@ -266,16 +266,16 @@ def patch_v0(cls: type[Any]) -> None:
     @functools.wraps(original)
     def _update_actor(self, batch):
         feed_sampler(self, batch)  # data.sampler.class_path: the scored round, before the step's checkpoint
-        if _config(self) is None:
+        if cost_aware_config(self) is None:
             return original(self, batch)
         return update_actor_v0(self, batch, original)
 
-    cls._update_actor = _mark(_update_actor)
+    cls._update_actor = mark_patched(_update_actor)
     _patch_checkpointing(cls)
     _patch_budget_stop_v0(cls)
     from costaware.integrations.verl.logprobs import patch_logprob_passes
 
-    patch_logprob_passes(cls, _mark)
+    patch_logprob_passes(cls, mark_patched)
 
 
 def _patch_budget_stop_v0(cls: type[Any]) -> None:
@@ -287,7 +287,7 @@ def _patch_budget_stop_v0(cls: type[Any]) -> None:
 
     @functools.wraps(get_gen_batch)
     def _get_gen_batch(self, *args, **kwargs):
-        if _config(self) is not None and _budget_spent(self):
+        if cost_aware_config(self) is not None and budget_spent(self):
             raise TokenBudgetReached(self.global_steps)
         return get_gen_batch(self, *args, **kwargs)
 
@@ -302,8 +302,8 @@ def _patch_budget_stop_v0(cls: type[Any]) -> None:
                 self._shutdown_dump_executor()
             return None
 
-    cls._get_gen_batch = _mark(_get_gen_batch)
-    cls.fit = _mark(_fit)
+    cls._get_gen_batch = mark_patched(_get_gen_batch)
+    cls.fit = mark_patched(_fit)
 
 
 def patch_v1(cls: type[Any]) -> None:
@@ -314,14 +314,14 @@ def patch_v1(cls: type[Any]) -> None:
 
     @functools.wraps(original)
     def _update_actor(self, batch, metrics):
-        if _config(self) is None:
+        if cost_aware_config(self) is None:
             return original(self, batch, metrics)
         from costaware.integrations.verl.v1 import update_actor_v1
 
         return update_actor_v1(self, batch, metrics, original)
 
-    cls._update_actor = _mark(_update_actor)
+    cls._update_actor = mark_patched(_update_actor)
     _patch_checkpointing(cls)
     from costaware.integrations.verl.logprobs import patch_logprob_passes_v1
 
-    patch_logprob_passes_v1(cls, _mark)
+    patch_logprob_passes_v1(cls, mark_patched)

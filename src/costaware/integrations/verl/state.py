@@ -15,12 +15,12 @@ PATCH_MARK = "__costaware_cost_aware__"
 _UNSET = object()
 
 
-def _mark(wrapper: Any) -> Any:
+def mark_patched(wrapper: Any) -> Any:
     setattr(wrapper, PATCH_MARK, True)
     return wrapper
 
 
-def _config(trainer: Any) -> Any:
+def cost_aware_config(trainer: Any) -> Any:
     """Validated CostAwareConfig of this trainer, or None (cached on the instance)."""
     cached = trainer.__dict__.get("_cost_aware_config", _UNSET)
     if cached is _UNSET:
@@ -33,7 +33,7 @@ def _config(trainer: Any) -> Any:
     return cached
 
 
-def _counters(trainer: Any) -> Any:
+def cost_aware_counters(trainer: Any) -> Any:
     from costaware.grpo.accounting import Counters
 
     counters = trainer.__dict__.get("_cost_aware_counters")
@@ -42,7 +42,7 @@ def _counters(trainer: Any) -> Any:
     return counters
 
 
-def _record(trainer: Any, result: Any, seconds: float) -> dict[str, float]:
+def record_pool(trainer: Any, result: Any, seconds: float) -> dict[str, float]:
     """Add one pool (a ``resample.ResampleResult``) to the trainer's counters; the metrics to log
     (totals, this pool, the weights' summary).
 
@@ -51,7 +51,7 @@ def _record(trainer: Any, result: Any, seconds: float) -> dict[str, float]:
     from dataclasses import replace
 
     step = replace(result.counts, po_seconds=seconds)
-    counters = _counters(trainer)
+    counters = cost_aware_counters(trainer)
     counters.add(step)
     metrics = counters.metrics(step)
     if result.weights is not None:
@@ -62,12 +62,12 @@ def _record(trainer: Any, result: Any, seconds: float) -> dict[str, float]:
     return metrics
 
 
-def _minibatch_size(trainer: Any) -> int:
+def trainer_minibatch_size(trainer: Any) -> int:
     config = trainer.config
     return int(config.actor_rollout_ref.actor.ppo_mini_batch_size) * int(config.actor_rollout_ref.rollout.n)
 
 
-def _actor_micro_batch(trainer: Any) -> int | None:
+def actor_micro_batch(trainer: Any) -> int | None:
     """The actor's fixed ``ppo_micro_batch_size_per_gpu`` (None with a dynamic batch size): each rank's
     share of a fed mini-batch must be a multiple of it."""
     actor = trainer.config.actor_rollout_ref.actor
@@ -77,7 +77,7 @@ def _actor_micro_batch(trainer: Any) -> int | None:
     return int(micro)
 
 
-def _dp_size_v1(trainer: Any) -> int:
+def dp_size_v1(trainer: Any) -> int:
     worker_group = trainer.actor_rollout_wg
     if "actor" not in worker_group._dispatch_info:
         worker_group._dispatch_info["actor"] = worker_group._query_dispatch_info("actor")
@@ -88,16 +88,16 @@ class TokenBudgetReached(Exception):
     """Raised at the start of the step after the PO-token budget was reached; the wrapped ``fit`` returns."""
 
 
-def _budget_spent(trainer: Any) -> bool:
+def budget_spent(trainer: Any) -> bool:
     """True once ``token_budget`` (> 0) PO tokens have been fed (logged once when first seen)."""
-    budget = _config(trainer).token_budget
-    if not budget or _counters(trainer).tokens < budget:
+    budget = cost_aware_config(trainer).token_budget
+    if not budget or cost_aware_counters(trainer).tokens < budget:
         return False
     if not trainer.__dict__.get("_cost_aware_budget_logged"):
         trainer.__dict__["_cost_aware_budget_logged"] = True
         logger.warning(
             "costaware: %s PO tokens reached the token_budget %s at step %s; training stops",
-            _counters(trainer).tokens, budget, trainer.global_steps,
+            cost_aware_counters(trainer).tokens, budget, trainer.global_steps,
         )
     return True
 

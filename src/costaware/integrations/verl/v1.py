@@ -9,13 +9,13 @@ from typing import Any
 
 from costaware.integrations.verl.config import WEIGHTS_KEY
 from costaware.integrations.verl.state import (
-    _actor_micro_batch,
-    _budget_spent,
-    _config,
-    _dp_size_v1,
-    _minibatch_size,
-    _record,
+    actor_micro_batch,
+    budget_spent,
+    cost_aware_config,
+    dp_size_v1,
     fed_minibatch_size,
+    record_pool,
+    trainer_minibatch_size,
 )
 
 logger = logging.getLogger("costaware.integrations.verl.patch")
@@ -44,9 +44,9 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
         nested_scaled_weights,
     )
 
-    cfg = _config(trainer)
+    cfg = cost_aware_config(trainer)
     deferred = trainer.__dict__.pop(DEFERRED, set())  # log-prob passes waiting for the plan
-    if _budget_spent(trainer):
+    if budget_spent(trainer):
         return batch
     start = time.perf_counter()
     pid = batch.partition_id
@@ -67,19 +67,19 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
         advantages if order is None else advantages[order],
         tag_costs(batch.tags) if order is None else tag_costs(batch.tags)[order],
         cfg,
-        minibatch_size=_minibatch_size(trainer),
-        dp_size=_dp_size_v1(trainer),
+        minibatch_size=trainer_minibatch_size(trainer),
+        dp_size=dp_size_v1(trainer),
         seed=cfg.seed,  # the core's plan_seed; several triggers per step (separate_async) get their own
         step=trainer.global_steps * 1_000 + getattr(trainer, "local_trigger_step", 0),
         lengths=nested_row_sums(data["response_mask"]) if order is None else nested_row_sums(data["response_mask"])[order],
         loss_agg_mode=mode,
         regularised=regularised,
         epochs=int(trainer.config.actor_rollout_ref.actor.ppo_epochs),
-        micro_batch_size=_actor_micro_batch(trainer),
+        micro_batch_size=actor_micro_batch(trainer),
     )
     if result.skipped is not None:
         logger.warning("costaware: step %s skips the actor update: %s", trainer.global_steps, result.skipped)
-        metrics.update(_record(trainer, result, time.perf_counter() - start))
+        metrics.update(record_pool(trainer, result, time.perf_counter() - start))
         return batch
 
     if order is not None:
@@ -123,13 +123,13 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
             fields=sorted(set(batch.fields or []) | extra) if batch.fields else None,
             extra_info=dict(batch.extra_info or {}),
         )
-        with fed_minibatch_size(trainer.actor_rollout_wg, result.minibatch_size, _minibatch_size(trainer)):
+        with fed_minibatch_size(trainer.actor_rollout_wg, result.minibatch_size, trainer_minibatch_size(trainer)):
             original(trainer, resampled, metrics)
     finally:
         if copied:
             tq.kv_clear(keys=copied, partition_id=pid)
-    metrics.update(_record(trainer, result, time.perf_counter() - start))
-    if _budget_spent(trainer):  # v1's loop runs while global_steps <= total_training_steps
+    metrics.update(record_pool(trainer, result, time.perf_counter() - start))
+    if budget_spent(trainer):  # v1's loop runs while global_steps <= total_training_steps
         trainer.total_training_steps = trainer.global_steps
     return batch
 
@@ -148,7 +148,7 @@ def _fed_passes(
     _, keys, rows = first
     costs = [int(batch.tags[i]["seq_len"]) for i in rows]
     cheapest = rows[costs.index(min(costs))]
-    pad = (-len(keys)) % pad_multiple(trainer, _dp_size_v1(trainer))
+    pad = (-len(keys)) % pad_multiple(trainer, dp_size_v1(trainer))
     pad_keys = [f"{batch.keys[cheapest]}#{tag}.pad{k}" for k in range(pad)]
     if pad:
         source = tq.kv_batch_get(keys=[batch.keys[cheapest]] * 1, partition_id=pid)
