@@ -128,8 +128,22 @@ def _nonfinite(x: Any) -> bool:
     return False
 
 
+_COMPILED: set[Callable] = set()
+
+
+def compile_first(fn: Callable) -> None:
+    """Compile ``fn``'s numba kernel once, outside the time limit. ``run_trials``' parallel kernel takes
+    seconds to compile, tens on a loaded 2-core machine: a first compile is not a hang."""
+    from costaware.sgd import LeastSquares, run_trials
+
+    if fn is run_trials and fn not in _COMPILED:
+        run_trials(LeastSquares(np.eye(3), np.ones(3), c=[1.0, 2.0, 3.0]), [0.2, 0.3, 0.5], 5, 2, checkpoints=3)
+        _COMPILED.add(fn)
+
+
 def check_call(fn: Callable, names: list[str], *args: Any, may_inf: bool = False, **kwargs: Any) -> Any:
     """Call, then assert the rule; returns the result (None if it raised)."""
+    compile_first(fn)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
