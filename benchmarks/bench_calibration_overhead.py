@@ -52,7 +52,9 @@ def run(prompts_per_round: int, steps: int, rounds: int, interval: int = 8) -> d
     from costaware.tiny import char_tokenizer, tiny_qwen2
 
     tok = char_tokenizer()
-    data = datasets.Dataset.from_dict({"prompt": [f"{i}+{i % 7}=" * (1 + i % 4) for i in range(prompts_per_round * rounds)]})
+    data = datasets.Dataset.from_dict(
+        {"prompt": [f"{i}+{i % 7}=" * (1 + i % 4) for i in range(prompts_per_round * rounds)]}
+    )
     with tempfile.TemporaryDirectory() as out:
         args = CostAwareGRPOConfig(
             output_dir=out, loss_type="dapo", cost_aware_method="p_star", cost_aware_proxy="calibrated",

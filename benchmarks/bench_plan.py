@@ -149,13 +149,9 @@ def main() -> None:
     if step is None:
         print("TRL not installed: skipping the optimiser-step comparison")
         return
-    print(
-        f"one tiny-model TRL optimiser step (Qwen2 h=128 L=4, 16 rows x <=32 new tokens): {step * 1e3:.1f} ms"
-    )
+    print(f"one tiny-model TRL optimiser step (Qwen2 h=128 L=4, 16 rows x <=32 new tokens): {step * 1e3:.1f} ms")
     # one plan serves steps_per_generation = 4 optimiser steps; a 128-row plan is what that trainer builds
-    t128 = median_seconds(
-        lambda: plan_minibatches(torch.randn(128), torch.randint(10, 60, (128,)), num_minibatches=4)
-    )
+    t128 = median_seconds(lambda: plan_minibatches(torch.randn(128), torch.randint(10, 60, (128,)), num_minibatches=4))
     print(
         f"plan for that trainer's 128-row generation batch: {t128 * 1e3:.3f} ms = "
         f"{t128 / (4 * step):.2%} of the 4 optimiser steps it feeds"

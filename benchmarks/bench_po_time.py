@@ -146,7 +146,12 @@ def po_phase(model, opt, pool: Pool, method: str, spg: int, seed: int, clock: di
     for mb in plan.minibatches:
         t = time.perf_counter()
         idx = mb.indices
-        pi, pm, ci, cm = pool.prompt_ids[idx], pool.prompt_mask[idx], pool.completion_ids[idx], pool.completion_mask[idx]
+        pi, pm, ci, cm = (
+            pool.prompt_ids[idx],
+            pool.prompt_mask[idx],
+            pool.completion_ids[idx],
+            pool.completion_mask[idx],
+        )
         k = idx.numel()
         if method == "none":
             factor = torch.ones(k)
@@ -183,8 +188,12 @@ def add_pool_arguments(ap: argparse.ArgumentParser, *, repeats: int) -> None:
     ap.add_argument("--pools", type=int, default=4, help="distinct pools (default: %(default)s)")
     ap.add_argument("--repeats", type=int, default=repeats, help="passes over the pools (default: %(default)s)")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default: %(default)s)")
-    ap.add_argument("--constant-groups", type=float, default=0.3,
-                    help="share of prompts whose samples all repeat one chain (zero advantage; default: %(default)s)")
+    ap.add_argument(
+        "--constant-groups",
+        type=float,
+        default=0.3,
+        help="share of prompts whose samples all repeat one chain (zero advantage; default: %(default)s)",
+    )
 
 
 def check_pool_arguments(args: argparse.Namespace) -> None:

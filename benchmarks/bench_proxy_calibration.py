@@ -88,15 +88,11 @@ def beta_report(sft, loss_types, *, prompts: int, rounds: int, max_terms: int, s
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=16, help="calibration rows per update")
-    ap.add_argument(
-        "--every", type=int, default=8, help="rounds between calibrations (BetaCalibrator default)"
-    )
+    ap.add_argument("--every", type=int, default=8, help="rounds between calibrations (BetaCalibrator default)")
     ap.add_argument("--pool", type=int, default=256)
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument(
-        "--sft", default=None, help="policy checkpoint: report beta_hat on its GRPO pools instead"
-    )
+    ap.add_argument("--sft", default=None, help="policy checkpoint: report beta_hat on its GRPO pools instead")
     ap.add_argument("--loss-type", nargs="+", default=["grpo", "dapo"])
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=3)
@@ -151,9 +147,7 @@ def main() -> None:
     print(
         f"exact grad norms of {args.rows} rows (loop):      {t_norms * 1e3:9.2f} ms  = {t_norms / t_fb:.2f} x baseline"
     )
-    print(
-        f"fit + update + p + alpha, {args.pool}-row pool:   {t_fit * 1e3:9.3f} ms  = {t_fit / t_fb:.5f} x baseline"
-    )
+    print(f"fit + update + p + alpha, {args.pool}-row pool:   {t_fit * 1e3:9.3f} ms  = {t_fit / t_fb:.5f} x baseline")
     try:
         t_vmap = median_seconds(lambda: norms("vmap"), args.repeats)
         print(

@@ -90,7 +90,9 @@ def main() -> None:
     print(f"{'clock':<6}{'path':<10}{'seconds':>10}{'tokens/s':>12}")
     for c in clocks:
         for name in paths:
-            print(f"{c:<6}{name:<10}{statistics.median(seconds[c, name]):>10.4f}{statistics.median(rates[c, name]):>12.0f}")
+            print(
+                f"{c:<6}{name:<10}{statistics.median(seconds[c, name]):>10.4f}{statistics.median(rates[c, name]):>12.0f}"
+            )
     for c in clocks:
         kv, gen = rates[c, "kv"], rates[c, "generate"]
         pairs = statistics.median(a / b for a, b in zip(kv, gen, strict=True))

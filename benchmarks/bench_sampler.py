@@ -36,9 +36,7 @@ def main() -> None:
     t_build = median_seconds(lambda: build_alias(p), args.repeats)
     t_draw = median_seconds(lambda: draw(prob, alias, args.m, rng), args.repeats)
     t_alias = t_build + t_draw
-    t_torch = median_seconds(
-        lambda: torch.multinomial(p_t, args.m, replacement=True, generator=gen), args.repeats
-    )
+    t_torch = median_seconds(lambda: torch.multinomial(p_t, args.m, replacement=True, generator=gen), args.repeats)
     t_numpy = median_seconds(lambda: rng.choice(args.n, size=args.m, p=p), args.repeats)
 
     print(
@@ -54,12 +52,8 @@ def main() -> None:
     ]
     for name, t in rows:
         print(f"{name:<32}{t:>10.4f}{t / t_alias:>16.2f}")
-    print(
-        f"speed-up of alias (build+draw): {t_torch / t_alias:.2f}× vs torch, {t_numpy / t_alias:.2f}× vs numpy"
-    )
-    print(
-        f"re-draw from a built table:     {t_torch / t_draw:.2f}× vs torch, {t_numpy / t_draw:.2f}× vs numpy"
-    )
+    print(f"speed-up of alias (build+draw): {t_torch / t_alias:.2f}× vs torch, {t_numpy / t_alias:.2f}× vs numpy")
+    print(f"re-draw from a built table:     {t_torch / t_draw:.2f}× vs torch, {t_numpy / t_draw:.2f}× vs numpy")
 
 
 if __name__ == "__main__":

@@ -73,11 +73,18 @@ def main() -> None:
     write_data(root)
     results: dict[str, dict | str] = {}
     for method in ["stock", *args.methods]:
-        extra = [] if method == "stock" else [f"+algorithm.cost_aware.method={method}",
-                                              f"+algorithm.cost_aware.alpha={args.alpha}"]
+        extra = (
+            []
+            if method == "stock"
+            else [f"+algorithm.cost_aware.method={method}", f"+algorithm.cost_aware.alpha={args.alpha}"]
+        )
         try:
-            metrics, _ = launch(root, overrides(root, workers=args.workers, steps=args.steps, name=method,
-                                                gpu=args.gpu) + extra, name=method, gpu=args.gpu)
+            metrics, _ = launch(
+                root,
+                overrides(root, workers=args.workers, steps=args.steps, name=method, gpu=args.gpu) + extra,
+                name=method,
+                gpu=args.gpu,
+            )
             results[method] = summarise(metrics)
         except RuntimeError as err:
             results[method] = f"refused or failed: {refusal(str(err))}"
@@ -85,10 +92,14 @@ def main() -> None:
     stock = results["stock"]
     if not isinstance(stock, dict):
         raise SystemExit(f"stock verl did not run: {stock}")
-    print(f"verl main_ppo on {'CUDA (vLLM)' if args.gpu else 'the CPU (HF server)'}, {args.workers} worker(s), {args.steps} steps, 4 prompts x 8 a step; "
-          f"PO s = old_log_prob + ref + update_actor")
-    print("| method | PO tokens/step | PO s/step | update_actor s | gen s | time saved vs stock | "
-          "tokens saved vs stock | time saved / tokens saved | tokens saved (own pools) |")
+    print(
+        f"verl main_ppo on {'CUDA (vLLM)' if args.gpu else 'the CPU (HF server)'}, {args.workers} worker(s), {args.steps} steps, 4 prompts x 8 a step; "
+        f"PO s = old_log_prob + ref + update_actor"
+    )
+    print(
+        "| method | PO tokens/step | PO s/step | update_actor s | gen s | time saved vs stock | "
+        "tokens saved vs stock | time saved / tokens saved | tokens saved (own pools) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for method, r in results.items():
         if isinstance(r, str):
@@ -96,8 +107,10 @@ def main() -> None:
             continue
         time_saved, tokens_saved = 1 - r["po_s"] / stock["po_s"], 1 - r["tokens"] / stock["tokens"]
         ratio = f"{time_saved / tokens_saved:.2f}" if abs(tokens_saved) > 1e-9 else "-"
-        print(f"| {method} | {r['tokens']:.0f} | {r['po_s']:.3f} | {r['update_s']:.3f} | {r['gen_s']:.2f} | "
-              f"{time_saved:+.2f} | {tokens_saved:+.2f} | {ratio} | {r['own_saving']:+.2f} |")
+        print(
+            f"| {method} | {r['tokens']:.0f} | {r['po_s']:.3f} | {r['update_s']:.3f} | {r['gen_s']:.2f} | "
+            f"{time_saved:+.2f} | {tokens_saved:+.2f} | {ratio} | {r['own_saving']:+.2f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -244,7 +244,9 @@ def compare(base, ref, prof, batches, repeats: int, device: str = "cpu", sync=la
     lines = []
     for label, (kl, plugin_arms) in SETTINGS.items():
         arms = {"stock": build_trainer(copy.deepcopy(base), ref, prof, kl, [], device)}
-        arms.update({a: build_trainer(copy.deepcopy(base), ref, prof, kl, keys, device) for a, keys in plugin_arms.items()})
+        arms.update(
+            {a: build_trainer(copy.deepcopy(base), ref, prof, kl, keys, device) for a, keys in plugin_arms.items()}
+        )
         for trainer in arms.values():  # warm-up: allocator, autograd caches, optimiser state
             po_phase(trainer, batches[0], kl, 0, sync)
         runs: dict[str, list[dict[str, float]]] = {a: [] for a in arms}

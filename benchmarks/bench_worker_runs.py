@@ -53,9 +53,13 @@ def main() -> int:
         run_one(dataclasses.asdict(spec), dataclasses.asdict(profile), args.sft, str(path))
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         rec = json.loads(path.read_text())
-        split = ", ".join(f"{k} {rec[k]:.1f} s" for k in ("generation_seconds", "eval_seconds") if rec.get(k) is not None)
-        print(f"run {i} (lr x{scale:g}): wall {wall:.2f} s, cpu {cpu:.2f} s; po {rec['counters']['po_seconds']:.1f} s"
-              + (f", {split}" if split else ""))
+        split = ", ".join(
+            f"{k} {rec[k]:.1f} s" for k in ("generation_seconds", "eval_seconds") if rec.get(k) is not None
+        )
+        print(
+            f"run {i} (lr x{scale:g}): wall {wall:.2f} s, cpu {cpu:.2f} s; po {rec['counters']['po_seconds']:.1f} s"
+            + (f", {split}" if split else "")
+        )
         if i == 0:
             print("  held-out curve:", [(e["po_tokens"], e["heldout_accuracy"]) for e in rec["evals"]])
     if not args.out:

@@ -26,7 +26,9 @@ from costaware.experiments.tasks import get_task  # noqa: E402
 from costaware.integrations.verl import CostAwareConfig, plan_resampling  # noqa: E402
 
 ARMS = {
-    "p*, not merged, beta 1 (before)": dict(method="p_star", merge_duplicates=False, proxy="length_aware", proxy_beta=1.0),
+    "p*, not merged, beta 1 (before)": dict(
+        method="p_star", merge_duplicates=False, proxy="length_aware", proxy_beta=1.0
+    ),
     "p*, not merged, beta 0": dict(method="p_star", merge_duplicates=False, proxy="advantage"),
     "p*, merged, beta 1 (default)": dict(method="p_star", merge_duplicates=True, proxy="length_aware", proxy_beta=1.0),
     "nonzero": dict(method="nonzero"),

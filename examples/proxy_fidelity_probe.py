@@ -36,8 +36,14 @@ def capture_pools(sft: Path, loss_type: str, *, prompts: int, rounds: int, max_t
         n = next(iter(rows.values())).shape[0]
         flat = []
         for i in range(n):
-            g = torch.autograd.grad(loss_fn(model, {k: v[i : i + 1] for k, v in rows.items()}), params, allow_unused=True)
-            flat.append(torch.cat([(x if x is not None else torch.zeros_like(p)).reshape(-1) for x, p in zip(g, params, strict=True)]))
+            g = torch.autograd.grad(
+                loss_fn(model, {k: v[i : i + 1] for k, v in rows.items()}), params, allow_unused=True
+            )
+            flat.append(
+                torch.cat(
+                    [(x if x is not None else torch.zeros_like(p)).reshape(-1) for x, p in zip(g, params, strict=True)]
+                )
+            )
         G = torch.stack(flat).double()
         cost = (rows["prompt_mask"].sum(1) + rows["completion_mask"].sum(1)).double()
         pools.append((G.numpy(), rows["advantages"].double().numpy(), cost.numpy()))
@@ -47,15 +53,29 @@ def capture_pools(sft: Path, loss_type: str, *, prompts: int, rounds: int, max_t
     tasks = arith.make_tasks(prompts * rounds, min_terms=2, max_terms=max_terms, rng=np.random.default_rng(seed))
     rows = prompts * 8
     args = CostAwareGRPOConfig(
-        output_dir="/tmp/proxy-probe", cost_aware_method="none", loss_type=loss_type, beta=0.0, learning_rate=1e-12,
-        num_generations=8, per_device_train_batch_size=rows // 2, steps_per_generation=2, max_steps=2 * rounds,
-        max_completion_length=policy.max_response_tokens(max_terms) + 1, temperature=1.0, seed=seed, report_to="none",
-        use_cpu=True, save_strategy="no", disable_tqdm=True, cost_aware_diagnostics_interval=1,
+        output_dir="/tmp/proxy-probe",
+        cost_aware_method="none",
+        loss_type=loss_type,
+        beta=0.0,
+        learning_rate=1e-12,
+        num_generations=8,
+        per_device_train_batch_size=rows // 2,
+        steps_per_generation=2,
+        max_steps=2 * rounds,
+        max_completion_length=policy.max_response_tokens(max_terms) + 1,
+        temperature=1.0,
+        seed=seed,
+        report_to="none",
+        use_cpu=True,
+        save_strategy="no",
+        disable_tqdm=True,
+        cost_aware_diagnostics_interval=1,
         cost_aware_diagnostics_rows=rows,
     )
     data = Dataset.from_dict({"prompt": tasks.prompts, "answer": tasks.answers.tolist()})
-    trainer = CostAwareGRPOTrainer(model=model, args=args, reward_funcs=arith.arith_reward, train_dataset=data,
-                                   processing_class=tok)
+    trainer = CostAwareGRPOTrainer(
+        model=model, args=args, reward_funcs=arith.arith_reward, train_dataset=data, processing_class=tok
+    )
     trainer.per_row_grad_norms = grads  # the trainer's hook for the diagnostics' per-row gradients
     trainer.train()
     return pools
@@ -94,8 +114,9 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(2)
     for lt in args.loss_type:
-        pools = capture_pools(args.sft, lt, prompts=args.prompts, rounds=args.rounds, max_terms=args.max_terms,
-                              seed=args.seed)
+        pools = capture_pools(
+            args.sft, lt, prompts=args.prompts, rounds=args.rounds, max_terms=args.max_terms, seed=args.seed
+        )
         print(f"== loss_type={lt}")
         for G, a, c in pools:
             g = np.linalg.norm(G, axis=1)
@@ -103,11 +124,13 @@ def main() -> None:
             fid = diagnostics.proxy_fidelity(np.abs(a), g, c)
             slope = np.polyfit(np.log(c[nz]), np.log(g[nz] / np.abs(a[nz])), 1)[0]
             err = minibatch_error(G, a, c, len(a) // 2, np.random.default_rng(0))
-            print(f"  rows {len(a)} nonzero {int(nz.sum())}  pearson {fid['pearson']:.2f}  chi2 {fid['chi2']:.2f}  "
-                  f"slope {slope:.2f}  J/J_unif {fid['j_vs_uniform']:.2f}  J*/J_unif "
-                  f"{theory.J_optimal(g, c) / theory.J(dist.uniform(len(g)), g, c):.2f}  "
-                  f"mini-batch rel.err² baseline {err['baseline'][0]:.2f} ({err['baseline'][1]:.0f} tok), "
-                  f"p* {err['p*'][0]:.2f} ({err['p*'][1]:.0f} tok)")
+            print(
+                f"  rows {len(a)} nonzero {int(nz.sum())}  pearson {fid['pearson']:.2f}  chi2 {fid['chi2']:.2f}  "
+                f"slope {slope:.2f}  J/J_unif {fid['j_vs_uniform']:.2f}  J*/J_unif "
+                f"{theory.J_optimal(g, c) / theory.J(dist.uniform(len(g)), g, c):.2f}  "
+                f"mini-batch rel.err² baseline {err['baseline'][0]:.2f} ({err['baseline'][1]:.0f} tok), "
+                f"p* {err['p*'][0]:.2f} ({err['p*'][1]:.0f} tok)"
+            )
 
 
 if __name__ == "__main__":

@@ -34,8 +34,15 @@ def cost_to_target(x, y, costs, *, cost_aware: bool, steps: int, target: float, 
     w = torch.zeros(x.shape[1])
     lr = 0.5 / float((x**2).sum(1).mean())
     if cost_aware:  # start from G ∝ ‖x_i‖·|y_i| (w = 0), refresh from each batch's residuals
-        sampler = CostAwareSampler(costs, (x.norm(dim=1) * y.abs()), alpha=0.1, num_samples=steps * 8,
-                                   weights="raw", seed=seed, yield_weights=True)
+        sampler = CostAwareSampler(
+            costs,
+            (x.norm(dim=1) * y.abs()),
+            alpha=0.1,
+            num_samples=steps * 8,
+            weights="raw",
+            seed=seed,
+            yield_weights=True,
+        )
         loader = DataLoader(WeightedIndexDataset(TensorDataset(x, y)), batch_size=8, sampler=sampler)
     else:
         g = torch.Generator().manual_seed(seed)
@@ -67,8 +74,10 @@ def main() -> None:
     for seed in range(3):
         uniform = cost_to_target(x, y, costs, cost_aware=False, steps=opts.steps, target=target, seed=seed)
         aware = cost_to_target(x, y, costs, cost_aware=True, steps=opts.steps, target=target, seed=seed)
-        print(f"seed {seed}: cost to reach loss {target:.2f}: uniform {uniform:,.0f}, cost-aware {aware:,.0f} "
-              f"({aware / uniform:.2f}x)")
+        print(
+            f"seed {seed}: cost to reach loss {target:.2f}: uniform {uniform:,.0f}, cost-aware {aware:,.0f} "
+            f"({aware / uniform:.2f}x)"
+        )
 
 
 if __name__ == "__main__":

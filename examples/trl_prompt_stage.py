@@ -41,22 +41,41 @@ def main() -> None:
     prompts = [f"{a}+{b}=" * (1 + (a * b) % 4) for a in range(8) for b in range(4)]  # 32, lengths vary
     with tempfile.TemporaryDirectory() as out:
         args = CostAwareGRPOConfig(
-            output_dir=out, loss_type="grpo", cost_aware_rollout=opts.rollout, num_train_epochs=opts.epochs,
-            num_generations=8, per_device_train_batch_size=16, steps_per_generation=4, max_completion_length=8,
-            learning_rate=3e-3, logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True, seed=0,
+            output_dir=out,
+            loss_type="grpo",
+            cost_aware_rollout=opts.rollout,
+            num_train_epochs=opts.epochs,
+            num_generations=8,
+            per_device_train_batch_size=16,
+            steps_per_generation=4,
+            max_completion_length=8,
+            learning_rate=3e-3,
+            logging_steps=1,
+            report_to="none",
+            save_strategy="no",
+            disable_tqdm=True,
+            seed=0,
         )
-        trainer = CostAwareGRPOTrainer(model=model, args=args, reward_funcs=digit_reward,
-                                       train_dataset=datasets.Dataset.from_dict({"prompt": prompts}),
-                                       processing_class=tok)
+        trainer = CostAwareGRPOTrainer(
+            model=model,
+            args=args,
+            reward_funcs=digit_reward,
+            train_dataset=datasets.Dataset.from_dict({"prompt": prompts}),
+            processing_class=tok,
+        )
         trainer.train()
     rounds = [h for h in trainer.state.log_history if "cost_aware/prompts/generated" in h]
-    print(f"{opts.rollout}: {trainer.state.global_step} optimiser steps, {len(rounds)} rounds "
-          f"of {trainer.prompt_stage.batch} prompts from {len(prompts)}")
+    print(
+        f"{opts.rollout}: {trainer.state.global_step} optimiser steps, {len(rounds)} rounds "
+        f"of {trainer.prompt_stage.batch} prompts from {len(prompts)}"
+    )
     for h in rounds:
-        print(f"  step {h['step']:>3}: examined {h['cost_aware/prompts/examined']:.0f}, "
-              f"unique {h['cost_aware/prompts/unique']:.0f}, weights mean {h['cost_aware/prompts/weight_mean']:.2f} "
-              f"max {h['cost_aware/prompts/weight_max']:.2f}, zero-variance groups "
-              f"{h['cost_aware/prompts/zero_variance_share']:.0%}, reward {h['reward']:.3f}")
+        print(
+            f"  step {h['step']:>3}: examined {h['cost_aware/prompts/examined']:.0f}, "
+            f"unique {h['cost_aware/prompts/unique']:.0f}, weights mean {h['cost_aware/prompts/weight_mean']:.2f} "
+            f"max {h['cost_aware/prompts/weight_max']:.2f}, zero-variance groups "
+            f"{h['cost_aware/prompts/zero_variance_share']:.0%}, reward {h['reward']:.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -34,20 +34,35 @@ def main() -> None:
     prompts = [f"{a}+{b}=" * (1 + (a * b) % 4) for a in range(10) for b in range(10)]
     with tempfile.TemporaryDirectory() as out:
         args = CostAwareGRPOConfig(
-            output_dir=out, use_cpu=True,  # a CPU process group (gloo); leave it out on GPUs
-            num_generations=8, per_device_train_batch_size=8,  # 16 rows per optimiser step over both processes
-            steps_per_generation=4, max_completion_length=12, max_steps=8, learning_rate=3e-3, logging_steps=4,
-            report_to="none", save_strategy="no", disable_tqdm=True, seed=0,
+            output_dir=out,
+            use_cpu=True,  # a CPU process group (gloo); leave it out on GPUs
+            num_generations=8,
+            per_device_train_batch_size=8,  # 16 rows per optimiser step over both processes
+            steps_per_generation=4,
+            max_completion_length=12,
+            max_steps=8,
+            learning_rate=3e-3,
+            logging_steps=4,
+            report_to="none",
+            save_strategy="no",
+            disable_tqdm=True,
+            seed=0,
         )
-        trainer = CostAwareGRPOTrainer(model=model, args=args, reward_funcs=digit_reward,
-                                       train_dataset=datasets.Dataset.from_dict({"prompt": prompts}),
-                                       processing_class=tok)
+        trainer = CostAwareGRPOTrainer(
+            model=model,
+            args=args,
+            reward_funcs=digit_reward,
+            train_dataset=datasets.Dataset.from_dict({"prompt": prompts}),
+            processing_class=tok,
+        )
         trainer.train()
     st = trainer.cost_aware_state
     if trainer.accelerator.is_main_process:
-        print(f"{trainer.accelerator.num_processes} processes ({args.parallel_mode.value}), method "
-              f"{args.resolved_method}: {int(st['tokens'])} policy-optimisation tokens over both processes "
-              f"against {int(st['tokens_plain'])} for plain GRPO; {int(st['generations'])} generation batches")
+        print(
+            f"{trainer.accelerator.num_processes} processes ({args.parallel_mode.value}), method "
+            f"{args.resolved_method}: {int(st['tokens'])} policy-optimisation tokens over both processes "
+            f"against {int(st['tokens_plain'])} for plain GRPO; {int(st['generations'])} generation batches"
+        )
 
 
 if __name__ == "__main__":

@@ -239,24 +239,30 @@ def verl_loop_check(a: argparse.Namespace) -> list[str]:
     import subprocess
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    cmd = [a.verl_python, os.path.join(root, "benchmarks", "bench_verl_e2e.py"), "--gpu", "--steps",
-           str(a.verl_steps), "--out", os.path.join(os.path.abspath(a.out), "verl_loop")]
+    cmd = [
+        a.verl_python,
+        os.path.join(root, "benchmarks", "bench_verl_e2e.py"),
+        "--gpu",
+        "--steps",
+        str(a.verl_steps),
+        "--out",
+        os.path.join(os.path.abspath(a.out), "verl_loop"),
+    ]
     print("verl loop: " + " ".join(cmd), flush=True)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     print(proc.stdout, flush=True)
     if proc.returncode != 0:
         return [f"verl loop: bench_verl_e2e.py exited {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}"]
-    return [f"verl loop: {line}" for line in proc.stdout.splitlines() if "refused or failed" in line
-            and "p_star" in line]
+    return [
+        f"verl loop: {line}" for line in proc.stdout.splitlines() if "refused or failed" in line and "p_star" in line
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cpu", action="store_true", help="run on CPU in float32 (dry run)")
     p.add_argument("--tiny", action="store_true", help="a ~10k-parameter model instead of ~75M")
-    p.add_argument(
-        "--rounds", type=int, default=None, help="generation rounds per method (default 4; tiny 2)"
-    )
+    p.add_argument("--rounds", type=int, default=None, help="generation rounds per method (default 4; tiny 2)")
     p.add_argument("--methods", default="none,nonzero,p_star", help="comma-separated cost_aware_method values")
     p.add_argument("--size", choices=sorted(SIZES), default="qwen2-0.5b", help="model size (default: %(default)s)")
     p.add_argument("--skip-verl", action="store_true", help="skip the verl PO-phase check")

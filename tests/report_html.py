@@ -114,9 +114,21 @@ def _run(args: list[str], timeout: float = 120) -> str:
     import tempfile
 
     with tempfile.TemporaryDirectory() as home:  # a fresh profile: no state from another run
-        out = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                              f"--user-data-dir={home}", *args], capture_output=True, text=True, timeout=timeout,
-                             check=True)
+        out = subprocess.run(
+            [
+                chromium(),
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+                f"--user-data-dir={home}",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=True,
+        )
     return out.stdout
 
 
@@ -136,11 +148,13 @@ def layout(html_path, *, width: int = SCREEN[0], height: int = SCREEN[1]) -> dic
     import tempfile
     from pathlib import Path
 
-    probe = ("<script>window.addEventListener('load',()=>{const t=document.querySelector('#opening table');"
-             "const r=t?t.getBoundingClientRect():null;const d=document.createElement('pre');d.id='probe';"
-             "d.textContent=JSON.stringify({opening_bottom:r?r.bottom:null,opening_width:r?r.width:null,"
-             "page_width:document.documentElement.scrollWidth,viewport:[innerWidth,innerHeight],"
-             "opening_text:t?t.innerText:''});document.body.appendChild(d);});</script>")
+    probe = (
+        "<script>window.addEventListener('load',()=>{const t=document.querySelector('#opening table');"
+        "const r=t?t.getBoundingClientRect():null;const d=document.createElement('pre');d.id='probe';"
+        "d.textContent=JSON.stringify({opening_bottom:r?r.bottom:null,opening_width:r?r.width:null,"
+        "page_width:document.documentElement.scrollWidth,viewport:[innerWidth,innerHeight],"
+        "opening_text:t?t.innerText:''});document.body.appendChild(d);});</script>"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         page = Path(tmp) / "page.html"
         shutil.copy(html_path, page)

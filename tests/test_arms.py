@@ -57,8 +57,13 @@ def old_run_spec_arm(s) -> str:  # RunSpec.arm, the run file's name
 
 
 _OLD_LABELS = dict(labels.LABELS)
-_OLD_OPTIONS = {"raw": "raw weights", "tokens": "tokens/step matched", "advantage": "paper's proxy |A|",
-                "calibrated": "calibrated proxy", "length_aware": "length-aware proxy"}
+_OLD_OPTIONS = {
+    "raw": "raw weights",
+    "tokens": "tokens/step matched",
+    "advantage": "paper's proxy |A|",
+    "calibrated": "calibrated proxy",
+    "length_aware": "length-aware proxy",
+}
 
 
 def old_label(arm: str, *, learning_rate=None, default_lr=None) -> str:  # report.labels.label, on the key
@@ -90,14 +95,22 @@ PROFILE_SETS = {**PROFILES, "full+long": dataclasses.replace(PROFILES["full"], l
 
 def _specs(*, new: bool = False) -> list[RunSpec]:
     """Every profile's specs that existed before Arm (``new``: only the prompt-stage group's, added after)."""
-    return [s for p in PROFILE_SETS.values() for s in run_specs(p)
-            if (s.group in NEW_GROUPS or s.task in NEW_TASKS) == new]
+    return [
+        s for p in PROFILE_SETS.values() for s in run_specs(p) if (s.group in NEW_GROUPS or s.task in NEW_TASKS) == new
+    ]
 
 
 def _run_id(spec: RunSpec, lr: float = 1e-4) -> RunId:  # as runs.run_one builds it
     loss = "sft" if spec.method == "sft" else ("grpo" if spec.loss_type == "profile" else spec.loss_type)
-    return RunId(task=spec.task, seed=spec.seed, learning_rate=lr * spec.lr_scale, loss_type=loss,
-                 setting=spec.setting, group=spec.group, **arm_fields(spec))
+    return RunId(
+        task=spec.task,
+        seed=spec.seed,
+        learning_rate=lr * spec.lr_scale,
+        loss_type=loss,
+        setting=spec.setting,
+        group=spec.group,
+        **arm_fields(spec),
+    )
 
 
 # ---------------------------------------------------------------- keys, slugs and labels unchanged
@@ -118,14 +131,18 @@ def test_every_profile_arm_has_its_old_key_slug_and_label():
         assert spec.slug == old_run_spec_arm(spec), spec
         assert label(arm) == old_label(arm.key), spec
         assert label(arm, learning_rate=rid.learning_rate, default_lr=1e-4) == old_label(
-            arm.key, learning_rate=rid.learning_rate, default_lr=1e-4)
+            arm.key, learning_rate=rid.learning_rate, default_lr=1e-4
+        )
 
 
 @pytest.mark.parametrize("name", sorted(PINNED_RUN_FILES))
 def test_run_file_names_are_the_ones_recorded_before_arms(name):
     profile = PROFILE_SETS[name]
-    names = sorted(run_file(Path("o"), s, profile).name for s in run_specs(profile)
-                   if s.group not in NEW_GROUPS and s.task not in NEW_TASKS)
+    names = sorted(
+        run_file(Path("o"), s, profile).name
+        for s in run_specs(profile)
+        if s.group not in NEW_GROUPS and s.task not in NEW_TASKS
+    )
     assert (len(names), hashlib.sha256("\n".join(names).encode()).hexdigest()) == PINNED_RUN_FILES[name]
 
 
@@ -143,10 +160,14 @@ def test_prompt_stage_arms_have_their_own_keys_files_and_labels():
 
 
 _arms = st.builds(
-    Arm, method=st.sampled_from(["none", "nonzero", "p_star", "p_smooth", "pods", "inv_sqrt_cost", "sft"]),
-    weights=st.sampled_from(["centred", "raw"]), alpha=st.sampled_from([DEFAULT_ALPHA, 0.05, 0.1, 0.5]),
-    proxy_noise=st.sampled_from([0.0, 0.1, 1.0, 2.5]), step_budget=st.sampled_from(["rows", "tokens"]),
-    proxy=st.sampled_from(["auto", "advantage", "calibrated", "length_aware"]))
+    Arm,
+    method=st.sampled_from(["none", "nonzero", "p_star", "p_smooth", "pods", "inv_sqrt_cost", "sft"]),
+    weights=st.sampled_from(["centred", "raw"]),
+    alpha=st.sampled_from([DEFAULT_ALPHA, 0.05, 0.1, 0.5]),
+    proxy_noise=st.sampled_from([0.0, 0.1, 1.0, 2.5]),
+    step_budget=st.sampled_from(["rows", "tokens"]),
+    proxy=st.sampled_from(["auto", "advantage", "calibrated", "length_aware"]),
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -174,11 +195,19 @@ def test_alpha_is_part_of_p_smooth_alone():
 def test_every_option_has_one_key_part_and_a_label():
     options = [f.name for f in dataclasses.fields(Arm) if f.name != "method"]
     assert [name for name, _ in KEY_PARTS] == options  # key order is field order
-    every = Arm("p_smooth", weights="raw", alpha=0.05, proxy_noise=0.1, step_budget="tokens", proxy="calibrated",
-                rollout="greso")
+    every = Arm(
+        "p_smooth",
+        weights="raw",
+        alpha=0.05,
+        proxy_noise=0.1,
+        step_budget="tokens",
+        proxy="calibrated",
+        rollout="greso",
+    )
     assert [name for name, _ in every.options()] == options
-    assert label(every) == ("p*_smooth(0.05) (raw weights, σ²=0.1, tokens/step matched, calibrated proxy, "
-                            "GRESO skip, biased)")
+    assert label(every) == (
+        "p*_smooth(0.05) (raw weights, σ²=0.1, tokens/step matched, calibrated proxy, GRESO skip, biased)"
+    )
 
 
 @pytest.mark.parametrize(("kw", "name"), [
@@ -211,8 +240,14 @@ def _colon_parses(path: Path) -> list[tuple[str, int]]:
     def visit(node: ast.AST, fn: str) -> None:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             fn = node.name
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _ID_PARSERS
-                and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value == ":"):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in _ID_PARSERS
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and node.args[0].value == ":"
+        ):
             out.append((fn, node.lineno))
         for child in ast.iter_child_nodes(node):
             visit(child, fn)
@@ -223,8 +258,9 @@ def _colon_parses(path: Path) -> list[tuple[str, int]]:
 
 def test_nothing_in_experiments_or_report_parses_an_id_at_its_colons():
     found = []
-    for path in sorted([*(SRC / "experiments").glob("*.py"), *(SRC / "report").glob("*.py"), SRC / "arms.py",
-                        SRC / "records.py"]):
+    for path in sorted(
+        [*(SRC / "experiments").glob("*.py"), *(SRC / "report").glob("*.py"), SRC / "arms.py", SRC / "records.py"]
+    ):
         rel = str(path.relative_to(SRC))
         found += [(rel, fn, line) for fn, line in _colon_parses(path) if (rel, fn) not in _ALLOWED_PARSES]
     assert not found, f"ids parsed back from strings: {found}"

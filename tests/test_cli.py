@@ -85,7 +85,9 @@ def test_reproduce_out_pointing_at_a_file(tmp_path):
 
 
 def test_synthetic_bad_trials_or_out_file_is_a_one_line_error(tmp_path):
-    _one_line_error(_cli("synthetic", "--quick", "--trials", "-1", "--out", str(tmp_path / "o")), "synthetic", "--trials")
+    _one_line_error(
+        _cli("synthetic", "--quick", "--trials", "-1", "--out", str(tmp_path / "o")), "synthetic", "--trials"
+    )
     (tmp_path / "f").write_text("x")
     _one_line_error(_cli("synthetic", "--quick", "--out", str(tmp_path / "f")), "synthetic", "--out")
 
@@ -222,7 +224,9 @@ def test_eval_bad_arguments_are_refused_before_out_and_model(tmp_path, capsys, n
 
 def test_eval_responses_errors_and_k(tmp_path, capsys, no_model_load):
     gen = tmp_path / "gen.jsonl"
-    gen.write_text(json.dumps({"id": "gsm8k-0", "responses": ["a", "b"]}) + "\n" + '{"id": "gsm8k-1", "responses": ["a"\n')
+    gen.write_text(
+        json.dumps({"id": "gsm8k-0", "responses": ["a", "b"]}) + "\n" + '{"id": "gsm8k-1", "responses": ["a"\n'
+    )
     base = ["eval", "--responses", str(gen), "--benchmark", "gsm8k", "--data", str(FIXTURES / "gsm8k_test.jsonl"),
             "--out", str(tmp_path / "out")]  # fmt: skip
     for extra, needle in (([], "gen.jsonl:2: not valid JSON"), (["--limit", "1", "--k", "3"], "--k must equal"),

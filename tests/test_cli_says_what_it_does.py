@@ -10,8 +10,21 @@ from costaware.experiments.profile import PROFILES, run_specs
 
 
 def test_show_profile_prints_the_profile_that_would_run(tmp_path, capsys):
-    assert main(["reproduce", "--show-profile", "--profile", "quick", "--set", "hidden_size=96",
-                 "--out", str(tmp_path / "out")]) == 0
+    assert (
+        main(
+            [
+                "reproduce",
+                "--show-profile",
+                "--profile",
+                "quick",
+                "--set",
+                "hidden_size=96",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     quick = PROFILES["quick"]
     runs = len(run_specs(dataclasses.replace(quick, hidden_size=96)))

@@ -182,9 +182,7 @@ def test_bad_values_raise_value_error_naming_the_argument():
         dist.importance_weights([1.0, 0.0], [1])
 
 
-@pytest.mark.parametrize(
-    "n", [np.inf, -np.inf, np.nan, 1e30, 10**30, 2**63, np.float64(1e19), 2.5, True, None, "3"]
-)
+@pytest.mark.parametrize("n", [np.inf, -np.inf, np.nan, 1e30, 10**30, 2**63, np.float64(1e19), 2.5, True, None, "3"])
 def test_uniform_rejects_non_integer_infinite_or_huge_n(n):
     with pytest.raises(ValueError, match=rf"n must be a positive integer.*got {re.escape(repr(n))}"):
         dist.uniform(n)

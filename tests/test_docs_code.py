@@ -18,7 +18,9 @@ FENCE = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 def python_blocks() -> list[tuple[str, int, str]]:
     """(page, block number, code) of every ```python block."""
-    return [(p.relative_to(ROOT).as_posix(), k, code) for p in PAGES for k, code in enumerate(FENCE.findall(p.read_text()))]
+    return [
+        (p.relative_to(ROOT).as_posix(), k, code) for p in PAGES for k, code in enumerate(FENCE.findall(p.read_text()))
+    ]
 
 
 BLOCKS = python_blocks()
@@ -34,10 +36,15 @@ def test_code_block_runs(tmp_path, page, k, code):
         pytest.importorskip("trl", reason="the 'trl' extra is not installed")
     script = tmp_path / "block.py"
     script.write_text(code)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600,
-                          cwd=tmp_path, env=env)
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env
+    )
     assert proc.returncode == 0, f"{page} block {k}:\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}"
 
 

@@ -177,7 +177,8 @@ def test_ratios_and_optimum_are_scale_free_and_exact(gp, cp, a, b):
     want = {
         "ratio_optimal_to_uniform": sg**2 / (sum(g * g for g in Gm) * sum(cm)),
         "ratio_optimal_to_variance": sg**2 / (sum(Gm) * sum(g * x for g, x in zip(Gm, cm, strict=True))),
-        "ratio_variance_to_uniform": sum(Gm) * sum(g * x for g, x in zip(Gm, cm, strict=True))
+        "ratio_variance_to_uniform": sum(Gm)
+        * sum(g * x for g, x in zip(Gm, cm, strict=True))
         / (sum(g * g for g in Gm) * sum(cm)),
     }
     for name, w in want.items():
@@ -315,7 +316,9 @@ def test_checks_docstring_states_the_rule():
     assert "ValueError" in doc and "TypeError" in doc and "np.int64(2)" in doc
 
 
-@pytest.mark.parametrize("module", [dist, theory, cost, proxy_quality, lower_bounds, alias, subset, _checks], ids=lambda m: m.__name__)
+@pytest.mark.parametrize(
+    "module", [dist, theory, cost, proxy_quality, lower_bounds, alias, subset, _checks], ids=lambda m: m.__name__
+)
 def test_module_doctests_pass(module):
     res = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert res.failed == 0

@@ -38,18 +38,24 @@ def _never(m: int) -> np.ndarray:
 # -- the prompt stage ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kwargs, name", [
-    ({"max_calls": 2**40}, "max_calls"),
-    ({"max_calls": MAX_CALLS + 1}, "max_calls"),
-    ({"candidates_per_call": 2**40}, "candidates_per_call"),
-    ({"batch_size": 2**40}, "batch_size"),
-    ({"candidates_per_call": MAX_PROMPTS, "max_calls": MAX_CALLS}, "candidates_per_call"),
-    ({"max_calls": 2.5}, "max_calls"),
-])
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"max_calls": 2**40}, "max_calls"),
+        ({"max_calls": MAX_CALLS + 1}, "max_calls"),
+        ({"candidates_per_call": 2**40}, "candidates_per_call"),
+        ({"batch_size": 2**40}, "batch_size"),
+        ({"candidates_per_call": MAX_PROMPTS, "max_calls": MAX_CALLS}, "candidates_per_call"),
+        ({"max_calls": 2.5}, "max_calls"),
+    ],
+)
 def test_fill_prompt_batch_bounds_its_loop_and_arrays(kwargs, name):
     args = {"batch_size": 1, "candidates_per_call": 1, "max_calls": 4} | kwargs
-    raises(ValueError, name, lambda: fill_prompt_batch(_never, [0.0], args.pop("batch_size"),
-                                                       args.pop("candidates_per_call"), **args))
+    raises(
+        ValueError,
+        name,
+        lambda: fill_prompt_batch(_never, [0.0], args.pop("batch_size"), args.pop("candidates_per_call"), **args),
+    )
 
 
 def test_fill_prompt_batch_takes_integral_floats_and_numpy_counts():
@@ -59,16 +65,25 @@ def test_fill_prompt_batch_takes_integral_floats_and_numpy_counts():
 
 @pytest.mark.parametrize("method", [uniform_prompts(), cost_aware_prompts()])
 def test_prompt_stage_bounds_an_unbiased_round(method):
-    raises(ValueError, "prompts_per_round",
-           lambda: PromptStage(method, num_prompts=4, group_size=2, prompts_per_round=2**40).draw())
-    raises(ValueError, "max_candidate_batches",
-           lambda: PromptStage(method, num_prompts=4, group_size=2, prompts_per_round=2, max_candidate_batches=2**40))
+    raises(
+        ValueError,
+        "prompts_per_round",
+        lambda: PromptStage(method, num_prompts=4, group_size=2, prompts_per_round=2**40).draw(),
+    )
+    raises(
+        ValueError,
+        "max_candidate_batches",
+        lambda: PromptStage(method, num_prompts=4, group_size=2, prompts_per_round=2, max_candidate_batches=2**40),
+    )
 
 
 def test_prompt_stage_refuses_a_group_of_one_at_construction():
     # cost_aware_prompts used to accept it and fail inside draw(): one completion has no advantage
-    raises(ValueError, "group_size", lambda: PromptStage(cost_aware_prompts(), num_prompts=4, group_size=1,
-                                                         prompts_per_round=2))
+    raises(
+        ValueError,
+        "group_size",
+        lambda: PromptStage(cost_aware_prompts(), num_prompts=4, group_size=1, prompts_per_round=2),
+    )
     stage = PromptStage(cost_aware_prompts(), num_prompts=4, group_size=2.0, prompts_per_round=np.int64(2))
     assert stage.draw().prompt_ids.size == 2
 
@@ -86,11 +101,21 @@ def test_analyse_names_records_of_the_wrong_type(records):
     raises(TypeError, "records", lambda: analyse(records))
 
 
-@pytest.mark.parametrize("key, value", [
-    ("successes", float("nan")), ("failures", -1.0), ("length_sum", float("inf")), ("length_weight", float("nan")),
-    ("last_round", float("nan")), ("last_round", -2), ("status", 7), ("status", float("nan")),
-    ("zero_streak", 1.5), ("prompt_tokens", -3.0),
-])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("successes", float("nan")),
+        ("failures", -1.0),
+        ("length_sum", float("inf")),
+        ("length_weight", float("nan")),
+        ("last_round", float("nan")),
+        ("last_round", -2),
+        ("status", 7),
+        ("status", float("nan")),
+        ("zero_streak", 1.5),
+        ("prompt_tokens", -3.0),
+    ],
+)
 def test_prompt_state_refuses_impossible_saved_values(key, value):
     state = PromptState(StateConfig(group_size=2), 2)
     state.update([0, 1], [[1, 0], [1, 1]], [[3, 4], [5, 6]], round=0)
@@ -114,37 +139,53 @@ _VOCAB = _MODEL.get_input_embeddings().weight.shape[0]
 
 
 def _generate(prompts=((4, 5),), **kwargs):
-    args = {"max_new_tokens": 3, "eos_token_ids": _TOK.eos_token_id, "pad_token_id": _TOK.pad_token_id,
-            "generator": torch.Generator().manual_seed(0)} | kwargs
+    args = {
+        "max_new_tokens": 3,
+        "eos_token_ids": _TOK.eos_token_id,
+        "pad_token_id": _TOK.pad_token_id,
+        "generator": torch.Generator().manual_seed(0),
+    } | kwargs
     return kv_generate(_MODEL, prompts, **args)
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"max_new_tokens": np.int64(3)}, {"max_new_tokens": 3.0}, {"pad_token_id": np.int64(_TOK.pad_token_id)},
-    {"pad_token_id": float(_TOK.pad_token_id)}, {"eos_token_ids": np.int64(_TOK.eos_token_id)},
-    {"eos_token_ids": np.array([_TOK.eos_token_id])}, {"prompts": torch.tensor([[4, 5]])},
-    {"prompts": np.array([[4, 5]])}, {"prompts": [torch.tensor([4, 5])]}, {"prompts": [[4.0, 5.0]]},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_new_tokens": np.int64(3)},
+        {"max_new_tokens": 3.0},
+        {"pad_token_id": np.int64(_TOK.pad_token_id)},
+        {"pad_token_id": float(_TOK.pad_token_id)},
+        {"eos_token_ids": np.int64(_TOK.eos_token_id)},
+        {"eos_token_ids": np.array([_TOK.eos_token_id])},
+        {"prompts": torch.tensor([[4, 5]])},
+        {"prompts": np.array([[4, 5]])},
+        {"prompts": [torch.tensor([4, 5])]},
+        {"prompts": [[4.0, 5.0]]},
+    ],
+)
 def test_kv_generate_takes_numpy_and_integral_inputs_as_the_plain_ones(kwargs):
     assert _generate(**kwargs).sequences.tolist() == _generate().sequences.tolist()
 
 
-@pytest.mark.parametrize("kwargs, exc, name", [
-    ({"max_new_tokens": 10**30}, ValueError, "max_new_tokens"),
-    ({"max_new_tokens": 2**40}, ValueError, "max_new_tokens"),
-    ({"max_new_tokens": 2.5}, ValueError, "max_new_tokens"),
-    ({"pad_token_id": 10**6}, ValueError, "pad_token_id"),
-    ({"pad_token_id": -1}, ValueError, "pad_token_id"),
-    ({"eos_token_ids": [10**6]}, ValueError, "eos_token_ids"),
-    ({"eos_token_ids": []}, ValueError, "eos_token_ids"),
-    ({"prompts": [[1.5, 2.7]]}, ValueError, "prompts"),
-    ({"prompts": [[float("nan")]]}, ValueError, "prompts"),
-    ({"prompts": [[4, 10**6]]}, ValueError, "prompts"),
-    ({"prompts": [[]]}, ValueError, "prompts"),
-    ({"prompts": None}, TypeError, "prompts"),
-    ({"prompts": "ab"}, TypeError, "prompts"),
-    ({"params": {"top_k": 2}}, TypeError, "params"),
-])
+@pytest.mark.parametrize(
+    "kwargs, exc, name",
+    [
+        ({"max_new_tokens": 10**30}, ValueError, "max_new_tokens"),
+        ({"max_new_tokens": 2**40}, ValueError, "max_new_tokens"),
+        ({"max_new_tokens": 2.5}, ValueError, "max_new_tokens"),
+        ({"pad_token_id": 10**6}, ValueError, "pad_token_id"),
+        ({"pad_token_id": -1}, ValueError, "pad_token_id"),
+        ({"eos_token_ids": [10**6]}, ValueError, "eos_token_ids"),
+        ({"eos_token_ids": []}, ValueError, "eos_token_ids"),
+        ({"prompts": [[1.5, 2.7]]}, ValueError, "prompts"),
+        ({"prompts": [[float("nan")]]}, ValueError, "prompts"),
+        ({"prompts": [[4, 10**6]]}, ValueError, "prompts"),
+        ({"prompts": [[]]}, ValueError, "prompts"),
+        ({"prompts": None}, TypeError, "prompts"),
+        ({"prompts": "ab"}, TypeError, "prompts"),
+        ({"params": {"top_k": 2}}, TypeError, "params"),
+    ],
+)
 def test_kv_generate_names_the_bad_argument(kwargs, exc, name):
     raises(exc, name, lambda: _generate(**kwargs))
 
@@ -172,8 +213,15 @@ def test_pods_plans_take_an_integral_float_group_size(method):
     adv, costs, rewards = [1.0, -1.0, 0.5, -0.5], [3.0, 4.0, 5.0, 6.0], [1.0, 0.0, 1.0, 0.0]
 
     def plan(g):
-        return plan_minibatches(adv, costs, num_minibatches=1, config=SamplingConfig(method), rewards=rewards,
-                                group_size=g, generator=torch.Generator().manual_seed(0))
+        return plan_minibatches(
+            adv,
+            costs,
+            num_minibatches=1,
+            config=SamplingConfig(method),
+            rewards=rewards,
+            group_size=g,
+            generator=torch.Generator().manual_seed(0),
+        )
 
     want = plan(2)
     for g in (2.0, np.int64(2)):
@@ -202,7 +250,8 @@ def test_plan_round_takes_integral_floats_and_names_step_and_seed():
     want = _round()
     got = _round(step=3.0, seed=np.int64(0))
     assert got.seed == want.seed and [s.shard.global_rows.tolist() for s in got.steps[0]] == [
-        s.shard.global_rows.tolist() for s in want.steps[0]]
+        s.shard.global_rows.tolist() for s in want.steps[0]
+    ]
     raises(ValueError, "step", lambda: _round(step=2.5))
     raises(ValueError, "step", lambda: _round(step=-1))
     raises(ValueError, "seed", lambda: _round(seed=float("nan")))
@@ -234,13 +283,16 @@ def test_suboptimality_of_an_underflowed_cost_biased_mass_is_finite_or_an_error(
     assert theory.suboptimality([0.0, 1.0], [1.0, 1.0], [1.0, 1.0]) == float("inf")  # documented: p misses a row
 
 
-@pytest.mark.parametrize("call", [
-    lambda: theory.S([1e-300, 1.0], [1e10, 1.0]),
-    lambda: theory.J([1e-300, 1.0], [1e10, 1.0], [1.0, 1.0]),
-    lambda: theory.expected_cost(0.1, [1e-300, 1.0], [1e10, 1.0], [1.0, 1.0], D=1.0),
-    lambda: theory.chi2_divergence([0.5, 0.5], [5e-324, 1.0]),
-    lambda: proxy.predicted_j_ratios([1e-310, 1.0], [0.5, 1.0], [1.0, 1.0]),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: theory.S([1e-300, 1.0], [1e10, 1.0]),
+        lambda: theory.J([1e-300, 1.0], [1e10, 1.0], [1.0, 1.0]),
+        lambda: theory.expected_cost(0.1, [1e-300, 1.0], [1e10, 1.0], [1.0, 1.0], D=1.0),
+        lambda: theory.chi2_divergence([0.5, 0.5], [5e-324, 1.0]),
+        lambda: proxy.predicted_j_ratios([1e-310, 1.0], [0.5, 1.0], [1.0, 1.0]),
+    ],
+)
 def test_a_result_beyond_float64_is_a_value_error(call):
     raises(ValueError, "overflows", call)
 
@@ -268,13 +320,29 @@ def test_proxy_fidelity_reports_an_undefined_pearson_as_nan_and_the_rest_finite(
 def test_cli_error_for_a_binary_file_names_the_file(tmp_path, job, suffix):
     path = tmp_path / f"data{suffix}"
     path.write_bytes(bytes(range(128, 256)) * 4)
-    args = (["rollouts", "analyse", str(path)] if job == "rollouts" else
-            ["eval", "--responses", str(path.with_suffix(".jsonl")), "--benchmark", "gsm8k", "--data", str(path),
-             "--out", str(tmp_path / "out")])
+    args = (
+        ["rollouts", "analyse", str(path)]
+        if job == "rollouts"
+        else [
+            "eval",
+            "--responses",
+            str(path.with_suffix(".jsonl")),
+            "--benchmark",
+            "gsm8k",
+            "--data",
+            str(path),
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
     if job == "eval":
         path.with_suffix(".jsonl").write_text("")
-    proc = subprocess.run([sys.executable, "-c", "import sys; from costaware.cli import main; sys.exit(main())",
-                           *args], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import sys; from costaware.cli import main; sys.exit(main())", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert lines[0].startswith(f"costaware {job}: error: {path}") and "UTF-8" in lines[0]

@@ -100,9 +100,7 @@ def test_json_list_parquet_and_folder_give_same_rows(tmp_path):
     folder.mkdir(parents=True)
     pq.write_table(pa.Table.from_pylist(rows[:2]), folder / "test-00000.parquet")
     pq.write_table(pa.Table.from_pylist(rows[2:]), folder / "test-00001.parquet")
-    assert [r.id for r in load_benchmark("math500", tmp_path / "snapshot")] == [
-        i for i, _ in EXPECTED["math500"]
-    ]
+    assert [r.id for r in load_benchmark("math500", tmp_path / "snapshot")] == [i for i, _ in EXPECTED["math500"]]
 
 
 def test_gsm8k_gold_is_the_text_after_the_marker_without_commas():
@@ -312,9 +310,7 @@ def test_pass_at_k_vectorised_equals_exact_comb(problems, k):
     n = np.array([p[0] for p in problems])
     c = np.array([round(p[0] * p[1]) for p in problems])
     k = min(k, int(n.min()))
-    exact = [
-        1 - math.comb(ni - ci, k) / math.comb(ni, k) for ni, ci in zip(n.tolist(), c.tolist(), strict=True)
-    ]
+    exact = [1 - math.comb(ni - ci, k) / math.comb(ni, k) for ni, ci in zip(n.tolist(), c.tolist(), strict=True)]
     np.testing.assert_allclose(pass_at_k(n, c, k), exact, rtol=0, atol=1e-10)
 
 
@@ -512,9 +508,7 @@ def test_tiny_model_generation_structure_and_seed(tiny_ckpt, char_tok):
     )
     assert [p.responses for p in other.problems] != [p.responses for p in rep.problems]
     # greedy: k identical copies; k > batch_size is split over calls and still returns k samples
-    greedy = TransformersGenerator(
-        model, char_tok, SamplingConfig(temperature=0.0, max_new_tokens=4), batch_size=2
-    )
+    greedy = TransformersGenerator(model, char_tok, SamplingConfig(temperature=0.0, max_new_tokens=4), batch_size=2)
     out = greedy([build_prompt(records[0])], 5)
     assert len(out[0]) == 5 and len({c.text for c in out[0]}) == 1
 

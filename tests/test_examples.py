@@ -14,8 +14,12 @@ EXAMPLES = ROOT / "examples"
 
 
 def _run(args: list[str], tmp_path: Path) -> str:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
+    }
     proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout
@@ -45,8 +49,17 @@ def test_trl_prompt_stage_example_trains_an_epoch_and_logs_each_round(tmp_path, 
 
 
 def test_trl_example_on_two_processes_with_torchrun(tmp_path, trl):
-    out = _run(["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                str(EXAMPLES / "trl_two_processes.py")], tmp_path)
+    out = _run(
+        [
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            str(EXAMPLES / "trl_two_processes.py"),
+        ],
+        tmp_path,
+    )
     assert "2 processes (distributed)" in out and out.count("policy-optimisation tokens") == 1
 
 

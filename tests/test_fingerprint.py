@@ -41,9 +41,11 @@ def test_mismatches_compares_continuous_values_to_rtol_and_counts_exactly():
     assert [m.split(":")[0] for m in mismatches(far, RECORDED)] == ["grpo_update_projection"]
     moved = RECORDED["grpo_po_tokens"] + 1
     assert mismatches({**RECORDED, "grpo_po_tokens": moved}, RECORDED) == [
-        f"grpo_po_tokens: {moved}, recorded {RECORDED['grpo_po_tokens']}"]
+        f"grpo_po_tokens: {moved}, recorded {RECORDED['grpo_po_tokens']}"
+    ]
     assert mismatches({k: v for k, v in RECORDED.items() if k != "sft_final_loss"}, RECORDED) == [
-        "sft_final_loss: recorded, not computed"]
+        "sft_final_loss: recorded, not computed"
+    ]
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -60,4 +62,5 @@ def test_the_job_still_computes_the_recorded_fingerprint(tmp_path, threads):
     finally:
         torch.set_num_threads(before)
     assert mismatches(values, RECORDED) == [], (
-        "the main job's numbers moved; if the change means to move them, record them anew (see this file's docstring)")
+        "the main job's numbers moved; if the change means to move them, record them anew (see this file's docstring)"
+    )

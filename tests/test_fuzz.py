@@ -60,7 +60,21 @@ def time_limit(seconds: int):
 
 # -- strategies --------------------------------------------------------------------------------------
 
-_EXTREME = [0.0, -0.0, 1.0, -1.0, 0.5, 1e-300, 5e-324, 1e300, 1.7e308, -1e300, float("nan"), float("inf"), -float("inf")]
+_EXTREME = [
+    0.0,
+    -0.0,
+    1.0,
+    -1.0,
+    0.5,
+    1e-300,
+    5e-324,
+    1e300,
+    1.7e308,
+    -1e300,
+    float("nan"),
+    float("inf"),
+    -float("inf"),
+]
 floats = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from(_EXTREME), st.floats(0.01, 100))
 moderate = st.floats(0.01, 100)
 _not_numbers = st.sampled_from(
@@ -95,19 +109,27 @@ weird_vec = st.one_of(
     _vector(st.integers(-3, 3)),
     _vector(st.booleans(), 1, 4),
     _vector(st.complex_numbers(max_magnitude=10), 1, 4),
-    st.sampled_from([None, "abc", {1: 2.0}, {1.0, 2.0}, [[1.0, 2.0], [3.0, 4.0]], [1.0, [2.0]], [], np.zeros((2, 2)), [None, 1.0]]),
+    st.sampled_from(
+        [None, "abc", {1: 2.0}, {1.0, 2.0}, [[1.0, 2.0], [3.0, 4.0]], [1.0, [2.0]], [], np.zeros((2, 2)), [None, 1.0]]
+    ),
 )
 
 
 @st.composite
 def prob_vec(draw):
-    v = np.asarray(draw(st.lists(st.one_of(st.just(0.0), moderate, st.sampled_from([1e-300, 1e300])), min_size=1, max_size=6)))
+    v = np.asarray(
+        draw(st.lists(st.one_of(st.just(0.0), moderate, st.sampled_from([1e-300, 1e300])), min_size=1, max_size=6))
+    )
     return (v / v.sum()).tolist() if v.sum() > 0 and np.isfinite(v.sum()) else v.tolist()
 
 
 vector = st.one_of(good_vec, extreme_vec, weird_vec, good_vec.map(np.asarray), good_vec.map(torch.tensor))
 pvec = st.one_of(prob_vec(), vector)
-index_vec = st.one_of(_vector(st.integers(-2, 7)), st.sampled_from([[], [0.5], [True], None, "0"]), _vector(st.integers(0, 3)).map(np.asarray))
+index_vec = st.one_of(
+    _vector(st.integers(-2, 7)),
+    st.sampled_from([[], [0.5], [True], None, "0"]),
+    _vector(st.integers(0, 3)).map(np.asarray),
+)
 rng = st.one_of(st.none(), st.integers(-2, 2**70), st.sampled_from([np.random.default_rng(0), "x", 1.5]))
 
 
@@ -181,13 +203,25 @@ CASES: dict[str, tuple[Callable, tuple, dict]] = {
     "smoothed": (dist.smoothed, (pvec, scalar), {}),
     "noisy_proxy": (dist.noisy_proxy, (vector, scalar, rng), {}),
     "support_size": (dist.support_size, (pvec,), {}),
-    "importance_weights": (dist.importance_weights, (pvec, st.one_of(st.none(), index_vec), st.sampled_from(["centred", "raw", "x", None])), {}),
+    "importance_weights": (
+        dist.importance_weights,
+        (pvec, st.one_of(st.none(), index_vec), st.sampled_from(["centred", "raw", "x", None])),
+        {},
+    ),
     "S": (theory.S, (pvec, vector), {"may_inf": True}),
     "C": (theory.C, (pvec, vector), {}),
     "J": (theory.J, (pvec, vector, vector), {"may_inf": True}),
     "J_optimal": (theory.J_optimal, (vector, vector), {}),
-    "expected_cost": (lambda eps, p, G, c, D: theory.expected_cost(eps, p, G, c, D=D), (scalar, pvec, vector, vector, scalar), {"may_inf": True}),
-    "expected_cost_mu": (lambda eps, p, G, c, mu: theory.expected_cost(eps, p, G, c, mu=mu), (scalar, pvec, vector, vector, scalar), {"may_inf": True}),
+    "expected_cost": (
+        lambda eps, p, G, c, D: theory.expected_cost(eps, p, G, c, D=D),
+        (scalar, pvec, vector, vector, scalar),
+        {"may_inf": True},
+    ),
+    "expected_cost_mu": (
+        lambda eps, p, G, c, mu: theory.expected_cost(eps, p, G, c, mu=mu),
+        (scalar, pvec, vector, vector, scalar),
+        {"may_inf": True},
+    ),
     "ratio_optimal_to_uniform": (theory.ratio_optimal_to_uniform, (vector, vector), {}),
     "ratio_optimal_to_variance": (theory.ratio_optimal_to_variance, (vector, vector), {}),
     "ratio_variance_to_uniform": (theory.ratio_variance_to_uniform, (vector, vector), {}),
@@ -212,7 +246,14 @@ CASES: dict[str, tuple[Callable, tuple, dict]] = {
     "biased_cost": (subset.biased_cost, (vector, vector, index_vec, scalar, scalar), {}),
     "group_advantages": (adv.group_advantages, (vector, int_scalar, st.booleans(), scalar), {}),
     "sequence_costs": (adv.sequence_costs, (st.one_of(vector, _vector(_vector(st.integers(-1, 2), 1, 3), 1, 3)),), {}),
-    "sequence_costs_from_masks": (adv.sequence_costs_from_masks, (_vector(_vector(st.integers(0, 1), 2, 2), 0, 3), _vector(_vector(st.sampled_from([0, 1, 2, 0.5]), 1, 1), 0, 3)), {}),
+    "sequence_costs_from_masks": (
+        adv.sequence_costs_from_masks,
+        (
+            _vector(_vector(st.integers(0, 1), 2, 2), 0, 3),
+            _vector(_vector(st.sampled_from([0, 1, 2, 0.5]), 1, 1), 0, 3),
+        ),
+        {},
+    ),
 }
 
 # lambdas hide the real argument names: give them explicitly
@@ -273,8 +314,13 @@ from costaware.grpo import plan as grpo_plan  # noqa: E402
 def _plan(advantages, costs, num_minibatches, method, budget, rewards, group_size):
     cfg = grpo_plan.SamplingConfig(method, budget=budget)
     out = grpo_plan.plan_minibatches(
-        advantages, costs, num_minibatches=num_minibatches, config=cfg, rewards=rewards,
-        group_size=group_size, generator=torch.Generator().manual_seed(0),
+        advantages,
+        costs,
+        num_minibatches=num_minibatches,
+        config=cfg,
+        rewards=rewards,
+        group_size=group_size,
+        generator=torch.Generator().manual_seed(0),
     )
     for mb in out.minibatches:
         assert torch.isfinite(mb.weights).all() and (mb.indices >= 0).all()
@@ -308,31 +354,63 @@ _FOUND = [
     # (call, the exception it must raise, the argument its message must name)
     (lambda: grpo_plan.plan_minibatches([1.0, 2.0], [1 + 1j, 2.0], num_minibatches=1), ValueError, "costs"),
     (lambda: grpo_plan.plan_minibatches([1.0, 2.0], [1.0, 2.0], num_minibatches=10**30), ValueError, "num_minibatches"),
-    (lambda: grpo_plan.plan_minibatches([1.0, 2.0], [1.0, 2.0], num_minibatches=2, minibatch_size=2**62),
-     ValueError, "minibatch_size"),
+    (
+        lambda: grpo_plan.plan_minibatches([1.0, 2.0], [1.0, 2.0], num_minibatches=2, minibatch_size=2**62),
+        ValueError,
+        "minibatch_size",
+    ),
     (lambda: losses.cispo_token_loss(_LP, _LP, torch.tensor([1 + 1j, 1.0])), ValueError, "advantages"),
     (lambda: losses.aggregate(_LP, torch.ones(2, 3) * (1 + 0j)), ValueError, "mask"),
-    (lambda: losses.aggregate(_LP, torch.ones(2, 3), seq_weights=torch.tensor([1 + 1j, 1.0])), ValueError, "seq_weights"),
+    (
+        lambda: losses.aggregate(_LP, torch.ones(2, 3), seq_weights=torch.tensor([1 + 1j, 1.0])),
+        ValueError,
+        "seq_weights",
+    ),
     (lambda: proxy.fit_beta([1.0, 2.0, 3.0], np.array([1 + 1j, 2, 3]), [1.0, 2.0, 3.0]), ValueError, "grad_norms"),
-    (lambda: factors.row_factors("row_mean", torch.ones(2), torch.ones(2), num_ranks=1, draws=float("nan"), tokens=1.0),
-     ValueError, "draws"),
-    (lambda: factors.row_factors("row_mean", torch.ones(2), torch.ones(2), num_ranks=1, draws=-3, tokens=1.0),
-     ValueError, "draws"),
-    (lambda: factors.row_factors("row_mean", torch.tensor([float("nan"), 1.0]), torch.ones(2), num_ranks=1, draws=2,
-                                 tokens=1.0), ValueError, "weights"),
-    (lambda: factors.row_factors("token_mean", torch.ones(2), torch.ones(2), num_ranks=1, draws=2, tokens=5e-324),
-     ValueError, "tokens"),
-    (lambda: factors.step_normalisers(_MB, [1.0, float("nan")], normaliser="draws", pool_rows=2, num_steps=1),
-     ValueError, "lengths"),
-    (lambda: factors.step_normalisers(_MB, [1.0, 2.0], normaliser="draws", pool_rows=2, num_steps=10**30),
-     ValueError, "num_steps"),
+    (
+        lambda: factors.row_factors(
+            "row_mean", torch.ones(2), torch.ones(2), num_ranks=1, draws=float("nan"), tokens=1.0
+        ),
+        ValueError,
+        "draws",
+    ),
+    (
+        lambda: factors.row_factors("row_mean", torch.ones(2), torch.ones(2), num_ranks=1, draws=-3, tokens=1.0),
+        ValueError,
+        "draws",
+    ),
+    (
+        lambda: factors.row_factors(
+            "row_mean", torch.tensor([float("nan"), 1.0]), torch.ones(2), num_ranks=1, draws=2, tokens=1.0
+        ),
+        ValueError,
+        "weights",
+    ),
+    (
+        lambda: factors.row_factors("token_mean", torch.ones(2), torch.ones(2), num_ranks=1, draws=2, tokens=5e-324),
+        ValueError,
+        "tokens",
+    ),
+    (
+        lambda: factors.step_normalisers(_MB, [1.0, float("nan")], normaliser="draws", pool_rows=2, num_steps=1),
+        ValueError,
+        "lengths",
+    ),
+    (
+        lambda: factors.step_normalisers(_MB, [1.0, 2.0], normaliser="draws", pool_rows=2, num_steps=10**30),
+        ValueError,
+        "num_steps",
+    ),
     (lambda: shard.shard_minibatches(_MB, [2], 10**30), ValueError, "num_steps"),
     (lambda: dist.uniform(2**40), ValueError, "n"),
     (lambda: subset.biased_cost([1e200, 1e200], [1.0, 1.0], [0, 1], 1e-300, 1.0), ValueError, "eps"),
     (lambda: losses.grpo_token_loss(_LP, _LP, None), TypeError, "advantages"),
     (lambda: losses.grpo_token_loss(_LP, _LP, torch.ones(2), ref_logp=_LP, beta=1e300), ValueError, "beta"),
-    (lambda: proxy.shrink(proxy.fit_beta([1.0, 2.0, 3.0], [1.0, 2.5, 2.0], [1.0, 2.0, 4.0]), 0.0, 5e-324) * 0,
-     None, None),
+    (
+        lambda: proxy.shrink(proxy.fit_beta([1.0, 2.0, 3.0], [1.0, 2.5, 2.0], [1.0, 2.0, 4.0]), 0.0, 5e-324) * 0,
+        None,
+        None,
+    ),
 ]
 
 
@@ -348,5 +426,7 @@ def test_calls_the_fuzz_found_raise_a_clear_error_naming_the_argument(k):
 
 
 def test_proxy_fidelity_with_tiny_gradient_norms_is_finite():
-    out = check_call(diagnostics.proxy_fidelity, ["abs_adv", "grad_norms", "costs"], [1.0, 2.0], [1e-320, 3e-320], [1, 2])
+    out = check_call(
+        diagnostics.proxy_fidelity, ["abs_adv", "grad_norms", "costs"], [1.0, 2.0], [1e-320, 3e-320], [1, 2]
+    )
     assert out["j_ratio"] >= 1.0 and 0 < out["j_vs_uniform"]

@@ -50,8 +50,16 @@ from costaware.rollouts.stage import PromptStage
 from costaware.tiny import char_tokenizer, tiny_qwen2
 
 PACKAGES = (
-    "costaware", "costaware.distributions", "costaware.theory", "costaware.alias", "costaware.subset",
-    "costaware.sampler", "costaware.grpo", "costaware.rollouts", "costaware.generation", "costaware.sgd",
+    "costaware",
+    "costaware.distributions",
+    "costaware.theory",
+    "costaware.alias",
+    "costaware.subset",
+    "costaware.sampler",
+    "costaware.grpo",
+    "costaware.rollouts",
+    "costaware.generation",
+    "costaware.sgd",
 )
 
 
@@ -72,12 +80,18 @@ def public_callables() -> dict[str, object]:
 std = st.sampled_from(["sample", "population", "x", None, 1])
 po_rows = st.sampled_from(["all", "nonzero", "x", None])
 unit = st.one_of(st.sampled_from([0.0, 0.05, 0.3, 0.5, 0.95, 1.0]), real)
-rewards01 = st.one_of(_vector(st.sampled_from([0.0, 1.0]), 4, 4), _vector(st.sampled_from([0.0, 1.0, 0.5, -1.0, 2.0]), 1, 6),
-                      vector)
-matrix01 = st.one_of(st.lists(_vector(st.sampled_from([0.0, 1.0]), 2, 2), min_size=1, max_size=3),
-                     st.sampled_from([[[1.0, float("nan")]], [[2.0, 0.0]], [[1, 0], [1]], None, "ab", [[]]]), vector)
-lengths2 = st.one_of(st.lists(_vector(st.sampled_from([0, 3, 7.0]), 2, 2), min_size=1, max_size=3),
-                     st.sampled_from([[[-1, 2]], [[1.5, float("inf")]], None]))
+rewards01 = st.one_of(
+    _vector(st.sampled_from([0.0, 1.0]), 4, 4), _vector(st.sampled_from([0.0, 1.0, 0.5, -1.0, 2.0]), 1, 6), vector
+)
+matrix01 = st.one_of(
+    st.lists(_vector(st.sampled_from([0.0, 1.0]), 2, 2), min_size=1, max_size=3),
+    st.sampled_from([[[1.0, float("nan")]], [[2.0, 0.0]], [[1, 0], [1]], None, "ab", [[]]]),
+    vector,
+)
+lengths2 = st.one_of(
+    st.lists(_vector(st.sampled_from([0, 3, 7.0]), 2, 2), min_size=1, max_size=3),
+    st.sampled_from([[[-1, 2]], [[1.5, float("inf")]], None]),
+)
 huge = st.sampled_from([2**40, 10**30, 1e300, float("inf"), -1, 0, 2.5, True, None, "3", 2.0, np.int64(3)])
 small_count = st.one_of(st.integers(1, 6), st.integers(1, 4).map(np.int64), huge)
 
@@ -94,8 +108,11 @@ for _k, _v in _LOGS.items():
     (_DIR / f"{_k}.jsonl").write_text(_v)
 (_DIR / "binary.jsonl").write_bytes(bytes(range(128, 256)))
 log_paths = st.one_of(
-    st.lists(st.sampled_from([str(_DIR / f"{k}.jsonl") for k in [*_LOGS, "binary"]] + [str(_DIR / "missing.jsonl")]),
-             min_size=1, max_size=2),
+    st.lists(
+        st.sampled_from([str(_DIR / f"{k}.jsonl") for k in [*_LOGS, "binary"]] + [str(_DIR / "missing.jsonl")]),
+        min_size=1,
+        max_size=2,
+    ),
     st.sampled_from([None, 3, str(_DIR / "good.jsonl"), {"a": 1}]),
 )
 record = st.builds(ro.PromptRound, st.integers(0, 3), st.integers(0, 3), st.just((1.0, 0.0)), st.just((3, 4)))
@@ -106,14 +123,33 @@ _MODEL = tiny_qwen2(_TOK, hidden_size=16, num_layers=1)
 token_rows = st.one_of(
     st.lists(_vector(st.integers(0, 6), 1, 3), min_size=1, max_size=3),
     st.lists(_vector(st.integers(0, 6), 2, 2), min_size=1, max_size=2).map(torch.tensor),
-    st.sampled_from([[[1.5, 2.0]], [[float("nan")]], [[-1]], [[10**6]], [[]], [], None, "ab", [[True]], [1, 2],
-                     {1: [2]}, np.zeros((1, 2, 2))]),
+    st.sampled_from(
+        [
+            [[1.5, 2.0]],
+            [[float("nan")]],
+            [[-1]],
+            [[10**6]],
+            [[]],
+            [],
+            None,
+            "ab",
+            [[True]],
+            [1, 2],
+            {1: [2]},
+            np.zeros((1, 2, 2)),
+        ]
+    ),
 )
 token_count = st.one_of(st.integers(1, 4), st.integers(1, 4).map(np.int64), st.sampled_from([2.0, 4.0]), huge)
-token_id = st.one_of(st.integers(0, 6), st.sampled_from([np.int64(1), 2.0, [1, 2], np.array([2]), [], -1, 10**6, 1.5,
-                                                           None, "1", float("nan")]))
-params = st.one_of(st.none(), st.builds(SamplingParams, st.sampled_from([0.0, 0.7, 1.0]), st.sampled_from([0, 2]),
-                                        st.sampled_from([0.9, 1.0])), st.sampled_from([{"top_k": 1}, "greedy"]))
+token_id = st.one_of(
+    st.integers(0, 6),
+    st.sampled_from([np.int64(1), 2.0, [1, 2], np.array([2]), [], -1, 10**6, 1.5, None, "1", float("nan")]),
+)
+params = st.one_of(
+    st.none(),
+    st.builds(SamplingParams, st.sampled_from([0.0, 0.7, 1.0]), st.sampled_from([0, 2]), st.sampled_from([0.9, 1.0])),
+    st.sampled_from([{"top_k": 1}, "greedy"]),
+)
 
 
 def _session(method, n, g, b, seed, rewards, lengths):
@@ -152,8 +188,15 @@ def _grad_norms(x, method):
 
 
 def _generate(prompts, new, eos, pad, p):
-    out = kv_generate(_MODEL, prompts, max_new_tokens=new, eos_token_ids=eos, pad_token_id=pad, params=p,
-                      generator=torch.Generator().manual_seed(0))
+    out = kv_generate(
+        _MODEL,
+        prompts,
+        max_new_tokens=new,
+        eos_token_ids=eos,
+        pad_token_id=pad,
+        params=p,
+        generator=torch.Generator().manual_seed(0),
+    )
     return out.sequences
 
 
@@ -168,165 +211,389 @@ def _analyse(recs, bins, gen_cost):
 
 # key: the public name; value: (call, strategies, the argument names a message may give)
 FUZZ: dict[str, tuple] = {
-    "costaware.rollouts.abs_adv_sum": (lambda k, g, s, e: ro.abs_adv_sum(k, g, std=s, eps=e),
-                                       (vector, count, std, real), ["k", "group_size", "std", "eps"]),
+    "costaware.rollouts.abs_adv_sum": (
+        lambda k, g, s, e: ro.abs_adv_sum(k, g, std=s, eps=e),
+        (vector, count, std, real),
+        ["k", "group_size", "std", "eps"],
+    ),
     "costaware.rollouts.expected_abs_adv_sum": (
         lambda p, g, s, e, m: ro.expected_abs_adv_sum(p, g, std=s, eps=e, moment=m),
         (vector, count, std, real, st.one_of(st.sampled_from([1, 2]), count)),
-        ["pass_rate", "group_size", "std", "eps", "moment"]),
+        ["pass_rate", "group_size", "std", "eps", "moment"],
+    ),
     "costaware.rollouts.predictive_abs_adv_sum": (
         lambda a, b, g, f, fc, m: ro.predictive_abs_adv_sum(a, b, g, first=f, first_correct=fc, moment=m),
-        (vector, vector, count, st.one_of(st.integers(0, 3), count), st.one_of(st.integers(0, 2), vector),
-         st.one_of(st.sampled_from([1, 2]), count)),
-        ["a", "b", "group_size", "first", "first_correct", "moment"]),
-    "costaware.rollouts.row_abs_advantages": (lambda r, s, e: ro.row_abs_advantages(r, std=s, eps=e),
-                                              (matrix01, std, real), ["rewards", "std", "eps"]),
+        (
+            vector,
+            vector,
+            count,
+            st.one_of(st.integers(0, 3), count),
+            st.one_of(st.integers(0, 2), vector),
+            st.one_of(st.sampled_from([1, 2]), count),
+        ),
+        ["a", "b", "group_size", "first", "first_correct", "moment"],
+    ),
+    "costaware.rollouts.row_abs_advantages": (
+        lambda r, s, e: ro.row_abs_advantages(r, std=s, eps=e),
+        (matrix01, std, real),
+        ["rewards", "std", "eps"],
+    ),
     "costaware.rollouts.PromptRound": (
-        ro.PromptRound, (int_scalar, int_scalar, st.one_of(st.just((1.0, 0.0)), vector), st.one_of(st.just((3, 4)), vector),
-                         int_scalar), ["round", "prompt_id", "rewards", "completion_lengths", "prompt_tokens"]),
+        ro.PromptRound,
+        (
+            int_scalar,
+            int_scalar,
+            st.one_of(st.just((1.0, 0.0)), vector),
+            st.one_of(st.just((3, 4)), vector),
+            int_scalar,
+        ),
+        ["round", "prompt_id", "rewards", "completion_lengths", "prompt_tokens"],
+    ),
     "costaware.rollouts.RecordingReward": (
         lambda g, path: ro.RecordingReward(lambda **kw: [1.0], path, g).group_size,
         (count, st.sampled_from([str(_DIR / "rec.jsonl"), _DIR / "rec2.jsonl", None, 3])),
-        ["reward_fn", "path", "group_size"]),
-    "costaware.rollouts.read_prompt_rounds": (lambda paths: len(ro.read_prompt_rounds(paths)), (log_paths,),
-                                              ["paths", "record", "round", "prompt_id", "rewards", "completion_lengths",
-                                               "jsonl"]),
+        ["reward_fn", "path", "group_size"],
+    ),
+    "costaware.rollouts.read_prompt_rounds": (
+        lambda paths: len(ro.read_prompt_rounds(paths)),
+        (log_paths,),
+        ["paths", "record", "round", "prompt_id", "rewards", "completion_lengths", "jsonl"],
+    ),
     "costaware.rollouts.write_prompt_rounds": (
         lambda recs, append: ro.write_prompt_rounds(_DIR / "out.jsonl", recs, append=append),
-        (records, st.sampled_from([True, False, 1, None])), ["path", "records", "append"]),
+        (records, st.sampled_from([True, False, 1, None])),
+        ["path", "records", "append"],
+    ),
     "costaware.rollouts.CostModel": (ro.CostModel, (real, po_rows), ["generation_cost", "po_rows"]),
     "costaware.rollouts.GresoControl": (ro.GresoControl, (unit, unit), ["p_easy", "p_hard"]),
-    "costaware.rollouts.cost_aware_prompts": (ro.cost_aware_prompts, (unit, real, po_rows),
-                                              ["floor", "generation_cost", "po_rows"]),
-    "costaware.rollouts.cost_aware_skip": (ro.cost_aware_skip, (unit, unit, real, po_rows),
-                                           ["min_keep", "reference", "generation_cost", "po_rows"]),
+    "costaware.rollouts.cost_aware_prompts": (
+        ro.cost_aware_prompts,
+        (unit, real, po_rows),
+        ["floor", "generation_cost", "po_rows"],
+    ),
+    "costaware.rollouts.cost_aware_skip": (
+        ro.cost_aware_skip,
+        (unit, unit, real, po_rows),
+        ["min_keep", "reference", "generation_cost", "po_rows"],
+    ),
     "costaware.rollouts.fill_prompt_batch": (
-        _fill, (st.one_of(_vector(st.sampled_from([0.0, 0.5, 1.0]), 3, 3), vector), count, count, rng, count),
-        ["keep_probability", "batch_size", "candidates_per_call", "rng", "max_calls", "prompt_ids"]),
-    "costaware.rollouts.greso": (lambda t, e, s, pe, ph, o: ro.greso(t, e, s, pe, ph, o),
-                                 (unit, unit, unit, unit, unit, st.one_of(st.sampled_from([1.0, 1.5]), real)),
-                                 ["target", "easy_split", "step", "p_easy", "p_hard", "oversample", "min_p", "max_p"]),
-    "costaware.rollouts.two_stage": (ro.two_stage, (small_count, unit, real, po_rows),
-                                     ["first", "floor", "generation_cost", "po_rows"]),
+        _fill,
+        (st.one_of(_vector(st.sampled_from([0.0, 0.5, 1.0]), 3, 3), vector), count, count, rng, count),
+        ["keep_probability", "batch_size", "candidates_per_call", "rng", "max_calls", "prompt_ids"],
+    ),
+    "costaware.rollouts.greso": (
+        lambda t, e, s, pe, ph, o: ro.greso(t, e, s, pe, ph, o),
+        (unit, unit, unit, unit, unit, st.one_of(st.sampled_from([1.0, 1.5]), real)),
+        ["target", "easy_split", "step", "p_easy", "p_hard", "oversample", "min_p", "max_p"],
+    ),
+    "costaware.rollouts.two_stage": (
+        ro.two_stage,
+        (small_count, unit, real, po_rows),
+        ["first", "floor", "generation_cost", "po_rows"],
+    ),
     "costaware.rollouts.uniform_prompts": (lambda: ro.uniform_prompts().name, (), []),
     "costaware.rollouts.PromptState": (
-        _state_session, (small_count, small_count, st.one_of(st.none(), vector), st.one_of(st.just([0]), vector),
-                         matrix01, lengths2, int_scalar),
-        ["group_size", "num_prompts", "prompt_tokens", "prompt_ids", "rewards", "completion_lengths", "round"]),
+        _state_session,
+        (
+            small_count,
+            small_count,
+            st.one_of(st.none(), vector),
+            st.one_of(st.just([0]), vector),
+            matrix01,
+            lengths2,
+            int_scalar,
+        ),
+        ["group_size", "num_prompts", "prompt_tokens", "prompt_ids", "rewards", "completion_lengths", "round"],
+    ),
     "costaware.rollouts.StateConfig": (
         lambda g, p, s, d, lp, lw, sd, e: ro.StateConfig(g, p, s, d, lp, lw, sd, e),
         (small_count, unit, real, unit, st.one_of(st.none(), real), real, std, real),
-        ["group_size", "prior_pass_rate", "prior_strength", "decay", "length_prior", "length_prior_weight", "std",
-         "eps"]),
+        [
+            "group_size",
+            "prior_pass_rate",
+            "prior_strength",
+            "decay",
+            "length_prior",
+            "length_prior_weight",
+            "std",
+            "eps",
+        ],
+    ),
     "costaware.grpo.cost_pods_select": (
         lambda r, c, g, k: cost_pods_select(r, c, g, k),
         (rewards01, st.one_of(_vector(st.sampled_from([1.0, 3.0, 1e19]), 4, 4), vector), small_count, small_count),
-        ["rewards", "costs", "group_size", "keep"]),
-    "costaware.grpo.pods_select": (lambda r, g, k: pods_select(r, g, k), (rewards01, small_count, small_count),
-                                   ["rewards", "group_size", "keep"]),
-    "costaware.grpo.nonzero_variance_groups": (nonzero_variance_groups, (rewards01, small_count),
-                                               ["rewards", "group_size"]),
+        ["rewards", "costs", "group_size", "keep"],
+    ),
+    "costaware.grpo.pods_select": (
+        lambda r, g, k: pods_select(r, g, k),
+        (rewards01, small_count, small_count),
+        ["rewards", "group_size", "keep"],
+    ),
+    "costaware.grpo.nonzero_variance_groups": (
+        nonzero_variance_groups,
+        (rewards01, small_count),
+        ["rewards", "group_size"],
+    ),
     "costaware.grpo.method_from_name": (
         lambda name, opts: method_from_name(name, **opts).name,
-        (st.sampled_from(["p_star", "p_smooth", "pods", "cost_pods", "nonzero", "x", None, 3]),
-         st.sampled_from([{}, {"alpha": 0.5}, {"alpha": np.float32(0.5)}, {"keep": 2.0}, {"keep": 2.5},
-                          {"alpha": float("nan")}, {"beta": 1.0}, {"keep": 2**70}])),
-        ["name", "method", "options", "alpha", "keep", "adaptive_max_weight"]),
+        (
+            st.sampled_from(["p_star", "p_smooth", "pods", "cost_pods", "nonzero", "x", None, 3]),
+            st.sampled_from(
+                [
+                    {},
+                    {"alpha": 0.5},
+                    {"alpha": np.float32(0.5)},
+                    {"keep": 2.0},
+                    {"keep": 2.5},
+                    {"alpha": float("nan")},
+                    {"beta": 1.0},
+                    {"keep": 2**70},
+                ]
+            ),
+        ),
+        ["name", "method", "options", "alpha", "keep", "adaptive_max_weight"],
+    ),
     "costaware.grpo.fill_batch": (
-        _fill_batch, (small_count, st.one_of(st.just(2), small_count), small_count, st.one_of(st.none(), small_count),
-                      st.sampled_from([[0.0, 1.0], [1.0, 1.0], [0.0, 0.0, 1.0, 0.0]])),
-        ["target_groups", "group_size", "max_rounds", "groups_per_round", "generate", "rewards"]),
+        _fill_batch,
+        (
+            small_count,
+            st.one_of(st.just(2), small_count),
+            small_count,
+            st.one_of(st.none(), small_count),
+            st.sampled_from([[0.0, 1.0], [1.0, 1.0], [0.0, 0.0, 1.0, 0.0]]),
+        ),
+        ["target_groups", "group_size", "max_rounds", "groups_per_round", "generate", "rewards"],
+    ),
     "costaware.grpo.per_sequence_grad_norms": (
         # the rows go to the caller's model, which takes float64 rows of 3 features (another dtype is its error)
-        _grad_norms, (st.one_of(_vector(_vector(st.one_of(moderate, floats), 3, 3), 1, 3).map(
-            lambda m: torch.tensor(m, dtype=torch.float64)), st.sampled_from([torch.zeros(0, 3, dtype=torch.float64)])),
-            st.sampled_from(["loop", "vmap", "x", None])),
-        ["model", "loss_fn", "rows", "method"]),
+        _grad_norms,
+        (
+            st.one_of(
+                _vector(_vector(st.one_of(moderate, floats), 3, 3), 1, 3).map(
+                    lambda m: torch.tensor(m, dtype=torch.float64)
+                ),
+                st.sampled_from([torch.zeros(0, 3, dtype=torch.float64)]),
+            ),
+            st.sampled_from(["loop", "vmap", "x", None]),
+        ),
+        ["model", "loss_fn", "rows", "method"],
+    ),
     "costaware.generation.SamplingParams": (
-        lambda t, k, p: SamplingParams(t, k, p), (scalar, st.one_of(st.none(), int_scalar), st.one_of(st.none(), scalar)),
-        ["temperature", "top_k", "top_p"]),
+        lambda t, k, p: SamplingParams(t, k, p),
+        (scalar, st.one_of(st.none(), int_scalar), st.one_of(st.none(), scalar)),
+        ["temperature", "top_k", "top_p"],
+    ),
     "costaware.generation.process_logits": (
         lambda lg, p: _no_filtered(process_logits(lg, p)),
-        (st.one_of(_vector(_vector(moderate, 3, 3), 1, 2).map(torch.tensor), tensor2d),
-         st.builds(SamplingParams, st.sampled_from([0.5, 1.0, 2.0]), st.sampled_from([0, 1, 2]),
-                   st.sampled_from([0.5, 1.0]))),
-        ["logits", "params"]),
+        (
+            st.one_of(_vector(_vector(moderate, 3, 3), 1, 2).map(torch.tensor), tensor2d),
+            st.builds(
+                SamplingParams,
+                st.sampled_from([0.5, 1.0, 2.0]),
+                st.sampled_from([0, 1, 2]),
+                st.sampled_from([0.5, 1.0]),
+            ),
+        ),
+        ["logits", "params"],
+    ),
     "costaware.generation.kv_generate": (
-        _generate, (token_rows, token_count, token_id, token_id, params),
-        ["prompts", "max_new_tokens", "eos_token_ids", "pad_token_id", "params"]),
+        _generate,
+        (token_rows, token_count, token_id, token_id, params),
+        ["prompts", "max_new_tokens", "eos_token_ids", "pad_token_id", "params"],
+    ),
     "costaware.sgd.LeastSquares": (
         lambda a, b, c, r: sgd_pkg.LeastSquares(a, b, c, r).n,
-        (st.one_of(st.just(np.eye(3)), st.sampled_from([np.ones(3), [[1.0, float("nan")], [0, 1]], None, "A"])),
-         st.one_of(st.just(np.ones(3)), vector), st.one_of(st.none(), vector), st.one_of(st.none(), real)),
-        ["A", "b", "c", "radius"]),
+        (
+            st.one_of(st.just(np.eye(3)), st.sampled_from([np.ones(3), [[1.0, float("nan")], [0, 1]], None, "A"])),
+            st.one_of(st.just(np.ones(3)), vector),
+            st.one_of(st.none(), vector),
+            st.one_of(st.none(), real),
+        ),
+        ["A", "b", "c", "radius"],
+    ),
     "costaware.sgd.LogisticRegression": (
         lambda a, y, c, r: sgd_pkg.LogisticRegression(a, y, c, r).n,
-        (st.one_of(st.just(np.eye(3)), st.sampled_from([np.ones(3), [[1.0, float("inf")], [0, 1]], None])),
-         st.one_of(st.just([1.0, -1.0, 1.0]), vector), st.one_of(st.none(), vector), real),
-        ["A", "y", "c", "radius"]),
-    "costaware.sgd.runner_indices": (sgd_pkg.runner_indices, (st.one_of(st.just([0.2, 0.8]), vector), count, count, count),
-                                     ["p", "steps", "seed", "trial"]),
+        (
+            st.one_of(st.just(np.eye(3)), st.sampled_from([np.ones(3), [[1.0, float("inf")], [0, 1]], None])),
+            st.one_of(st.just([1.0, -1.0, 1.0]), vector),
+            st.one_of(st.none(), vector),
+            real,
+        ),
+        ["A", "y", "c", "radius"],
+    ),
+    "costaware.sgd.runner_indices": (
+        sgd_pkg.runner_indices,
+        (st.one_of(st.just([0.2, 0.8]), vector), count, count, count),
+        ["p", "steps", "seed", "trial"],
+    ),
     "costaware.sampler.WeightedIndexDataset": (
         lambda ds, key: sampler.WeightedIndexDataset(ds)[key][1],
-        (st.sampled_from([[10, 11, 12], np.arange(3), None, 3, "abc"]),
-         st.sampled_from([0, 1, (1, 0.5), (2, 2.0), np.int64(1)])),
-        ["dataset", "key", "index", "weight"]),
+        (
+            st.sampled_from([[10, 11, 12], np.arange(3), None, 3, "abc"]),
+            st.sampled_from([0, 1, (1, 0.5), (2, 2.0), np.int64(1)]),
+        ),
+        ["dataset", "key", "index", "weight"],
+    ),
 }
 
 # not derived from a package's __all__ (they live in its submodules), fuzzed here as well
 EXTRA = {
     "costaware.rollouts.stage.PromptStage": (
-        _session, (st.sampled_from([ro.uniform_prompts(), ro.cost_aware_prompts(), ro.greso(), ro.cost_aware_skip()]),
-                   small_count, st.one_of(st.just(2), small_count), small_count, st.one_of(st.just(0), int_scalar),
-                   st.one_of(st.sampled_from([0.0, 1.0]), scalar), st.one_of(st.just(3), scalar, count)),
-        ["method", "num_prompts", "group_size", "prompts_per_round", "seed", "rewards", "completion_lengths",
-         "prompt_ids"]),
+        _session,
+        (
+            st.sampled_from([ro.uniform_prompts(), ro.cost_aware_prompts(), ro.greso(), ro.cost_aware_skip()]),
+            small_count,
+            st.one_of(st.just(2), small_count),
+            small_count,
+            st.one_of(st.just(0), int_scalar),
+            st.one_of(st.sampled_from([0.0, 1.0]), scalar),
+            st.one_of(st.just(3), scalar, count),
+        ),
+        [
+            "method",
+            "num_prompts",
+            "group_size",
+            "prompts_per_round",
+            "seed",
+            "rewards",
+            "completion_lengths",
+            "prompt_ids",
+        ],
+    ),
     "costaware.rollouts.analysis.analyse": (
-        _analyse, (records, small_count, real), ["records", "config", "size_bins", "generation_cost"]),
+        _analyse,
+        (records, small_count, real),
+        ["records", "config", "size_bins", "generation_cost"],
+    ),
 }
 
 ELSEWHERE = {  # public name -> (the registry or module holding its case, the case's key)
-    **{f"costaware.{n}": (CORE_CASES, n) for n in
-       ["importance_weights", "inverse_sqrt_cost", "noisy_proxy", "optimal", "smoothed", "uniform", "variance"]},
-    **{f"costaware.distributions.{n}": (CORE_CASES, n) for n in
-       ["uniform", "variance", "optimal", "smoothed", "inverse_sqrt_cost", "noisy_proxy", "support_size",
-        "importance_weights"]},
-    **{f"costaware.theory.{n}": (CORE_CASES, n) for n in
-       ["S", "C", "J", "J_optimal", "expected_cost", "ratio_optimal_to_uniform", "ratio_optimal_to_variance",
-        "ratio_variance_to_uniform", "cost_biased", "suboptimality", "pearson", "noise_variance_from_pearson",
-        "expected_suboptimality_noisy", "expected_suboptimality_pearson", "lower_bound"]},
+    **{
+        f"costaware.{n}": (CORE_CASES, n)
+        for n in [
+            "importance_weights",
+            "inverse_sqrt_cost",
+            "noisy_proxy",
+            "optimal",
+            "smoothed",
+            "uniform",
+            "variance",
+        ]
+    },
+    **{
+        f"costaware.distributions.{n}": (CORE_CASES, n)
+        for n in [
+            "uniform",
+            "variance",
+            "optimal",
+            "smoothed",
+            "inverse_sqrt_cost",
+            "noisy_proxy",
+            "support_size",
+            "importance_weights",
+        ]
+    },
+    **{
+        f"costaware.theory.{n}": (CORE_CASES, n)
+        for n in [
+            "S",
+            "C",
+            "J",
+            "J_optimal",
+            "expected_cost",
+            "ratio_optimal_to_uniform",
+            "ratio_optimal_to_variance",
+            "ratio_variance_to_uniform",
+            "cost_biased",
+            "suboptimality",
+            "pearson",
+            "noise_variance_from_pearson",
+            "expected_suboptimality_noisy",
+            "expected_suboptimality_pearson",
+            "lower_bound",
+        ]
+    },
     "costaware.theory.chi2_divergence": (CORE_CASES, "chi2_divergence"),
     **{f"costaware.alias.{n}": (CORE_CASES, n) for n in ["build_alias", "draw", "alias_probabilities", "AliasTable"]},
-    **{f"costaware.subset.{n}": (CORE_CASES, n) for n in
-       ["required_mass", "greedy_subset", "exact_subset", "subset_cost", "bias", "biased_cost", "restricted_optimal"]},
-    "costaware.sampler.CostAwareSampler": ("test_fuzz", "test_sampler_session_returns_finite_or_raises_naming_an_argument"),
-    **{f"costaware.grpo.{n}": (GRPO_CASES, n) for n in
-       ["SamplingConfig", "StepCounts", "aggregate", "cispo_token_loss", "global_tokens", "grpo_token_loss",
-        "importance_ratio", "plan_seed", "proxy_fidelity", "row_factors", "shard_minibatches", "step_normalisers"]},
-    **{f"costaware.grpo.{n}": (CORE_CASES, n) for n in
-       ["group_advantages", "sequence_costs", "sequence_costs_from_masks"]},
-    "costaware.grpo.plan_minibatches": ("test_fuzz", "test_plan_minibatches_returns_finite_or_raises_naming_an_argument"),
+    **{
+        f"costaware.subset.{n}": (CORE_CASES, n)
+        for n in [
+            "required_mass",
+            "greedy_subset",
+            "exact_subset",
+            "subset_cost",
+            "bias",
+            "biased_cost",
+            "restricted_optimal",
+        ]
+    },
+    "costaware.sampler.CostAwareSampler": (
+        "test_fuzz",
+        "test_sampler_session_returns_finite_or_raises_naming_an_argument",
+    ),
+    **{
+        f"costaware.grpo.{n}": (GRPO_CASES, n)
+        for n in [
+            "SamplingConfig",
+            "StepCounts",
+            "aggregate",
+            "cispo_token_loss",
+            "global_tokens",
+            "grpo_token_loss",
+            "importance_ratio",
+            "plan_seed",
+            "proxy_fidelity",
+            "row_factors",
+            "shard_minibatches",
+            "step_normalisers",
+        ]
+    },
+    **{
+        f"costaware.grpo.{n}": (CORE_CASES, n)
+        for n in ["group_advantages", "sequence_costs", "sequence_costs_from_masks"]
+    },
+    "costaware.grpo.plan_minibatches": (
+        "test_fuzz",
+        "test_plan_minibatches_returns_finite_or_raises_naming_an_argument",
+    ),
     "costaware.sgd.log_checkpoints": (GRPO_CASES, "log_checkpoints"),
-    **{f"costaware.sgd.{n}": ("test_fuzz_grpo", "test_fuzz_sgd_schedule_and_runs") for n in
-       ["cost_aware_sgd", "run_trials", "step_schedule"]},
+    **{
+        f"costaware.sgd.{n}": ("test_fuzz_grpo", "test_fuzz_sgd_schedule_and_runs")
+        for n in ["cost_aware_sgd", "run_trials", "step_schedule"]
+    },
 }
 
 RECORDS = {  # what the API returns; built by it, not by a caller
-    "costaware.grpo.Counters", "costaware.grpo.FillReport", "costaware.grpo.FillResult", "costaware.grpo.MiniBatch",
-    "costaware.grpo.Plan", "costaware.grpo.ShardStep", "costaware.grpo.StepNormaliser", "costaware.generation.Rollout",
-    "costaware.sgd.SGDResult", "costaware.sgd.StepRule", "costaware.sgd.TrialCurves", "costaware.theory.LowerBound",
+    "costaware.grpo.Counters",
+    "costaware.grpo.FillReport",
+    "costaware.grpo.FillResult",
+    "costaware.grpo.MiniBatch",
+    "costaware.grpo.Plan",
+    "costaware.grpo.ShardStep",
+    "costaware.grpo.StepNormaliser",
+    "costaware.generation.Rollout",
+    "costaware.sgd.SGDResult",
+    "costaware.sgd.StepRule",
+    "costaware.sgd.TrialCurves",
+    "costaware.theory.LowerBound",
 }
 TYPES = {  # annotations and bases: nothing to call with data
-    "costaware.distributions.WeightMode", "costaware.sgd.StepSize", "costaware.sgd.FiniteSum", "costaware.sgd.Loss",
+    "costaware.distributions.WeightMode",
+    "costaware.sgd.StepSize",
+    "costaware.sgd.FiniteSum",
+    "costaware.sgd.Loss",
     "costaware.grpo.SamplingMethod",
 }
 KERNELS = {  # kernels on checked inputs (numba, or named *_kernel) -> their public edge, fuzzed in tests/test_fuzz.py
-    "costaware.alias.alias_draw": "draw", "costaware.alias.alias_draw_single": "draw",
+    "costaware.alias.alias_draw": "draw",
+    "costaware.alias.alias_draw_single": "draw",
     "costaware.alias.build_alias_kernel": "build_alias",
     "costaware.distributions.importance_weights_kernel": "importance_weights",
     "costaware.distributions.inverse_sqrt_cost_kernel": "inverse_sqrt_cost",
-    "costaware.distributions.optimal_kernel": "optimal", "costaware.distributions.ratio_normalise_kernel": "optimal",
-    "costaware.distributions.smoothed_kernel": "smoothed", "costaware.distributions.variance_kernel": "variance",
+    "costaware.distributions.optimal_kernel": "optimal",
+    "costaware.distributions.ratio_normalise_kernel": "optimal",
+    "costaware.distributions.smoothed_kernel": "smoothed",
+    "costaware.distributions.variance_kernel": "variance",
 }
 
 
@@ -351,9 +618,13 @@ def test_the_entries_are_what_they_claim():
         assert dataclasses.is_dataclass(found[name]), f"{name} is not a record"
     for name in TYPES:
         obj = found[name]
-        assert (typing.get_origin(obj) is not None or (isinstance(obj, type) and issubclass(obj, enum.Enum))
-                or getattr(obj, "_is_protocol", False) or inspect.isabstract(obj)
-                or getattr(obj, "__abstractmethods__", None) is not None), f"{name} is not a type-only object"
+        assert (
+            typing.get_origin(obj) is not None
+            or (isinstance(obj, type) and issubclass(obj, enum.Enum))
+            or getattr(obj, "_is_protocol", False)
+            or inspect.isabstract(obj)
+            or getattr(obj, "__abstractmethods__", None) is not None
+        ), f"{name} is not a type-only object"
     for name, edge in KERNELS.items():
         compiled = hasattr(found[name], "py_func")
         assert edge in CORE_CASES and (compiled or name.endswith("_kernel")), f"{name} is not a kernel"

@@ -176,4 +176,3 @@ def test_a_bad_state_file_is_a_value_error_naming_its_path(tmp_path, text, match
     with pytest.raises(ValueError, match=match) as err:
         load_counters(tmp_path)
     assert str(tmp_path / STATE_FILE) in str(err.value)
-

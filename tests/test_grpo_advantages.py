@@ -58,9 +58,7 @@ def test_matches_verl_grpo_outcome_advantage():
     ref_dr, _ = core_algos.compute_grpo_outcome_advantage(
         token_rewards, torch.ones(groups * m, length), index, norm_adv_by_std_in_grpo=False
     )
-    np.testing.assert_allclose(
-        group_advantages(r, m, scale_by_std=False).numpy(), ref_dr[:, 0].numpy(), atol=1e-6
-    )
+    np.testing.assert_allclose(group_advantages(r, m, scale_by_std=False).numpy(), ref_dr[:, 0].numpy(), atol=1e-6)
 
 
 def test_matches_trl_formula_with_eps_1e4():

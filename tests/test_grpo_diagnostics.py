@@ -38,9 +38,7 @@ def _brute_norms(model, rows):
     for i in range(rows["input_ids"].shape[0]):
         model.zero_grad(set_to_none=True)
         _row_loss(model, {k: v[i : i + 1] for k, v in rows.items()}).backward()
-        out.append(
-            torch.sqrt(sum((p.grad**2).sum() for p in model.parameters() if p.grad is not None)).item()
-        )
+        out.append(torch.sqrt(sum((p.grad**2).sum() for p in model.parameters() if p.grad is not None)).item())
     model.zero_grad(set_to_none=True)
     return np.array(out)
 

@@ -90,17 +90,29 @@ def _target(case: Case, family: str, normaliser: str) -> list[float]:
 
 def _minibatch(case: Case, seq: tuple[int, ...]) -> MiniBatch:
     rows, counts = np.unique(np.asarray(seq, dtype=np.int64), return_counts=True)
-    return MiniBatch(indices=torch.from_numpy(rows), weights=torch.from_numpy(case.weights[rows] * counts),
-                     counts=torch.from_numpy(counts), num_draws=int(counts.sum()), tokens=0)
+    return MiniBatch(
+        indices=torch.from_numpy(rows),
+        weights=torch.from_numpy(case.weights[rows] * counts),
+        counts=torch.from_numpy(counts),
+        num_draws=int(counts.sum()),
+        tokens=0,
+    )
 
 
-def _engine(case: Case, family: str, normaliser: str, *, factors: Callable = row_factors,
-            normalisers: Callable = step_normalisers) -> list[float]:
+def _engine(
+    case: Case,
+    family: str,
+    normaliser: str,
+    *,
+    factors: Callable = row_factors,
+    normalisers: Callable = step_normalisers,
+) -> list[float]:
     """What P data-parallel ranks compute per step, with the factors folded into the per-token losses."""
     mbs = [_minibatch(case, seq) for seq in case.draws]
     lengths = torch.from_numpy(case.lengths.astype(np.float64))
-    norms = normalisers(mbs, lengths, normaliser=normaliser, pool_rows=len(case.lengths),
-                        num_steps=case.num_steps, subset=case.subset)
+    norms = normalisers(
+        mbs, lengths, normaliser=normaliser, pool_rows=len(case.lengths), num_steps=case.num_steps, subset=case.subset
+    )
     shared_tokens = global_tokens(norms)
     bounds = np.concatenate([[0], np.cumsum(case.rank_sizes)])
     num_ranks = len(case.rank_sizes)
@@ -116,8 +128,14 @@ def _engine(case: Case, family: str, normaliser: str, *, factors: Callable = row
             fed = np.concatenate([rows[owned[r]], np.full(pad, bounds[r])])  # padding: the rank's first row
             fed_w = np.concatenate([w[owned[r]], np.zeros(pad)])
             fed_len = case.lengths[fed].astype(np.float64)
-            f = factors(family, torch.from_numpy(fed_w), torch.from_numpy(fed_len), num_ranks=num_ranks,
-                        draws=norm.draws, tokens=norm.tokens).numpy()
+            f = factors(
+                family,
+                torch.from_numpy(fed_w),
+                torch.from_numpy(fed_len),
+                num_ranks=num_ranks,
+                draws=norm.draws,
+                tokens=norm.tokens,
+            ).numpy()
             mask = np.arange(case.token_losses.shape[1])[None] < case.lengths[fed][:, None]
             per_token = f[:, None] * case.token_losses[fed] * mask
             if family == "row_mean":  # the rank's mean over its fed rows of each row's token mean
@@ -138,14 +156,24 @@ def cases(draw) -> Case:
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
     num_ranks = draw(st.integers(1, min(3, n)))
-    cuts = sorted(draw(st.lists(st.integers(1, n - 1), min_size=num_ranks - 1, max_size=num_ranks - 1,
-                                unique=True))) if num_ranks > 1 else []
+    cuts = (
+        sorted(draw(st.lists(st.integers(1, n - 1), min_size=num_ranks - 1, max_size=num_ranks - 1, unique=True)))
+        if num_ranks > 1
+        else []
+    )
     rank_sizes = tuple(int(x) for x in np.diff([0, *cuts, n]))
     num_steps = draw(st.integers(1, 4))
     planned = draw(st.integers(1, num_steps))
     draws = tuple(tuple(draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=6))) for _ in range(planned))
-    return Case(lengths=lengths, token_losses=rng.normal(size=(n, 9)), weights=rng.uniform(0.1, 3.0, n),
-                draws=draws, num_steps=num_steps, rank_sizes=rank_sizes, subset=draw(st.booleans()))
+    return Case(
+        lengths=lengths,
+        token_losses=rng.normal(size=(n, 9)),
+        weights=rng.uniform(0.1, 3.0, n),
+        draws=draws,
+        num_steps=num_steps,
+        rank_sizes=rank_sizes,
+        subset=draw(st.booleans()),
+    )
 
 
 @pytest.mark.parametrize("normaliser", NORMALISERS)
@@ -153,8 +181,9 @@ def cases(draw) -> Case:
 @settings(max_examples=60, deadline=None)
 @given(case=cases())
 def test_factored_engine_loss_equals_the_plans_weighted_loss(family, normaliser, case):
-    np.testing.assert_allclose(_engine(case, family, normaliser), _target(case, family, normaliser),
-                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        _engine(case, family, normaliser), _target(case, family, normaliser), rtol=1e-12, atol=1e-12
+    )
 
 
 @pytest.mark.parametrize("normaliser", NORMALISERS)
@@ -162,8 +191,14 @@ def test_factored_engine_loss_equals_the_plans_weighted_loss(family, normaliser,
 @given(case=cases())
 def test_step_normalisers_count_draws_and_pool_tokens_by_hand(normaliser, case):
     mbs = [_minibatch(case, seq) for seq in case.draws]
-    norms = step_normalisers(mbs, torch.from_numpy(case.lengths.astype(np.float64)), normaliser=normaliser,
-                             pool_rows=len(case.lengths), num_steps=case.num_steps, subset=case.subset)
+    norms = step_normalisers(
+        mbs,
+        torch.from_numpy(case.lengths.astype(np.float64)),
+        normaliser=normaliser,
+        pool_rows=len(case.lengths),
+        num_steps=case.num_steps,
+        subset=case.subset,
+    )
     hand = _hand_normalisers(case, normaliser)
     np.testing.assert_allclose([(n.draws, n.tokens) for n in norms], hand, rtol=1e-12)
     assert global_tokens(norms) == pytest.approx(sum(t for _, t in hand), rel=1e-12)
@@ -205,8 +240,10 @@ def _no_rank_factor(family, weights, fed_lengths, *, num_ranks, draws, tokens):
 
 def _unique_rows(minibatches, lengths, **kwargs):
     """Wrong: M_j and T_j counted over the merged rows, not the draws (a repeat counted once)."""
-    unit = [MiniBatch(mb.indices, mb.weights, torch.ones_like(mb.counts), int(mb.indices.numel()), mb.tokens)
-            for mb in minibatches]
+    unit = [
+        MiniBatch(mb.indices, mb.weights, torch.ones_like(mb.counts), int(mb.indices.numel()), mb.tokens)
+        for mb in minibatches
+    ]
     return step_normalisers(unit, lengths, **kwargs)
 
 
@@ -234,8 +271,16 @@ def _per_step_global(minibatches, lengths, **kwargs):
         ("token_mean", "pool", row_factors, _pool_as_draws),
         ("token_mean", "draws", row_factors, _per_step_global),
     ],
-    ids=["row-mean-unpadded", "token-mean-unpadded", "row-mean-no-P", "token-mean-no-P", "row-mean-unique-rows",
-         "token-mean-unique-rows", "pool-as-draws", "token-mean-shared-T"],
+    ids=[
+        "row-mean-unpadded",
+        "token-mean-unpadded",
+        "row-mean-no-P",
+        "token-mean-no-P",
+        "row-mean-unique-rows",
+        "token-mean-unique-rows",
+        "pool-as-draws",
+        "token-mean-shared-T",
+    ],
 )
 def test_the_comparison_rejects_known_wrong_formulas(family, normaliser, factors, normalisers):
     target = _target(FIXED, family, normaliser)
@@ -268,17 +313,22 @@ def test_steps_past_the_plan_normalise_by_zero_and_add_nothing_to_the_global_tok
 @pytest.mark.parametrize(
     "call,match",
     [
-        (lambda mb, le: step_normalisers([mb, mb], le, normaliser="draws", pool_rows=7, num_steps=1),
-         "num_steps=1"),
-        (lambda mb, le: step_normalisers([mb], le[:3], normaliser="draws", pool_rows=3, num_steps=1),
-         "pool_rows=3"),
+        (lambda mb, le: step_normalisers([mb, mb], le, normaliser="draws", pool_rows=7, num_steps=1), "num_steps=1"),
+        (lambda mb, le: step_normalisers([mb], le[:3], normaliser="draws", pool_rows=3, num_steps=1), "pool_rows=3"),
         (lambda mb, le: step_normalisers("ab", le, normaliser="draws", pool_rows=7, num_steps=1), "minibatches"),
         (lambda mb, le: global_tokens([1.0]), "StepNormaliser"),
-        (lambda mb, le: row_factors("token_mean", torch.ones(2), torch.ones(3), num_ranks=1, draws=1, tokens=1),
-         "fed_lengths"),
+        (
+            lambda mb, le: row_factors("token_mean", torch.ones(2), torch.ones(3), num_ranks=1, draws=1, tokens=1),
+            "fed_lengths",
+        ),
     ],
-    ids=["more-steps-than-num_steps", "rows-outside-the-pool", "string-minibatches", "global-tokens-of-floats",
-         "fed-lengths-shape"],
+    ids=[
+        "more-steps-than-num_steps",
+        "rows-outside-the-pool",
+        "string-minibatches",
+        "global-tokens-of-floats",
+        "fed-lengths-shape",
+    ],
 )
 def test_bad_arguments_raise_naming_the_argument(call, match):
     mb = _minibatch(FIXED, (5, 6))

@@ -113,7 +113,9 @@ def test_cost_pods_flags_and_its_default_keep_is_half_the_group():
 
 def _brute_cost_pods(r: np.ndarray, c: np.ndarray, keep: int) -> float:
     """The best objective Σ(r − r̄_S)² / Σ c over every keep-subset of one group."""
-    return max(((r[list(s)] - r[list(s)].mean()) ** 2).sum() / c[list(s)].sum() for s in combinations(range(r.size), keep))
+    return max(
+        ((r[list(s)] - r[list(s)].mean()) ** 2).sum() / c[list(s)].sum() for s in combinations(range(r.size), keep)
+    )
 
 
 def _objective(r: np.ndarray, c: np.ndarray, rows: np.ndarray) -> float:
@@ -131,7 +133,9 @@ def test_cost_pods_matches_brute_force_over_every_subset_with_unequal_costs(grou
         sl = slice(g * group, (g + 1) * group)
         rows = np.flatnonzero(mask[sl])
         assert rows.size == keep
-        assert _objective(rewards[sl], costs[sl], rows) == pytest.approx(_brute_cost_pods(rewards[sl], costs[sl], keep), rel=1e-12)
+        assert _objective(rewards[sl], costs[sl], rows) == pytest.approx(
+            _brute_cost_pods(rewards[sl], costs[sl], keep), rel=1e-12
+        )
 
 
 def test_cost_pods_prefers_the_cheaper_of_two_equally_varied_subsets():

@@ -43,8 +43,13 @@ def test_token_budget_matches_the_baseline_tokens(n, k, seed, merge):
 def test_rows_budget_draw_counts_and_merge():
     adv, costs = _pool(64, 1)
     for merge in (True, False):
-        plan = plan_minibatches(adv, costs, num_minibatches=4, config=SamplingConfig(merge_duplicates=merge),
-                                generator=torch.Generator().manual_seed(0))
+        plan = plan_minibatches(
+            adv,
+            costs,
+            num_minibatches=4,
+            config=SamplingConfig(merge_duplicates=merge),
+            generator=torch.Generator().manual_seed(0),
+        )
         assert [mb.num_draws for mb in plan.minibatches] == [16] * 4
         assert all(int(mb.counts.sum()) == mb.num_draws for mb in plan.minibatches)
         assert all((adv[mb.indices.numpy()] != 0).all() for mb in plan.minibatches)  # p* never draws A = 0
@@ -84,7 +89,11 @@ def test_weighted_estimator_is_unbiased_monte_carlo(budget, method, weights):
 def test_same_generator_seed_same_plan():
     adv, costs = _pool(100, 7)
     cfg = SamplingConfig(method="p_star", budget="tokens")
-    a, b = (plan_minibatches(adv, costs, num_minibatches=3, config=cfg, generator=torch.Generator().manual_seed(9))
-            for _ in range(2))
-    assert all(torch.equal(x.indices, y.indices) and torch.equal(x.weights, y.weights)
-               for x, y in zip(a.minibatches, b.minibatches, strict=True))
+    a, b = (
+        plan_minibatches(adv, costs, num_minibatches=3, config=cfg, generator=torch.Generator().manual_seed(9))
+        for _ in range(2)
+    )
+    assert all(
+        torch.equal(x.indices, y.indices) and torch.equal(x.weights, y.weights)
+        for x, y in zip(a.minibatches, b.minibatches, strict=True)
+    )

@@ -39,12 +39,18 @@ def test_float_rounding_advantages_count_as_zero_and_the_token_budget_ends(dtype
 def test_an_unreachable_token_share_stops_at_the_documented_draw_cap():
     # |A| = 1e-6 on a 1000-token row: with zero_tol = 0 it stays in the support with p ~ 3e-8
     cfg = SamplingConfig("p_star", budget="tokens", zero_tol=0.0, max_draws_factor=1000)
-    plan = plan_minibatches([1.0, 1e-6], [1, 1000], num_minibatches=1, config=cfg,
-                            generator=torch.Generator().manual_seed(0))
+    plan = plan_minibatches(
+        [1.0, 1e-6], [1, 1000], num_minibatches=1, config=cfg, generator=torch.Generator().manual_seed(0)
+    )
     assert plan.meta["draw_cap_hit"] and plan.rows_drawn <= 1000 * 2
     # the default tolerance treats 1e-6 · max|A| as zero: one row, one draw, no cap
-    plan = plan_minibatches([1.0, 1e-6], [1, 1000], num_minibatches=1,
-                            config=SamplingConfig("p_star", budget="tokens"), generator=torch.Generator().manual_seed(0))
+    plan = plan_minibatches(
+        [1.0, 1e-6],
+        [1, 1000],
+        num_minibatches=1,
+        config=SamplingConfig("p_star", budget="tokens"),
+        generator=torch.Generator().manual_seed(0),
+    )
     assert not plan.meta["draw_cap_hit"] and plan.rows_drawn == 1
 
 
@@ -52,8 +58,9 @@ def test_an_unreachable_token_share_stops_at_the_documented_draw_cap():
 def test_pods_never_feeds_a_nan_advantage(keep):
     cfg = SamplingConfig("pods", pods_keep=keep)
     try:
-        plan = plan_minibatches([0.5, -0.5, 0.0, 0.0], [3, 4, 5, 6], num_minibatches=1, config=cfg,
-                                rewards=[1e300, 1, 1, 0], group_size=2)
+        plan = plan_minibatches(
+            [0.5, -0.5, 0.0, 0.0], [3, 4, 5, 6], num_minibatches=1, config=cfg, rewards=[1e300, 1, 1, 0], group_size=2
+        )
     except ValueError as exc:
         assert "rewards" in str(exc)
         return
@@ -81,8 +88,14 @@ def test_bad_scalars_are_value_errors_naming_the_argument(kwargs, name):
 
 @pytest.mark.parametrize(
     "field,value",
-    [("zero_tol", -0.1), ("zero_tol", float("nan")), ("max_draws_factor", 0.5), ("alpha", None),
-     ("pods_keep", 2.5), ("merge_duplicates", "yes")],
+    [
+        ("zero_tol", -0.1),
+        ("zero_tol", float("nan")),
+        ("max_draws_factor", 0.5),
+        ("alpha", None),
+        ("pods_keep", 2.5),
+        ("merge_duplicates", "yes"),
+    ],
 )
 def test_bad_sampling_config_names_the_field(field, value):
     with pytest.raises(ValueError, match=field):
@@ -114,8 +127,9 @@ def test_token_budget_ratio_estimator_bias_is_measured():
     cfg = SamplingConfig("p_star", budget="tokens", merge_duplicates=False)
     sums, draws = [], []
     for i in range(1500):
-        plan = plan_minibatches(adv, costs, num_minibatches=1, config=cfg,
-                                generator=torch.Generator().manual_seed(plan_seed(7, i)))
+        plan = plan_minibatches(
+            adv, costs, num_minibatches=1, config=cfg, generator=torch.Generator().manual_seed(plan_seed(7, i))
+        )
         mb = plan.minibatches[0]
         sums.append(float((mb.weights.double().numpy() * g[mb.indices.numpy()]).sum()))
         draws.append(mb.num_draws)

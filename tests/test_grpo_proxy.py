@@ -237,9 +237,7 @@ def test_all_advantages_equal_is_still_a_fit():
 @settings(max_examples=80, deadline=None)
 @given(
     st.lists(
-        st.tuples(
-            st.floats(0, 1e3), st.one_of(st.floats(0, 1e12), st.just(float("nan"))), st.floats(1e-6, 1e9)
-        ),
+        st.tuples(st.floats(0, 1e3), st.one_of(st.floats(0, 1e12), st.just(float("nan"))), st.floats(1e-6, 1e9)),
         min_size=1,
         max_size=12,
     )
@@ -367,9 +365,7 @@ def test_weighted_estimator_is_unbiased_under_calibrated_p():
         pytest.param(
             lambda p, i: dist.importance_weights(p, i.ravel(), mode="raw").reshape(i.shape), id="n-not-n_supp"
         ),
-        pytest.param(
-            lambda p, i: centred(p, i) * (p > 0).sum() / (p[: len(p) // 2] > 0).sum(), id="per-rank-n_supp"
-        ),
+        pytest.param(lambda p, i: centred(p, i) * (p > 0).sum() / (p[: len(p) // 2] > 0).sum(), id="per-rank-n_supp"),
     ],
 )
 def test_the_unbiasedness_check_catches_wrong_weights(wrong):
@@ -473,9 +469,7 @@ def test_adaptive_alpha_is_the_smallest_alpha_that_bounds_the_weight(v, W, x, y)
     ok = maxw <= W * (1 + 1e-9)
     if ok.any():  # brute force: the first grid α that meets the bound is not below ours
         first = grid[np.argmax(ok)]
-        assert alpha <= first + 1e-9 and 1.0 / (len(p) * dist.smoothed(p, alpha)[supp]).min() <= W * (
-            1 + 1e-6
-        )
+        assert alpha <= first + 1e-9 and 1.0 / (len(p) * dist.smoothed(p, alpha)[supp]).min() <= W * (1 + 1e-6)
     else:
         assert alpha == hi
 

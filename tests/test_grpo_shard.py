@@ -25,8 +25,14 @@ def test_every_drawn_row_is_fed_once_by_its_owner_with_equal_shapes(sizes, steps
     adv = torch.randn(n, generator=gen) * (torch.rand(n, generator=gen) < 0.6)
     adv[0] = 1.0
     costs = torch.randint(1, 50, (n,), generator=gen)
-    plan = plan_minibatches(adv, costs, num_minibatches=steps, minibatch_size=max(1, n // steps),
-                            config=SamplingConfig(merge_duplicates=merge), generator=gen)
+    plan = plan_minibatches(
+        adv,
+        costs,
+        num_minibatches=steps,
+        minibatch_size=max(1, n // steps),
+        config=SamplingConfig(merge_duplicates=merge),
+        generator=gen,
+    )
     pads = [seed % k for k in sizes]
     out = shard_minibatches(plan.minibatches, sizes, steps, pads)
     offsets = torch.tensor([0, *sizes]).cumsum(0)
@@ -61,8 +67,13 @@ def test_padding_is_exact_for_row_mean_and_token_mean():
 
 
 def test_step_normalisers_draws_and_pool():
-    mb = MiniBatch(indices=torch.tensor([0, 2]), weights=torch.tensor([1.0, 1.0]), counts=torch.tensor([2, 1]),
-                   num_draws=3, tokens=9)
+    mb = MiniBatch(
+        indices=torch.tensor([0, 2]),
+        weights=torch.tensor([1.0, 1.0]),
+        counts=torch.tensor([2, 1]),
+        num_draws=3,
+        tokens=9,
+    )
     lengths = torch.tensor([2.0, 5.0, 3.0, 6.0])
     (d,) = step_normalisers([mb], lengths, normaliser="draws", pool_rows=4, num_steps=1)
     assert (d.draws, d.tokens) == (3.0, 2 * 2.0 + 3.0)
@@ -104,10 +115,17 @@ def test_equal_steps_pad_every_step_to_one_size_a_multiple_of_row_multiple(n, st
     sizes = {s.rows.numel() for s in out}
     assert len(sizes) == 1
     size = sizes.pop()
-    assert size % multiple == 0 and size == -(-max(max(mb.indices.numel() for mb in plan.minibatches), 1) // multiple) * multiple
+    assert (
+        size % multiple == 0
+        and size == -(-max(max(mb.indices.numel() for mb in plan.minibatches), 1) // multiple) * multiple
+    )
     for s, mb in zip(out, plan.minibatches, strict=False):
         k = mb.indices.numel()
-        assert torch.equal(s.rows[:k], mb.indices) and bool((s.rows[k:] == 1).all()) and float(s.weights[k:].abs().sum()) == 0
+        assert (
+            torch.equal(s.rows[:k], mb.indices)
+            and bool((s.rows[k:] == 1).all())
+            and float(s.weights[k:].abs().sum()) == 0
+        )
     pool = GlobalPool(adv, costs, costs.double())
     rnd = plan_round(pool, config, seed=seed, step=0, family="row_mean", num_steps=steps, equal_steps=True,
                      row_multiple=multiple)  # fmt: skip

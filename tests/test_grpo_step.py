@@ -63,7 +63,9 @@ def old_trl_round(pool, config, *, seed, step, family, num_steps, minibatch_size
         lengths = pool.lengths[offsets[r] : offsets[r + 1]]
         per_rank = []
         for s, norm in zip(steps[r], norms, strict=True):
-            factor = row_factors(family, s.weights, lengths[s.rows], num_ranks=procs, draws=norm.draws, tokens=norm.tokens)
+            factor = row_factors(
+                family, s.weights, lengths[s.rows], num_ranks=procs, draws=norm.draws, tokens=norm.tokens
+            )
             adv = torch.where(s.padding, 0.0, plan.advantages[s.global_rows.clamp(min=0)].double())
             per_rank.append((s.rows, factor, adv))
         out.append(per_rank)
@@ -133,7 +135,10 @@ def test_a_skipped_pool_feeds_padding_only_and_counts_it_on_several_ranks():
     assert rnd.counts.rows_padding == 2 * 3  # one padding row per rank and step, so collectives meet
     assert all(bool(s.shard.padding.all()) and float(s.factors.abs().sum()) == 0.0 for per in rnd.steps for s in per)
     one = GlobalPool(zero.advantages, zero.costs, zero.lengths)
-    assert plan_round(one, SamplingConfig("p_star"), seed=0, step=0, family="row_mean", num_steps=3).counts.rows_padding == 0
+    assert (
+        plan_round(one, SamplingConfig("p_star"), seed=0, step=0, family="row_mean", num_steps=3).counts.rows_padding
+        == 0
+    )
 
 
 @pytest.mark.parametrize(("method", "merge"), [("p_smooth", False), ("p_smooth", True), ("nonzero", True)])

@@ -16,10 +16,16 @@ COST = torch.tensor([10, 40, 25, 10, 30, 20, 5, 7, 60, 12])
 
 @pytest.mark.parametrize("merge", [True, False])
 def test_support_budget_draws_nonzeros_row_count_split_like_nonzero(merge):
-    plan = plan_minibatches(ADV, COST, num_minibatches=2, config=SamplingConfig("p_star", budget="support",
-                            merge_duplicates=merge), generator=torch.Generator().manual_seed(0))
-    ref = plan_minibatches(ADV, COST, num_minibatches=2, config=SamplingConfig("nonzero"),
-                           generator=torch.Generator().manual_seed(0))
+    plan = plan_minibatches(
+        ADV,
+        COST,
+        num_minibatches=2,
+        config=SamplingConfig("p_star", budget="support", merge_duplicates=merge),
+        generator=torch.Generator().manual_seed(0),
+    )
+    ref = plan_minibatches(
+        ADV, COST, num_minibatches=2, config=SamplingConfig("nonzero"), generator=torch.Generator().manual_seed(0)
+    )
     n_nonzero = int((ADV != 0).sum())
     assert plan.rows_drawn == n_nonzero == ref.rows_fed
     assert [mb.num_draws for mb in plan.minibatches] == [int(mb.indices.numel()) for mb in ref.minibatches]
@@ -31,10 +37,22 @@ def test_support_budget_is_unbiased_for_nonzeros_expected_step():
     target = g[(ADV != 0).numpy()].mean(0)
     est = []
     for s in range(4000):
-        plan = plan_minibatches(ADV, COST, num_minibatches=2, config=SamplingConfig("p_star", budget="support",
-                                merge_duplicates=False), generator=torch.Generator().manual_seed(s))
-        est.append(np.mean([(mb.weights.numpy()[:, None] * g[mb.indices.numpy()]).sum(0) / mb.num_draws
-                            for mb in plan.minibatches], axis=0))
+        plan = plan_minibatches(
+            ADV,
+            COST,
+            num_minibatches=2,
+            config=SamplingConfig("p_star", budget="support", merge_duplicates=False),
+            generator=torch.Generator().manual_seed(s),
+        )
+        est.append(
+            np.mean(
+                [
+                    (mb.weights.numpy()[:, None] * g[mb.indices.numpy()]).sum(0) / mb.num_draws
+                    for mb in plan.minibatches
+                ],
+                axis=0,
+            )
+        )
     est = np.asarray(est)
     se = est.std(0) / np.sqrt(len(est))
     assert np.all(np.abs(est.mean(0) - target) < 4 * se + 1e-9)

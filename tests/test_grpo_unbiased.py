@@ -53,8 +53,13 @@ def _probs(method: str) -> np.ndarray:
 def _minibatch(seq: tuple[int, ...], w: np.ndarray) -> MiniBatch:
     rows, counts = np.unique(np.asarray(seq), return_counts=True)
     rows_t, counts_t = torch.from_numpy(rows), torch.from_numpy(counts)
-    return MiniBatch(indices=rows_t, weights=torch.from_numpy(w[rows] * counts), counts=counts_t,
-                     num_draws=int(counts.sum()), tokens=int(COSTS[rows].sum()))
+    return MiniBatch(
+        indices=rows_t,
+        weights=torch.from_numpy(w[rows] * counts),
+        counts=counts_t,
+        num_draws=int(counts.sum()),
+        tokens=int(COSTS[rows].sum()),
+    )
 
 
 ALPHA = 0.3  # p_smooth's mixing weight
@@ -68,8 +73,12 @@ def _planned(seq: tuple[int, ...], method: str, mode: str) -> list[MiniBatch]:
     drawn = np.asarray(seq, dtype=np.int64)
     with mock.patch("costaware.grpo.plan.draw", lambda *args, **kwargs: drawn.copy()):
         plan = plan_minibatches(
-            torch.tensor(ADV), torch.tensor(COSTS), num_minibatches=1, minibatch_size=M,
-            config=SamplingConfig(method, alpha=ALPHA, weights=mode), generator=torch.Generator().manual_seed(0),
+            torch.tensor(ADV),
+            torch.tensor(COSTS),
+            num_minibatches=1,
+            minibatch_size=M,
+            config=SamplingConfig(method, alpha=ALPHA, weights=mode),
+            generator=torch.Generator().manual_seed(0),
         )
     assert plan.rows_drawn == M and plan.minibatches[0].num_draws == M
     return list(plan.minibatches)
@@ -90,8 +99,9 @@ def _engine_gradient(family, mbs, rank_sizes, *, unpadded=False):
                 real = ~step.padding
                 f = torch.zeros(rows.numel(), dtype=torch.float64)
                 if real.any():
-                    f[real] = row_factors(family, step.weights[real], fed[real], num_ranks=num_ranks,
-                                          draws=norm.draws, tokens=norm.tokens)
+                    f[real] = row_factors(
+                        family, step.weights[real], fed[real], num_ranks=num_ranks, draws=norm.draws, tokens=norm.tokens
+                    )
             else:
                 f = row_factors(family, step.weights, fed, num_ranks=num_ranks, draws=norm.draws, tokens=norm.tokens)
             weighted = (f[:, None] * G[rows]).sum(0)

@@ -14,7 +14,11 @@ COSTS = torch.tensor([3, 9, 4, 12, 5, 7, 8, 2])
 def plan(method: str, keep: bool, weights: str = "centred", **kw):
     cfg = SamplingConfig(method, alpha=kw.pop("alpha", 0.2), weights=weights, merge_duplicates=False, **kw)
     return plan_minibatches(
-        torch.zeros(8), COSTS, num_minibatches=2, config=cfg, keep_zero_pool=keep,
+        torch.zeros(8),
+        COSTS,
+        num_minibatches=2,
+        config=cfg,
+        keep_zero_pool=keep,
         generator=torch.Generator().manual_seed(0),
     )
 

@@ -27,9 +27,23 @@ PACKAGE = "costaware"
 ALLOWED_CYCLES: dict[str, str] = {
 }  # fmt: skip
 # (importer prefix, forbidden import prefixes): a lower layer never reaches up.
-CORE = ("costaware.grpo", "costaware.sgd", "costaware.generation", "costaware.evaluation", "costaware.records",
-        "costaware.arms", "costaware.alias", "costaware.distributions", "costaware.sampler", "costaware.subset",
-        "costaware.theory", "costaware.tiny", "costaware._checks", "costaware._sampler_state", "costaware._io")
+CORE = (
+    "costaware.grpo",
+    "costaware.sgd",
+    "costaware.generation",
+    "costaware.evaluation",
+    "costaware.records",
+    "costaware.arms",
+    "costaware.alias",
+    "costaware.distributions",
+    "costaware.sampler",
+    "costaware.subset",
+    "costaware.theory",
+    "costaware.tiny",
+    "costaware._checks",
+    "costaware._sampler_state",
+    "costaware._io",
+)
 UPPER = ("costaware.integrations", "costaware.experiments", "costaware.report", "costaware.cli")
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     **{core: UPPER for core in CORE},
@@ -49,7 +63,8 @@ def modules() -> dict[str, Path]:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
@@ -161,8 +176,10 @@ def test_cycle_finder_finds_two_and_three_cycles_and_nothing_in_a_dag():
 
 
 def test_lazy_imports_count_and_type_checking_imports_do_not():
-    tree = ast.parse("import os\nif TYPE_CHECKING:\n    import costaware.a\n"
-                     "def f():\n    from costaware import b\n    import costaware.c\n")
+    tree = ast.parse(
+        "import os\nif TYPE_CHECKING:\n    import costaware.a\n"
+        "def f():\n    from costaware import b\n    import costaware.c\n"
+    )
     names = [a.name if isinstance(n, ast.Import) else n.module for n in _imports(tree) for a in n.names]
     assert sorted(names) == ["costaware", "costaware.c", "os"]
 
@@ -185,8 +202,9 @@ def test_no_import_cycle_outside_the_allow_list():
     assert not unexpected, f"import cycles: {unexpected}"
 
 
-@pytest.mark.parametrize("area", [pytest.param(a, marks=pytest.mark.xfail(strict=True, reason=why))
-                                  for a, why in ALLOWED_CYCLES.items()])
+@pytest.mark.parametrize(
+    "area", [pytest.param(a, marks=pytest.mark.xfail(strict=True, reason=why)) for a, why in ALLOWED_CYCLES.items()]
+)
 def test_allowed_area_has_no_cycle_left(area):
     """Expected to fail while the area's cycle is there; passing (XPASS, strict) means: remove the entry."""
     assert not [sorted(c) for c in cycles(graph()) if _allowed(c) == area]
@@ -195,8 +213,9 @@ def test_allowed_area_has_no_cycle_left(area):
 @pytest.mark.parametrize("importer", sorted(FORBIDDEN))
 def test_no_upward_import(importer):
     g = graph()
-    bad = sorted((m, t) for m in g if _under(m, importer) for t in _reach(g, m)
-                 if any(_under(t, f) for f in FORBIDDEN[importer]))
+    bad = sorted(
+        (m, t) for m in g if _under(m, importer) for t in _reach(g, m) if any(_under(t, f) for f in FORBIDDEN[importer])
+    )
     assert not bad, f"{importer} reaches up (module, reached): {bad[:10]}"
 
 
@@ -224,21 +243,33 @@ def private_names(name: str, tree: ast.AST) -> list[str]:
             elif a.name.startswith("_") and not a.name.startswith("__") and t != name:
                 out.append(f"{name}: from {t} import {a.name}")
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
-                and node.attr.startswith("_") and not node.attr.startswith("__")
-                and f"{aliases[node.value.id]}.{node.attr}" not in mods):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and f"{aliases[node.value.id]}.{node.attr}" not in mods
+        ):
             out.append(f"{name}: {aliases[node.value.id]}.{node.attr}")
     return out
 
 
 def test_the_private_name_finder_sees_both_forms():
-    tree = ast.parse("from costaware.grpo.beta import _x, fit_beta\nfrom costaware import theory\n"
-                     "def f():\n    return theory._scaled, theory.J\n")
+    tree = ast.parse(
+        "from costaware.grpo.beta import _x, fit_beta\nfrom costaware import theory\n"
+        "def f():\n    return theory._scaled, theory.J\n"
+    )
     assert private_names("costaware.records", tree) == [
-        "costaware.records: from costaware.grpo.beta import _x", "costaware.records: costaware.theory._scaled"]
+        "costaware.records: from costaware.grpo.beta import _x",
+        "costaware.records: costaware.theory._scaled",
+    ]
 
 
 def test_no_module_imports_another_modules_private_name():
-    found = [f for name, path in sorted(modules().items())
-             for f in private_names(name, ast.parse(path.read_text(), str(path)))]
+    found = [
+        f
+        for name, path in sorted(modules().items())
+        for f in private_names(name, ast.parse(path.read_text(), str(path)))
+    ]
     assert not found, f"private names used across modules (make them public): {found}"

@@ -41,7 +41,9 @@ def has_digit_reward(completions, **kwargs):  # 0/1: some groups are constant, a
 
 def half_constant_reward(completions, prompts, **kwargs):
     """Constant (all-zero advantages) on the groups of prompts with an even number of '=', else 0/1."""
-    return [0.0 if p.count("=") % 2 == 0 else float(c[-1:].isdigit()) for p, c in zip(prompts, completions, strict=True)]
+    return [
+        0.0 if p.count("=") % 2 == 0 else float(c[-1:].isdigit()) for p, c in zip(prompts, completions, strict=True)
+    ]
 
 
 def constant_reward(completions, **kwargs):
@@ -109,8 +111,14 @@ def _trainer(tmp_path, cls=CostAwareGRPOTrainer, cfg=CostAwareGRPOConfig, reward
             for p in model.parameters():
                 p.add_(0.3 * torch.randn(p.shape, generator=gen))
     args = cfg(**_kwargs(tmp_path, **over))
-    return cls(model=model, args=args, reward_funcs=reward, train_dataset=_dataset(), processing_class=TOK,
-               rollout_func=unequal_rollout)
+    return cls(
+        model=model,
+        args=args,
+        reward_funcs=reward,
+        train_dataset=_dataset(),
+        processing_class=TOK,
+        rollout_func=unequal_rollout,
+    )
 
 
 def _count_fed(trainer):
@@ -195,8 +203,12 @@ def _plan_of(trainer, batch, rewards):
     """The plan the trainer draws for its first pool on one process, rebuilt from the public core."""
     costs = sequence_costs_from_masks(batch["prompt_mask"], batch["completion_mask"])
     return plan_minibatches(
-        batch["advantages"], costs, num_minibatches=trainer.args.steps_per_generation,
-        minibatch_size=trainer.args.per_device_train_batch_size, config=trainer.sampling, rewards=rewards,
+        batch["advantages"],
+        costs,
+        num_minibatches=trainer.args.steps_per_generation,
+        minibatch_size=trainer.args.per_device_train_batch_size,
+        config=trainer.sampling,
+        rewards=rewards,
         group_size=trainer.num_generations,
         generator=torch.Generator().manual_seed(plan_seed(trainer.args.seed, 0)),
     )
@@ -358,15 +370,18 @@ def test_weights_reach_the_loss_row_by_row(tmp_path, loss_type, beta, bias_kl):
     """The micro-batch loss is Σ_i f_i ℓ_i with ℓ_i TRL's own single-row loss (KL included when β > 0)."""
     method = "p_smooth" if beta else "p_star"  # beta > 0 needs full support
     trainer = _trainer(
-        tmp_path, cost_aware_method=method, loss_type=loss_type, beta=beta, use_bias_correction_kl=bias_kl,
-        cost_aware_alpha=0.3, cost_aware_logprob_rows="all" if bias_kl else "fed",  # bias_kl perturbs the pool's old logps
+        tmp_path,
+        cost_aware_method=method,
+        loss_type=loss_type,
+        beta=beta,
+        use_bias_correction_kl=bias_kl,
+        cost_aware_alpha=0.3,
+        cost_aware_logprob_rows="all" if bias_kl else "fed",  # bias_kl perturbs the pool's old logps
     )
     batch, rewards = _generation(trainer)
     if bias_kl:  # off-policy rows, so that the KL's importance ratio is not 1
         old = batch["old_per_token_logps"]
-        batch["old_per_token_logps"] = old + 0.2 * torch.randn(
-            old.shape, generator=torch.Generator().manual_seed(2)
-        )
+        batch["old_per_token_logps"] = old + 0.2 * torch.randn(old.shape, generator=torch.Generator().manual_seed(2))
     trainer.cost_aware_counters.generations = 0
     plan = _plan_of(trainer, batch, rewards)
     micro = trainer._split(batch, rewards)
@@ -452,11 +467,18 @@ def test_a_pool_without_signal_is_skipped_without_moving_the_parameters(tmp_path
 
 def test_skipped_pools_keep_stock_lr_schedule_and_warn(tmp_path):
     """A skipped pool still counts its optimiser steps, so the LR schedule is stock TRL's step for step."""
-    ours = _trainer(tmp_path / "a", cost_aware_method="p_star", reward=constant_reward,
-                    lr_scheduler_type="linear", cost_aware_warn_after_skips=2)
+    ours = _trainer(
+        tmp_path / "a",
+        cost_aware_method="p_star",
+        reward=constant_reward,
+        lr_scheduler_type="linear",
+        cost_aware_warn_after_skips=2,
+    )
     with pytest.warns(RuntimeWarning, match="skipped 2 pools in a row"):
         ours.train()
-    stock = _trainer(tmp_path / "b", cls=GRPOTrainer, cfg=GRPOConfig, reward=constant_reward, lr_scheduler_type="linear")
+    stock = _trainer(
+        tmp_path / "b", cls=GRPOTrainer, cfg=GRPOConfig, reward=constant_reward, lr_scheduler_type="linear"
+    )
     stock.train()
 
     def lrs(trainer):
@@ -528,7 +550,10 @@ def test_checkpoint_keeps_the_counters(tmp_path):
         ("cost_aware_diagnostics_rows", 1),
         ("entropy_coef", 0.01),
         ("top_entropy_quantile", 0.2),
-        ("beta", 0.1),  # with auto (p_star/nonzero): zero-advantage rows are never drawn, their KL gradient would be lost
+        (
+            "beta",
+            0.1,
+        ),  # with auto (p_star/nonzero): zero-advantage rows are never drawn, their KL gradient would be lost
         ("cost_aware_zero_tol", 1.5),
         ("cost_aware_max_draws_factor", 0.5),
         ("cost_aware_warn_after_skips", -1),
@@ -577,10 +602,19 @@ def test_calibrated_proxy_logs_beta_and_round_trips_through_a_checkpoint(tmp_pat
     from costaware.integrations.trl.trainer import CALIBRATOR_FILE
 
     # pools of 4 groups: 6 rows at most 2 per group (at least 3 groups) fit on every pool
-    kw = dict(cost_aware_method="p_star", cost_aware_proxy="calibrated", cost_aware_calibration_interval=1,
-              cost_aware_calibration_rows=6, save_strategy="steps", save_steps=2, per_device_train_batch_size=8)
+    kw = dict(
+        cost_aware_method="p_star",
+        cost_aware_proxy="calibrated",
+        cost_aware_calibration_interval=1,
+        cost_aware_calibration_rows=6,
+        save_strategy="steps",
+        save_steps=2,
+        per_device_train_batch_size=8,
+    )
     trainer = _trainer(tmp_path, **kw)
-    assert trainer.sampling.proxy == "calibrated" and trainer.cost_aware_calibration.calibrator.beta == 1.0  # dapo prior
+    assert (
+        trainer.sampling.proxy == "calibrated" and trainer.cost_aware_calibration.calibrator.beta == 1.0
+    )  # dapo prior
     trainer.train()
     cal = trainer.cost_aware_calibration.calibrator
     assert cal.updates == trainer.cost_aware_state["generations"] == 2
@@ -589,8 +623,17 @@ def test_calibrated_proxy_logs_beta_and_round_trips_through_a_checkpoint(tmp_pat
     first = next(h for h in trainer.state.log_history if "cost_aware/proxy_beta" in h)
     assert first["cost_aware/proxy_beta"] == 1.0  # the pool that is measured uses the earlier β
     for h in logs:
-        for key in ("proxy_beta_next", "proxy_beta_hat", "proxy_beta_stderr", "proxy_beta_low", "proxy_beta_high",
-                    "proxy_beta_rows", "predicted_j_vs_optimal", "predicted_j_vs_uniform", "calibration_seconds"):
+        for key in (
+            "proxy_beta_next",
+            "proxy_beta_hat",
+            "proxy_beta_stderr",
+            "proxy_beta_low",
+            "proxy_beta_high",
+            "proxy_beta_rows",
+            "predicted_j_vs_optimal",
+            "predicted_j_vs_uniform",
+            "calibration_seconds",
+        ):
             assert math.isfinite(h[f"cost_aware/{key}"]), key
         assert -0.5 <= h["cost_aware/proxy_beta_next"] <= 2.0
         assert h["cost_aware/proxy_beta_low"] <= h["cost_aware/proxy_beta_hat"] <= h["cost_aware/proxy_beta_high"]

@@ -120,7 +120,10 @@ def test_proxy_options_pass_through_to_the_core():
     )
     core = cfg.sampling_config()
     assert (core.method, core.proxy, core.proxy_beta, core.adaptive_alpha_max_weight) == (
-        "p_smooth", "length_aware", 1.0, 8.0
+        "p_smooth",
+        "length_aware",
+        1.0,
+        8.0,
     )
     assert CostAwareConfig(proxy="length_aware").sampling_config("seq-mean-token-mean").proxy_beta == 0.0  # prior
     paper = CostAwareConfig(proxy="advantage").sampling_config()
@@ -129,18 +132,24 @@ def test_proxy_options_pass_through_to_the_core():
 
 @pytest.mark.parametrize(
     "mode,proxy,beta",
-    [("token-mean", "length_aware", 1.0), ("seq-mean-token-sum", "length_aware", 1.0),
-     ("seq-mean-token-mean", "advantage", None)],
+    [
+        ("token-mean", "length_aware", 1.0),
+        ("seq-mean-token-sum", "length_aware", 1.0),
+        ("seq-mean-token-mean", "advantage", None),
+    ],
 )
 def test_proxy_auto_resolves_with_the_actors_loss_agg_mode(mode, proxy, beta):
     import warnings
 
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")  # auto with p_star warns only under a token-sum loss, with the advice
-        cfg = read_trainer_config(verl_config(
-            "actor_rollout_ref.actor.shuffle=false", f"actor_rollout_ref.actor.loss_agg_mode={mode}",
-            "+algorithm.cost_aware.method=p_star",
-        ))
+        cfg = read_trainer_config(
+            verl_config(
+                "actor_rollout_ref.actor.shuffle=false",
+                f"actor_rollout_ref.actor.loss_agg_mode={mode}",
+                "+algorithm.cost_aware.method=p_star",
+            )
+        )
     advice = [w for w in seen if "proxy='auto'" in str(w.message)]
     assert len(advice) == (proxy == "length_aware")
     assert (cfg.proxy, cfg.proxy_beta) == (proxy, beta)
@@ -194,7 +203,6 @@ def test_adaptive_alpha_reaches_the_resampled_weights():
     assert float(res.weights[adv[res.indices] != 0].max()) <= 1.5 * (1 + 1e-5)
 
 
-
 @pytest.mark.parametrize(
     ("values", "message"),
     [
@@ -224,7 +232,9 @@ def test_every_listed_method_is_accepted_and_the_unknown_method_error_lists_them
     assert str(verl_methods()) in str(info.value)
     for method in verl_methods():
         assert CostAwareConfig.from_mapping({"method": method}).method == method
-        assert read_trainer_config(verl_config("actor_rollout_ref.actor.shuffle=false", f"+algorithm.cost_aware.method={method}"))
+        assert read_trainer_config(
+            verl_config("actor_rollout_ref.actor.shuffle=false", f"+algorithm.cost_aware.method={method}")
+        )
 
 
 @pytest.mark.parametrize("value", ["0", "-1.0"])
@@ -311,9 +321,7 @@ def test_p_star_weights_and_tokens_match_the_formula(proxy, beta):
     assert res.counts.tokens_nonzero == float(cost[adv != 0].sum())
     assert res.counts.rows_unique == float(torch.unique(res.indices).numel())
     # no existing rollout_is_weights: created as the factor on every response position
-    torch.testing.assert_close(
-        res.batch.batch["rollout_is_weights"], res.factors[:, None].expand(-1, RESPONSE_LEN)
-    )
+    torch.testing.assert_close(res.batch.batch["rollout_is_weights"], res.factors[:, None].expand(-1, RESPONSE_LEN))
     # token-mean (the default): factor = w · (drawn response tokens of the step) / (pool's · m / N)
     resp = batch.batch["response_mask"].sum(-1).double()
     per_step = res.indices.view(2, -1, 4).transpose(0, 1).reshape(-1, 8)  # (k, m) rows of each step
@@ -441,9 +449,7 @@ def test_loss_equals_weighted_sum_of_per_row_losses(base_config, loss_mode, agg)
     layout = res.indices.view(dp, -1)
     for j, ranks in enumerate(_worker_minibatches(res.batch, mbs, dp)):
         rows = torch.cat([layout[r, j * (mbs // dp) : (j + 1) * (mbs // dp)] for r in range(dp)])
-        weights = torch.cat(
-            [res.factors.view(dp, -1)[r, j * (mbs // dp) : (j + 1) * (mbs // dp)] for r in range(dp)]
-        )
+        weights = torch.cat([res.factors.view(dp, -1)[r, j * (mbs // dp) : (j + 1) * (mbs // dp)] for r in range(dp)])
         mask = batch.batch["response_mask"][rows]
         num_tokens = int(mask.sum())
         total = 0.0
@@ -564,9 +570,7 @@ def test_duplicate_keys_and_nested_weights():
     adv = torch.nested.as_nested_tensor(
         [torch.tensor([2.0, 2.0, 0.0]), torch.tensor([-1.0]), torch.zeros(4)], layout=torch.jagged
     )
-    torch.testing.assert_close(
-        nested_row_means(adv, mask), torch.tensor([2.0, -1.0, 0.0], dtype=torch.float64)
-    )
+    torch.testing.assert_close(nested_row_means(adv, mask), torch.tensor([2.0, -1.0, 0.0], dtype=torch.float64))
     existing = torch.nested.as_nested_tensor([torch.full((n,), 0.5) for n in lengths], layout=torch.jagged)
     out = nested_scaled_weights(existing, mask, torch.tensor([2.0, 3.0, 4.0]))
     assert out.offsets().diff().tolist() == lengths
@@ -660,11 +664,13 @@ def test_example_config_composes_and_validates():
 
     example_dir = os.path.join(os.path.dirname(__file__), "..", "examples", "verl")
     with initialize_config_dir(config_dir=os.path.abspath(example_dir), version_base=None):
-        cfg = compose(
-            config_name="cost_aware_grpo", overrides=["actor_rollout_ref.actor.policy_loss.loss_mode=cispo"]
-        )
+        cfg = compose(config_name="cost_aware_grpo", overrides=["actor_rollout_ref.actor.policy_loss.loss_mode=cispo"])
     assert read_trainer_config(cfg) == CostAwareConfig(
-        method="p_star", alpha=0.01, seed=0, proxy="length_aware", proxy_beta=1.0  # token-mean: auto's prior
+        method="p_star",
+        alpha=0.01,
+        seed=0,
+        proxy="length_aware",
+        proxy_beta=1.0,  # token-mean: auto's prior
     )
     assert cfg.actor_rollout_ref.rollout.name == "vllm"
     assert cfg.actor_rollout_ref.model.path == "Qwen/Qwen2.5-Math-1.5B-Instruct"

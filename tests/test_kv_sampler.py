@@ -162,7 +162,9 @@ def chi2_pvalue(counts: torch.Tensor, probs: torch.Tensor) -> float:
     obs = torch.cat([counts[big].double(), counts[~big].double().sum()[None]])
     exp = torch.cat([expected[big], expected[~big].sum()[None]])
     keep = exp > 0
-    return float(stats.chisquare(obs[keep].numpy(), exp[keep].numpy() * obs[keep].sum().item() / exp[keep].sum().item()).pvalue)
+    return float(
+        stats.chisquare(obs[keep].numpy(), exp[keep].numpy() * obs[keep].sum().item() / exp[keep].sum().item()).pvalue
+    )
 
 
 def law(model, params: SamplingParams, prefixes: list[list[int]]) -> torch.Tensor:

@@ -106,10 +106,18 @@ def test_a_registered_weighted_rule_gets_its_prompt_factors(toys) -> None:
 
 
 def _verl_config(method: str, **options: Any) -> Any:
-    cfg = OmegaConf.create({
-        "data": {"train_batch_size": B, "gen_batch_size": None, "dataloader_num_workers": 0, "seed": None,
-                 "sampler": {"costaware": {"method": method, "seed": 5, **options}}},
-        "actor_rollout_ref": {"rollout": {"n": G}}})
+    cfg = OmegaConf.create(
+        {
+            "data": {
+                "train_batch_size": B,
+                "gen_batch_size": None,
+                "dataloader_num_workers": 0,
+                "seed": None,
+                "sampler": {"costaware": {"method": method, "seed": 5, **options}},
+            },
+            "actor_rollout_ref": {"rollout": {"n": G}},
+        }
+    )
     return cfg.data
 
 
@@ -152,8 +160,11 @@ def test_the_engines_names_and_the_arms_come_from_the_registry() -> None:
 
 
 def test_the_registered_rules_flags() -> None:
-    flags = {name: (m.name, m.biased, m.weighted, m.uses_costs, m.plain)
-             for name, factory in REGISTRY.items() for m in [factory()]}
+    flags = {
+        name: (m.name, m.biased, m.weighted, m.uses_costs, m.plain)
+        for name, factory in REGISTRY.items()
+        for m in [factory()]
+    }
     assert flags == {
         "uniform": ("uniform", False, False, False, True),
         "greso": ("greso", True, False, False, False),

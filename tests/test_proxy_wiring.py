@@ -28,8 +28,9 @@ def _pool(n, seed):
 
 
 def _plan(adv, costs, seed=0, k=3, **cfg):
-    return plan_minibatches(adv, costs, num_minibatches=k, config=SamplingConfig(**cfg),
-                            generator=torch.Generator().manual_seed(seed))
+    return plan_minibatches(
+        adv, costs, num_minibatches=k, config=SamplingConfig(**cfg), generator=torch.Generator().manual_seed(seed)
+    )
 
 
 # ------------------------------------------------------------------------------------------- config
@@ -64,8 +65,11 @@ def test_resolve_proxy_per_loss_family():
     assert resolve_proxy("auto", None, loss_type="dapo", method="nonzero") == ("advantage", 0.0)
     assert resolve_proxy("length_aware", None, loss_type="token-mean", method="p_star") == ("length_aware", 1.0)
     assert resolve_proxy("length_aware", 0.4, loss_type="grpo", method="p_star") == ("length_aware", 0.4)
-    for bad, match in ((("auto", 0.3), "proxy='auto'"), (("advantage", 0.3), "proxy='advantage'"),
-                       (("nope", None), "nope")):
+    for bad, match in (
+        (("auto", 0.3), "proxy='auto'"),
+        (("advantage", 0.3), "proxy='advantage'"),
+        (("nope", None), "nope"),
+    ):
         with pytest.raises(ValueError, match=match):
             resolve_proxy(*bad, loss_type="dapo", method="p_star")
     with pytest.raises(ValueError, match="loss_type.*bogus"):
@@ -106,9 +110,13 @@ _GOLDEN = {
 def test_beta_zero_reproduces_the_pre_proxy_plans_bit_for_bit(method, budget):
     adv, costs = _pool(97, 11)
     for extra in ({}, {"proxy": "length_aware", "proxy_beta": 0.0}):
-        plan = plan_minibatches(adv, costs, num_minibatches=3,
-                                config=SamplingConfig(method=method, alpha=0.05, budget=budget, **extra),
-                                generator=torch.Generator().manual_seed(5))
+        plan = plan_minibatches(
+            adv,
+            costs,
+            num_minibatches=3,
+            config=SamplingConfig(method=method, alpha=0.05, budget=budget, **extra),
+            generator=torch.Generator().manual_seed(5),
+        )
         assert _fingerprint(plan) == _GOLDEN[(method, budget)]
         assert plan.meta["beta"] == 0.0 and plan.meta["alpha"] == (0.05 if method == "p_smooth" else 0.0)
 
@@ -138,8 +146,12 @@ def test_length_aware_plan_samples_from_abs_a_times_c_to_beta_minus_half(beta, m
     if method == "p_smooth":
         q = 0.95 * q + 0.05 / q.size
     np.testing.assert_allclose(plan.probs.double().numpy(), q, rtol=1e-5, atol=1e-12)
-    assert plan.meta == {"draw_cap_hit": False, "proxy": "length_aware", "beta": beta,
-                         "alpha": 0.05 if method == "p_smooth" else 0.0}
+    assert plan.meta == {
+        "draw_cap_hit": False,
+        "proxy": "length_aware",
+        "beta": beta,
+        "alpha": 0.05 if method == "p_smooth" else 0.0,
+    }
     drawn = torch.cat([mb.indices for mb in plan.minibatches]).numpy()
     if method == "p_star":
         assert (adv[drawn] != 0).all()
@@ -163,8 +175,13 @@ def test_non_proxy_methods_record_no_beta():
 
 
 @settings(max_examples=40, deadline=None)
-@given(n=st.integers(4, 150), seed=st.integers(0, 10_000), W=st.floats(1.5, 50.0),
-       floor=st.one_of(st.just(0.0), st.floats(1e-300, 0.3)), beta=st.sampled_from([0.0, 1.0]))
+@given(
+    n=st.integers(4, 150),
+    seed=st.integers(0, 10_000),
+    W=st.floats(1.5, 50.0),
+    floor=st.one_of(st.just(0.0), st.floats(1e-300, 0.3)),
+    beta=st.sampled_from([0.0, 1.0]),
+)
 def test_adaptive_alpha_bounds_the_largest_weight_within_its_range(n, seed, W, floor, beta):
     adv, costs = _pool(n, seed)
     proxy = {"proxy": "length_aware", "proxy_beta": beta} if beta else {}
@@ -245,10 +262,19 @@ def test_the_unbiasedness_check_fails_on_wrong_weights(wrong):
 def test_weighted_estimator_is_unbiased_under_adaptive_smoothing():
     adv, costs, g = _unbiased_pool()
     g = g + (adv == 0)[:, None] * 0.5  # full support: rows with A = 0 may carry a (KL) gradient
-    cfg = SamplingConfig(method="p_smooth", alpha=0.0, adaptive_alpha_max_weight=4.0, proxy="length_aware",
-                         proxy_beta=1.0, merge_duplicates=False)
-    plan = _plan(adv, costs, **{k: getattr(cfg, k) for k in ("method", "alpha", "adaptive_alpha_max_weight",
-                                                              "proxy", "proxy_beta")})
+    cfg = SamplingConfig(
+        method="p_smooth",
+        alpha=0.0,
+        adaptive_alpha_max_weight=4.0,
+        proxy="length_aware",
+        proxy_beta=1.0,
+        merge_duplicates=False,
+    )
+    plan = _plan(
+        adv,
+        costs,
+        **{k: getattr(cfg, k) for k in ("method", "alpha", "adaptive_alpha_max_weight", "proxy", "proxy_beta")},
+    )
     assert 0.0 < plan.meta["alpha"] < ALPHA_AUTO_MAX  # smoothing was needed, so the support is every row
     gen = torch.Generator().manual_seed(1)
     trials, sums, draws = 800, np.zeros((800, 3)), np.zeros(800)

@@ -19,11 +19,18 @@ def _rid(**kw):
 
 
 def _run(**kw):
-    evals = (EvalPoint(0, 0, 0, 0.2, 0.25), EvalPoint(3, 1200, 900, 0.4, None, step=6, po_seconds=1.5,
-                                                      po_tokens_plain=2000, po_tokens_nonzero=1100))
-    return RunResult(_rid(**kw), evals, wall_seconds=3.0,
-                     fidelity=(ProxyFidelityPoint(2, 400, 0.5, 0.3, 0.7),), counters={"rows_fed": 12.0},
-                     spec={"group": "headline"})
+    evals = (
+        EvalPoint(0, 0, 0, 0.2, 0.25),
+        EvalPoint(3, 1200, 900, 0.4, None, step=6, po_seconds=1.5, po_tokens_plain=2000, po_tokens_nonzero=1100),
+    )
+    return RunResult(
+        _rid(**kw),
+        evals,
+        wall_seconds=3.0,
+        fidelity=(ProxyFidelityPoint(2, 400, 0.5, 0.3, 0.7),),
+        counters={"rows_fed": 12.0},
+        spec={"group": "headline"},
+    )
 
 
 def test_records_docstring_examples_run():
@@ -38,9 +45,21 @@ def test_round_trip_through_json_text(tmp_path):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 10**7), st.integers(0, 10**7),
-                          st.floats(0, 1), st.one_of(st.none(), st.floats(0, 1))), min_size=1, max_size=8),
-       st.sampled_from(["none", "nonzero", "p_star", "p_smooth", "pods"]), st.sampled_from(["centred", "raw"]))
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 50),
+            st.integers(0, 10**7),
+            st.integers(0, 10**7),
+            st.floats(0, 1),
+            st.one_of(st.none(), st.floats(0, 1)),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    st.sampled_from(["none", "nonzero", "p_star", "p_smooth", "pods"]),
+    st.sampled_from(["centred", "raw"]),
+)
 def test_any_run_result_round_trips_through_json(points, method, weights):
     cols = [sorted(c) for c in zip(*[p[:3] for p in points], strict=True)]  # monotone counts
     evals = tuple(EvalPoint(r, t, g, a, v) for r, t, g, (_, _, _, a, v) in zip(*cols, points, strict=True))
@@ -69,7 +88,8 @@ RECORDED = json.loads(
     '"po_tokens": 400, "pearson": 0.5, "chi2": 0.3, "j_vs_uniform": 0.7}], "counters": {"rows_fed": 12.0}, '
     '"spec": {"group": "ablation", "method": "p_smooth", "seed": 2, "task": "sort", "weights": "centred", '
     '"lr_scale": 1.0, "loss_type": "profile", "zvf": false, "alpha": 0.05, "proxy_noise": 0.0, "step_budget": '
-    '"rows", "proxy": "auto", "budget_scale": 1.0}, "generation_seconds": 4.0, "eval_seconds": 2.0}')
+    '"rows", "proxy": "auto", "budget_scale": 1.0}, "generation_seconds": 4.0, "eval_seconds": 2.0}'
+)
 
 
 def test_a_record_written_before_arms_reads_back_with_its_arm_and_writes_the_same_json():
@@ -78,13 +98,22 @@ def test_a_record_written_before_arms_reads_back_with_its_arm_and_writes_the_sam
     assert json.dumps(run.to_json()) == json.dumps(RECORDED)  # same fields, same order: same files
 
 
-@pytest.mark.parametrize(("kw", "name"), [
-    (dict(weights="centered"), "weights"), (dict(learning_rate=0.0), "learning_rate"),
-    (dict(seed=-1), "seed"), (dict(loss_type="profile"), "loss_type"), (dict(task=""), "task"),
-    (dict(step_budget="steps"), "step_budget"), (dict(alpha=2.0), "alpha"),
-    (dict(learning_rate=float("nan")), "learning_rate"), (dict(method="p_star:raw"), "RunId.method"),
-    (dict(proxy=""), "RunId.proxy"), (dict(proxy_noise=-1.0), "RunId.proxy_noise"),
-])
+@pytest.mark.parametrize(
+    ("kw", "name"),
+    [
+        (dict(weights="centered"), "weights"),
+        (dict(learning_rate=0.0), "learning_rate"),
+        (dict(seed=-1), "seed"),
+        (dict(loss_type="profile"), "loss_type"),
+        (dict(task=""), "task"),
+        (dict(step_budget="steps"), "step_budget"),
+        (dict(alpha=2.0), "alpha"),
+        (dict(learning_rate=float("nan")), "learning_rate"),
+        (dict(method="p_star:raw"), "RunId.method"),
+        (dict(proxy=""), "RunId.proxy"),
+        (dict(proxy_noise=-1.0), "RunId.proxy_noise"),
+    ],
+)
 def test_run_id_validation_names_field(kw, name):
     with pytest.raises(ValueError, match=name):
         _rid(**kw)

@@ -24,8 +24,13 @@ def _records():
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
-    paths = grpo.write_report(_records(), out, command="costaware reproduce --profile test", profile={"x": 1},
-                              sft={"parameters": 1000, "greedy_accuracy": 0.3, "sampled_accuracy": 0.25})
+    paths = grpo.write_report(
+        _records(),
+        out,
+        command="costaware reproduce --profile test",
+        profile={"x": 1},
+        sft={"parameters": 1000, "greedy_accuracy": 0.3, "sampled_accuracy": 0.25},
+    )
     return out, paths
 
 
@@ -38,10 +43,17 @@ def test_report_holds_every_part(report):
     assert "p\\* beats GRPO | +" in first and "arith / cispo: p\\* beats GRPO" in first
     assert "lower total cost" in md and "A user who switches from GRPO to p\\*" in md  # the headline axis
     assert "fewer PO tokens" in md  # PO tokens still reported beside it
-    assert "| method | seeds | peak [95% CI] | total cost to target | PO tokens to target | generated tokens to target |" in md
+    assert (
+        "| method | seeds | peak [95% CI] | total cost to target | PO tokens to target | generated tokens to target |"
+        in md
+    )
     assert "### Decomposition" in md and "Δ accuracy at equal rounds" in md
-    for step in ("renormalisation", "cost-aware sampling at a matched step", "cost-aware sampling at GRPO's step",
-                 "tuned baseline → best cost-aware method"):
+    for step in (
+        "renormalisation",
+        "cost-aware sampling at a matched step",
+        "cost-aware sampling at GRPO's step",
+        "tuned baseline → best cost-aware method",
+    ):
         assert f"| {step}:" in md
     for claim in ("p* beats GRPO:", "p* beats nonzero:", "p* beats tuned GRPO:", "p* beats PODS:"):
         assert claim in text
@@ -63,7 +75,10 @@ def test_summary_json_has_the_numbers(report):
     summary = json.loads(paths["summary"].read_text())
     (grpo_sec,) = [s for s in summary["sections"] if s["setting"] == "grpo"]
     assert grpo_sec["tuned"] == ["none", 2 * LR]
-    assert {c["name"] for c in grpo_sec["decomposition"]} >= {"renormalisation", "cost-aware sampling at a matched step"}
+    assert {c["name"] for c in grpo_sec["decomposition"]} >= {
+        "renormalisation",
+        "cost-aware sampling at a matched step",
+    }
     assert set(grpo_sec["plateau"]) >= {"plateaued", "rise", "peak_index"}
     claim = grpo_sec["claims"][0]
     # p* feeds 0.6 of GRPO's PO tokens per round for the same per-round gain, and generates as much
@@ -84,8 +99,12 @@ def test_numbers_do_not_depend_on_display_labels(tmp_path, monkeypatch):
     monkeypatch.setattr(labels, "LABELS", {k: f"X{v}" for k, v in labels.LABELS.items()})
     paths = grpo.write_report(runs, tmp_path / "b", command="c")
     b = json.loads(paths["summary"].read_text())
+
     def numbers(s):  # everything but the names, which are words
-        return [{k: v for k, v in c.items() if k not in ("name", "claim", "absent")} for c in s["decomposition"] + s["claims"]]
+        return [
+            {k: v for k, v in c.items() if k not in ("name", "claim", "absent")}
+            for c in s["decomposition"] + s["claims"]
+        ]
 
     for sa, sb in zip(a["sections"], b["sections"], strict=True):
         assert numbers(sa) == numbers(sb) and sa["peaks"] == sb["peaks"] and sa["target"] == sb["target"]
@@ -113,7 +132,9 @@ def test_arm_stats_against_hand_computed_values():
 
     def run(acc, seed):
         rid = RunId(task="t", method="none", seed=seed, learning_rate=LR, loss_type="grpo")
-        return RunResult(rid, tuple(EvalPoint(2 * i, 100 * i, 300 * i, a, po_seconds=float(i)) for i, a in enumerate(acc)))
+        return RunResult(
+            rid, tuple(EvalPoint(2 * i, 100 * i, 300 * i, a, po_seconds=float(i)) for i, a in enumerate(acc))
+        )
 
     runs = [run([0.2, 0.4, 0.5, 0.6], 0), run([0.2, 0.6, 0.5, 0.4], 1)]  # mean 0.2, 0.5, 0.5, 0.5
     st = grpo.arm_stats(runs, 0.35, 300.0, generation_cost=0.5, n_boot=200)

@@ -148,7 +148,9 @@ def test_plateau_peak_at_the_end_within_noise_is_flat():
     runs = []
     for r in make_runs("none", scale=3.0):
         *head, e = r.evals
-        runs.append(r.__class__(r.id, (*head, e.__class__(**{**e.__dict__, "heldout_accuracy": e.heldout_accuracy + 0.005}))))
+        runs.append(
+            r.__class__(r.id, (*head, e.__class__(**{**e.__dict__, "heldout_accuracy": e.heldout_accuracy + 0.005})))
+        )
     p = plateau(runs, n_boot=N_BOOT)
     assert p.peak_late and p.rise.value > 0 > p.rise.lo  # the fixture is the case it claims to be
     assert p.plateaued
@@ -157,8 +159,16 @@ def test_plateau_peak_at_the_end_within_noise_is_flat():
 def test_plateau_peak_early_is_enough():
     """A curve that peaks early and declines has flattened, even though its last quarter's slope is not zero."""
     runs = make_runs("none", scale=3.0)
-    decline = [r.__class__(r.id, tuple(e.__class__(**{**e.__dict__, "heldout_accuracy": e.heldout_accuracy
-                                                        - 0.05 * e.po_tokens / 3e5}) for e in r.evals)) for r in runs]
+    decline = [
+        r.__class__(
+            r.id,
+            tuple(
+                e.__class__(**{**e.__dict__, "heldout_accuracy": e.heldout_accuracy - 0.05 * e.po_tokens / 3e5})
+                for e in r.evals
+            ),
+        )
+        for r in runs
+    ]
     p = plateau(decline, n_boot=N_BOOT)
     assert not p.peak_late and p.plateaued
 
@@ -212,8 +222,10 @@ def test_no_tuned_baseline_without_validation_or_sweep():
     ev = _evidence(headline())
     assert ev.tuned is None and "no learning-rate sweep" in ev.tuned_note
     assert "**cannot say**" in _verdict(ev, "p* beats tuned GRPO")
-    runs = headline() + [r.__class__(r.id, tuple(e.__class__(**{**e.__dict__, "validation_accuracy": None})
-                                                for e in r.evals)) for r in make_runs("none", lr=2 * LR)]
+    runs = headline() + [
+        r.__class__(r.id, tuple(e.__class__(**{**e.__dict__, "validation_accuracy": None}) for e in r.evals))
+        for r in make_runs("none", lr=2 * LR)
+    ]
     ev = _evidence(runs)
     assert ev.tuned is None and "never used to tune" in ev.tuned_note
 
@@ -246,6 +258,7 @@ def test_estimate_excludes_zero_only_when_its_interval_does():
 
 def test_seed_mean_curve_not_mean_of_peaks():
     """The peak and crossing are read off the seed-mean curve; the CI resamples seeds (paired per seed)."""
+
     def run(acc, seed):
         rid = RunId(task="t", method="none", seed=seed, learning_rate=LR, loss_type="grpo")
         return RunResult(rid, tuple(EvalPoint(i, 100 * i, 0, a) for i, a in enumerate(acc)))
@@ -297,9 +310,12 @@ def test_no_improvement_is_said_not_scored():
 
 def _token_sum(calibrated_scale: float, paper_scale: float, seeds=range(3)):
     kw = dict(setting="dapo", group="dapo", seeds=seeds)
-    return (make_runs("none", **kw) + make_runs("nonzero", po_per_round=3750, **kw)
-            + make_runs("p_star", po_per_round=3000, scale=calibrated_scale, **kw)
-            + make_runs("p_star", po_per_round=3000, scale=paper_scale, proxy="advantage", **kw))
+    return (
+        make_runs("none", **kw)
+        + make_runs("nonzero", po_per_round=3750, **kw)
+        + make_runs("p_star", po_per_round=3000, scale=calibrated_scale, **kw)
+        + make_runs("p_star", po_per_round=3000, scale=paper_scale, proxy="advantage", **kw)
+    )
 
 
 def test_calibrated_proxy_claim_in_a_token_sum_setting():

@@ -93,12 +93,16 @@ def test_too_few_seeds_give_no_interval_and_no_verdict(tmp_path, seeds):
         assert word not in said
     for t in markdown_tables(md):
         for row in t:
-            assert not any(c in ("yes", "not shown") or c.endswith((", yes", ", no, it is worse", ", not shown"))
-                           for c in row), row
+            assert not any(
+                c in ("yes", "not shown") or c.endswith((", yes", ", no, it is worse", ", not shown")) for c in row
+            ), row
     table = [r for r in markdown_tables(md)[0] if not r[2].startswith("cannot say")]  # a pair not run: said so
-    assert len(table) >= 5 and all(r[2] == f"no verdict ({seeds} seed{'s' if seeds > 1 else ''})" for r in table[1:]), table
-    assert all(r[1].endswith(f"({seeds} seed{'s' if seeds > 1 else ''}: no interval)") and "[" not in r[1]
-               for r in table[1:])
+    assert len(table) >= 5 and all(r[2] == f"no verdict ({seeds} seed{'s' if seeds > 1 else ''})" for r in table[1:]), (
+        table
+    )
+    assert all(
+        r[1].endswith(f"({seeds} seed{'s' if seeds > 1 else ''}: no interval)") and "[" not in r[1] for r in table[1:]
+    )
     assert f"With {seeds} seed{'s' if seeds > 1 else ''}: no interval, these are point estimates" in md
     summary = json.loads(paths["summary"].read_text())
     assert {o["verdict"] for o in summary["opening"]} == {"no verdict", None}
@@ -123,6 +127,7 @@ def test_verdict_rule():
 
 
 # --- prices and targets ---------------------------------------------------------------------------------------
+
 
 def _pair(seeds=range(5)):
     """A saves nothing per round; B spends 0.6 of A's PO tokens and 1.5× its generated tokens a round."""
@@ -193,7 +198,9 @@ def test_measured_ratio_by_hand():
 def test_report_has_the_price_and_target_tables(five):
     _, paths = five
     md = paths["markdown"].read_text()
-    assert "## Verdicts at other prices of a generated token" in md and "| claim | g = 1/3 | g = 1 | g = 3 | note |" in md
+    assert (
+        "## Verdicts at other prices of a generated token" in md and "| claim | g = 1/3 | g = 1 | g = 3 | note |" in md
+    )
     assert "arXiv:2509.21009" in md and "arXiv:2509.18521" in md  # the GPU timings, cited
     assert "## Verdicts at other targets" in md and "| claim | 90%: " in md
     assert paths["price_sweep"].stat().st_size > 10_000 and paths["waterfall"].stat().st_size > 10_000
@@ -205,6 +212,7 @@ def test_report_has_the_price_and_target_tables(five):
 
 
 # --- styles -----------------------------------------------------------------------------------------------------
+
 
 def _drawn_colours(monkeypatch, runs, tmp_path) -> dict[str, str]:
     """The colour of every labelled line of every figure of a report, by label; one colour per label."""
@@ -223,8 +231,7 @@ def _drawn_colours(monkeypatch, runs, tmp_path) -> dict[str, str]:
 
 
 def test_a_method_has_one_colour_whatever_else_the_report_holds(monkeypatch, tmp_path):
-    full = _drawn_colours(monkeypatch, headline(seeds=range(3)) + make_runs("p_smooth", seeds=range(3)),
-                          tmp_path / "a")
+    full = _drawn_colours(monkeypatch, headline(seeds=range(3)) + make_runs("p_smooth", seeds=range(3)), tmp_path / "a")
     few = make_runs("none", seeds=range(3)) + make_runs("nonzero", po_per_round=3750, seeds=range(3))
     few += make_runs("pods", po_per_round=3100, scale=15.0, seeds=range(3))
     part = _drawn_colours(monkeypatch, few, tmp_path / "b")
@@ -243,6 +250,7 @@ def test_style_table():
 
 
 # --- the page in a browser --------------------------------------------------------------------------------------
+
 
 def test_the_first_screen_holds_the_opening_table(five, tmp_path):
     if chromium() is None:

@@ -23,10 +23,13 @@ def test_md_docstring_examples_run():
 
 @pytest.mark.parametrize("text", NASTY)
 def test_escape_renders_as_written_in_a_sentence_and_in_a_cell(text):
-    page = Page(markdown.markdown(f"Said: {md.escape(text)} here.\n\n" + "\n".join(md.table(["a", "b"], [[text, "x"]])),
-                                  extensions=["tables"]))
+    page = Page(
+        markdown.markdown(
+            f"Said: {md.escape(text)} here.\n\n" + "\n".join(md.table(["a", "b"], [[text, "x"]])), extensions=["tables"]
+        )
+    )
     assert page.paragraphs[0]["text"] == f"Said: {text} here." and not page.paragraphs[0]["inline"]
-    (header, row), = page.tables
+    ((header, row),) = page.tables
     assert [c["text"] for c in row] == [text, "x"] and not row[0]["inline"]
     assert gfm_cells(md.table(["a", "b"], [[text, "x"]])[2]) == [text, "x"]  # as GitHub splits it
 
@@ -40,8 +43,12 @@ def test_table_refuses_a_row_of_another_width():
 def _records():
     runs = headline(seeds=range(2)) + make_runs("p_smooth", fidelity=True, seeds=range(2))
     for setting in ("cispo", "dapo", "grpo+zvf"):
-        runs += make_runs("none", setting=setting, seeds=range(2)) + make_runs("p_star", setting=setting, seeds=range(2))
-        runs += make_runs("p_star", setting=setting, proxy="advantage", fidelity=True, po_per_round=3300, seeds=range(2))
+        runs += make_runs("none", setting=setting, seeds=range(2)) + make_runs(
+            "p_star", setting=setting, seeds=range(2)
+        )
+        runs += make_runs(
+            "p_star", setting=setting, proxy="advantage", fidelity=True, po_per_round=3300, seeds=range(2)
+        )
     runs += make_runs("p_star", group="ablation", proxy_noise=0.1, po_per_round=3000, seeds=[0])
     return runs + rollout_runs(seeds=range(2))  # a prompt-stage section: its target, prompt and prediction tables
 
@@ -71,9 +78,9 @@ def _commonmark(text: str) -> str:
 def test_every_html_table_row_has_the_header_columns_and_every_cell_its_text(nasty_report, renderer):
     md_text = nasty_report["markdown"].read_text()
     html = nasty_report["html"].read_text()
-    runs = Page(html[html.index("<details>"):html.index("</details>")]).tables  # the run list: in the HTML only
+    runs = Page(html[html.index("<details>") : html.index("</details>")]).tables  # the run list: in the HTML only
     assert len(runs) == 1 and len(runs[0]) > 10 and all(len(r) == len(runs[0][0]) for r in runs[0])
-    html = html[:html.index("<details>")] + html[html.index("</details>"):]
+    html = html[: html.index("<details>")] + html[html.index("</details>") :]
     page = Page(html if renderer == "python-markdown" else _commonmark(md_text))
     want = markdown_tables(md_text)
     assert len(page.tables) == len(want) >= 6 and sum(len(t) for t in want) > 40
@@ -88,8 +95,14 @@ def test_every_html_table_row_has_the_header_columns_and_every_cell_its_text(nas
             assert [c["text"] for c in html_row] == md_row
             assert not {t for c in html_row for t in c["inline"]} - {"code"}, html_row
     cells = {c["text"] for t in page.tables for r in t for c in r}
-    assert {"p* |x*_ (paper's proxy |A|)", "p*_smooth(0.01) |x*_", "GRPO |x*_", "p* |x*_ (cost-aware skip, biased)",
-            "last_status+a0.1", "greso (biased skip): share of generated tokens skipped / of Σ|A| lost"} <= cells
+    assert {
+        "p* |x*_ (paper's proxy |A|)",
+        "p*_smooth(0.01) |x*_",
+        "GRPO |x*_",
+        "p* |x*_ (cost-aware skip, biased)",
+        "last_status+a0.1",
+        "greso (biased skip): share of generated tokens skipped / of Σ|A| lost",
+    } <= cells
 
 
 @pytest.mark.parametrize("renderer", ["python-markdown", "commonmark"])

@@ -53,8 +53,10 @@ def test_target_not_met_names_the_best_peer_part_with_its_numbers():
     dapo, best = rev.peer_savings[(DAPO, LR)], t.vs_best.savings["total_cost"]
     assert dapo.value == pytest.approx(1 - _cost(2000, 3600) / _cost(5000, 4000), abs=0.02)
     assert best.value == pytest.approx(1 - _cost(1900, 3000) / _cost(2000, 3600), abs=0.02)
-    assert part == (f"against the best peer, GRPO (DAPO dynamic sampling) (itself saving {fmt(dapo)} over GRPO), "
-                    f"total cost saving {fmt(best)}; it needs ≥ +15%")
+    assert part == (
+        f"against the best peer, GRPO (DAPO dynamic sampling) (itself saving {fmt(dapo)} over GRPO), "
+        f"total cost saving {fmt(best)}; it needs ≥ +15%"
+    )
     assert "**target not met**" in t.text(sec) and "against GRPO," not in t.text(sec)
 
 
@@ -81,12 +83,25 @@ def test_target_needs_a_ci_above_zero_not_only_a_point_estimate():
     but resamples holding that seed twice never do, so the CI reaches below zero. A point-only check passes it."""
     cheap = {("p_star", "cost_aware_skip"): (800, 1000)}
     runs = [r for r in rollout_runs(cheap) if not (r.id.arm == SKIP and r.id.seed == 4)]
-    runs += make_runs("p_star", rollout="cost_aware_skip", po_per_round=800, gen_per_round=1000, scale=1e9, seeds=[4],
-                      setting=ROLLOUT_SETTING, group="rollout", n_evals=61, noise=0.002)
+    runs += make_runs(
+        "p_star",
+        rollout="cost_aware_skip",
+        po_per_round=800,
+        gen_per_round=1000,
+        scale=1e9,
+        seeds=[4],
+        setting=ROLLOUT_SETTING,
+        group="rollout",
+        n_evals=61,
+        noise=0.002,
+    )
     (t,) = _rollout(runs).targets
     s = t.vs_baseline.savings["total_cost"]
     assert s.value >= 0.5 and s.lo < 0  # the fixture is the case it claims to be
-    assert not t.met and f"against GRPO, total cost saving {fmt(s)}; it needs ≥ +50% (2×) with a CI above zero" in t.shortfalls
+    assert (
+        not t.met
+        and f"against GRPO, total cost saving {fmt(s)}; it needs ≥ +50% (2×) with a CI above zero" in t.shortfalls
+    )
 
 
 def test_target_needs_five_seeds():
@@ -104,12 +119,14 @@ def test_target_not_met_when_nothing_improved():
 def test_claims_pick_the_right_pairs_and_missing_peers_cannot_say():
     rev = _rollout(rollout_runs())
     claims = {n: (c, why) for n, c, why in rev.evidence.claims}
-    want = {"p* (cost-aware skip, biased) beats GRPO": (GRPO, SKIP),
-            "p* (cost-aware skip, biased) beats nonzero": (NONZERO, SKIP),
-            "p* (cost-aware skip, biased) beats GRPO (GRESO skip, biased)": (GRESO, SKIP),
-            "p* (cost-aware skip, biased) beats GRPO (DAPO dynamic sampling)": (DAPO, SKIP),
-            "GRPO (GRESO skip, biased) beats GRPO": (GRPO, GRESO),
-            "GRPO (DAPO dynamic sampling) beats GRPO": (GRPO, DAPO)}
+    want = {
+        "p* (cost-aware skip, biased) beats GRPO": (GRPO, SKIP),
+        "p* (cost-aware skip, biased) beats nonzero": (NONZERO, SKIP),
+        "p* (cost-aware skip, biased) beats GRPO (GRESO skip, biased)": (GRESO, SKIP),
+        "p* (cost-aware skip, biased) beats GRPO (DAPO dynamic sampling)": (DAPO, SKIP),
+        "GRPO (GRESO skip, biased) beats GRPO": (GRPO, GRESO),
+        "GRPO (DAPO dynamic sampling) beats GRPO": (GRPO, DAPO),
+    }
     for name, (a, b) in want.items():
         c, _ = claims[name]
         assert (c.a, c.b) == ((a, LR), (b, LR)), name
@@ -118,9 +135,11 @@ def test_claims_pick_the_right_pairs_and_missing_peers_cannot_say():
         assert c is None and why == f"{peer} was not run"
     # every claim's saving is the known cost ratio: GRESO saves 5% over GRPO, DAPO 21%
     assert claims["GRPO (GRESO skip, biased) beats GRPO"][0].savings["total_cost"].value == pytest.approx(
-        1 - _cost(5000, 3000) / _cost(5000, 4000), abs=0.02)
+        1 - _cost(5000, 3000) / _cost(5000, 4000), abs=0.02
+    )
     assert claims["GRPO (DAPO dynamic sampling) beats GRPO"][0].savings["total_cost"].value == pytest.approx(
-        1 - _cost(3000, 6000) / _cost(5000, 4000), abs=0.02)
+        1 - _cost(3000, 6000) / _cost(5000, 4000), abs=0.02
+    )
 
 
 def test_a_candidate_not_run_cannot_be_judged():
@@ -129,19 +148,29 @@ def test_a_candidate_not_run_cannot_be_judged():
     assert not t.met and t.shortfalls == ("p* (cost-aware skip, biased) was not run",)
     assert all(c is None for n, c, _ in rev.evidence.claims if n.startswith("p* (cost-aware skip"))
     assert [n for n, c, _ in rev.evidence.claims if c is not None] == [
-        "GRPO (GRESO skip, biased) beats GRPO", "GRPO (DAPO dynamic sampling) beats GRPO"]
+        "GRPO (GRESO skip, biased) beats GRPO",
+        "GRPO (DAPO dynamic sampling) beats GRPO",
+    ]
 
 
 def test_decomposition_has_a_line_for_the_prompt_stage():
     alone = _rollout(rollout_runs())  # p* was not run: nonzero → p* + skip, named so
     assert [(c.effect, c.a[0], c.b[0]) for c in alone.evidence.decomposition] == [
-        (Effect.RENORMALISATION, GRPO, NONZERO), (Effect.ROWS_AND_PROMPTS, NONZERO, SKIP)]
+        (Effect.RENORMALISATION, GRPO, NONZERO),
+        (Effect.ROWS_AND_PROMPTS, NONZERO, SKIP),
+    ]
     assert alone.evidence.decomposition[1].name == "cost-aware rows and prompt stage (biased skip), together"
-    full = _rollout(rollout_runs({("p_star", "all"): (2500, 4000), ("p_star", "cost_aware"): (2000, 3000),
-                                  ("pods", "all"): (2000, 8000)}))
+    full = _rollout(
+        rollout_runs(
+            {("p_star", "all"): (2500, 4000), ("p_star", "cost_aware"): (2000, 3000), ("pods", "all"): (2000, 8000)}
+        )
+    )
     assert [(c.effect, c.a[0], c.b[0]) for c in full.evidence.decomposition] == [
-        (Effect.RENORMALISATION, GRPO, NONZERO), (Effect.MATCHED_STEP, NONZERO, PSTAR),
-        (Effect.PROMPT_STAGE, PSTAR, SKIP), (Effect.PROMPT_STAGE, PSTAR, UNBIASED)]
+        (Effect.RENORMALISATION, GRPO, NONZERO),
+        (Effect.MATCHED_STEP, NONZERO, PSTAR),
+        (Effect.PROMPT_STAGE, PSTAR, SKIP),
+        (Effect.PROMPT_STAGE, PSTAR, UNBIASED),
+    ]
     stage = full.evidence.decomposition[2]
     assert stage.savings["total_cost"].value == pytest.approx(1 - _cost(1500, 2500) / _cost(2500, 4000), abs=0.02)
     # the unbiased candidate gets its own target and claims, against the peers that were run and p*
@@ -219,8 +248,12 @@ def test_missing_logs_are_said_in_one_line_not_an_error(tmp_path):
     for logs in (None, gone):
         paths = grpo.write_report(runs, tmp_path / "out", command="c", logs=logs)
         md = paths["markdown"].read_text()
-        assert md.count("No prediction: none of the 4 GRPO and nonzero runs of this section left a readable "
-                        "per-prompt log") == 2  # the headline and the prompt-stage section
+        assert (
+            md.count(
+                "No prediction: none of the 4 GRPO and nonzero runs of this section left a readable per-prompt log"
+            )
+            == 2
+        )  # the headline and the prompt-stage section
         roll = next(s for s in json.loads(paths["summary"].read_text())["sections"] if "rollout" in s)["rollout"]
         assert roll["predicted"]["runs"] == {"none": 0, "nonzero": 0} and roll["predicted"]["row_level"] is None
     with pytest.raises(TypeError, match="logs must be a mapping"):

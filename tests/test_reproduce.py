@@ -53,7 +53,13 @@ def test_default_profile_runs_the_decomposition_with_five_seeds():
         arms = {x.slug for x in specs if x.seed == s and x.group != "rollout"}
         assert arms == {"none", "nonzero", "p_star", "p_star:raw", "p_smooth", "pods", "none:lr0.5", "none:lr2"}
         rollout = {x.slug for x in specs if x.seed == s and x.group == "rollout"}  # the prompt stage, its own train set
-        assert rollout == {"none", "nonzero", "none:rollout-greso", "none:rollout-dapo", "p_star:rollout-cost_aware_skip"}
+        assert rollout == {
+            "none",
+            "nonzero",
+            "none:rollout-greso",
+            "none:rollout-dapo",
+            "p_star:rollout-cost_aware_skip",
+        }
     assert {x.setting for x in specs if x.group == "rollout"} == {f"grpo-{p.rollout_train_prompts}-prompts"}
     assert {x.group for x in specs} == {"headline", "lr_sweep", "rollout"}  # the rest is in --profile full
     full = run_specs(PROFILES["full"])
@@ -106,7 +112,9 @@ def test_extra_task_is_a_family_at_its_own_sizes_with_a_ten_fold_length_spread()
     from costaware.experiments.keys import sft_key
 
     (a, cfg_a), (b, cfg_b) = sft_key(full, "sort:9"), sft_key(dataclasses.replace(full, max_size=9), "sort")
-    assert a.startswith("sft-sort-9-") and b.startswith("sft-sort-") and a[-10:] == b[-10:] and cfg_a == cfg_b  # the same warm-up as sort with max_size 9
+    assert (
+        a.startswith("sft-sort-9-") and b.startswith("sft-sort-") and a[-10:] == b[-10:] and cfg_a == cfg_b
+    )  # the same warm-up as sort with max_size 9
     assert parse_overrides(["extra_tasks=sort:9,arith:8"]) == {"extra_tasks": ("sort:9", "arith:8")}
 
 
@@ -152,10 +160,25 @@ def test_set_changes_any_profile_field_and_the_named_options_win():
     from costaware.experiments.runner import parse_overrides, resolve
 
     assert parse_overrides(["hidden_size=96", "lr_sweep=0.5,2", "task=arith", "generation_cost=0.5"]) == {
-        "hidden_size": 96, "lr_sweep": (0.5, 2.0), "task": "arith", "generation_cost": 0.5}
-    ns = argparse.Namespace(jobs=1, seeds=[3], rounds=None, token_budget=None, learning_rate=None, loss_type=None,
-                            task=None, methods=["none"], out="unused-out", only=["headline"], profile="quick",
-                            set=["hidden_size=40", "seeds=0,1", "token_budget=700"])
+        "hidden_size": 96,
+        "lr_sweep": (0.5, 2.0),
+        "task": "arith",
+        "generation_cost": 0.5,
+    }
+    ns = argparse.Namespace(
+        jobs=1,
+        seeds=[3],
+        rounds=None,
+        token_budget=None,
+        learning_rate=None,
+        loss_type=None,
+        task=None,
+        methods=["none"],
+        out="unused-out",
+        only=["headline"],
+        profile="quick",
+        set=["hidden_size=40", "seeds=0,1", "token_budget=700"],
+    )
     profile, specs = resolve(ns)
     assert (profile.hidden_size, profile.token_budget, profile.seeds) == (40, 700, (3,))  # --seeds wins over --set
     assert {(s.method, s.seed) for s in specs} == {("none", 3)}
@@ -277,7 +300,8 @@ def test_budget_run_ends_at_the_round_cap_warns_and_repeats_exactly(sft_dir, tmp
 
     def numbers(r):
         return [dataclasses.replace(e, po_seconds=0.0) for e in r.evals], {
-            k: v for k, v in r.counters.items() if "seconds" not in k}
+            k: v for k, v in r.counters.items() if "seconds" not in k
+        }
 
     assert numbers(a) == numbers(b)
 
@@ -290,8 +314,11 @@ def test_lr_sweep_and_control_records(sft_dir, tmp_path):
     assert control.id.method == "sft" and control.id.loss_type == "sft"
     assert control.evals[-1].po_tokens >= prof.token_budget and control.evals[-1].generated_tokens == 0
     # generation's share: the training rounds' generation and the evaluations, both inside the run's wall time
-    assert 0 < sweep.generation_seconds and 0 < sweep.eval_seconds and (
-        sweep.generation_seconds + sweep.eval_seconds < sweep.wall_seconds)
+    assert (
+        0 < sweep.generation_seconds
+        and 0 < sweep.eval_seconds
+        and (sweep.generation_seconds + sweep.eval_seconds < sweep.wall_seconds)
+    )
     assert control.generation_seconds == 0.0 and 0 < control.eval_seconds < control.wall_seconds
     from costaware.report.grpo import _generation_share_line
 
@@ -455,11 +482,23 @@ def test_ctrl_c_stops_every_worker_then_resume_finishes_the_quick_profile(tmp_pa
     from report_html import Page
 
     text = Page((out / "report.html").read_text()).text  # as rendered: the Markdown escapes '*' and '|'
-    for needle in ("Decomposition", "Verdicts", "Plateau check", "p* beats GRPO", "sort / grpo",
-                   "sort / dapo", "sort / cispo", "p* beats p* (paper's proxy |A|):",
-                   "p* (calibrated proxy) beats p*", "Under loss dapo, p* uses proxy 'auto' = calibrated",
-                   "they mean nothing about the methods", "Generation's share of the run wall time",
-                   "sort / grpo-40-prompts", "The prompt-stage target", "Predicted beside measured"):
+    for needle in (
+        "Decomposition",
+        "Verdicts",
+        "Plateau check",
+        "p* beats GRPO",
+        "sort / grpo",
+        "sort / dapo",
+        "sort / cispo",
+        "p* beats p* (paper's proxy |A|):",
+        "p* (calibrated proxy) beats p*",
+        "Under loss dapo, p* uses proxy 'auto' = calibrated",
+        "they mean nothing about the methods",
+        "Generation's share of the run wall time",
+        "sort / grpo-40-prompts",
+        "The prompt-stage target",
+        "Predicted beside measured",
+    ):
         assert needle in text, needle
     # one seed: point estimates, no interval and no verdict; a 1280-px screenshot of the page as a CI artefact
     assert "CI excludes zero" not in text and "1 seed: no interval" in text

@@ -113,11 +113,19 @@ def test_recording_reward_logs_one_record_per_group_with_trl_kwargs(tmp_path):
         return [float(c == "yes") for c in completions]
 
     f = RecordingReward(correct, path, group_size=2)
-    out = f(prompts=["p0", "p0", "p1", "p1"], completions=["yes", "no", "no", "no"],
-            completion_ids=[[1, 2], [3], [4, 5, 6], [7]], prompt_id=[4, 4, 9, 9], prompt_tokens=[5, 5, 7, 7],
-            trainer_state=SimpleNamespace(global_step=12))
+    out = f(
+        prompts=["p0", "p0", "p1", "p1"],
+        completions=["yes", "no", "no", "no"],
+        completion_ids=[[1, 2], [3], [4, 5, 6], [7]],
+        prompt_id=[4, 4, 9, 9],
+        prompt_tokens=[5, 5, 7, 7],
+        trainer_state=SimpleNamespace(global_step=12),
+    )
     assert out == [1.0, 0.0, 0.0, 0.0] and f.__name__ == "correct"
-    assert read_prompt_rounds([path]) == [PromptRound(12, 4, (1.0, 0.0), (2, 1), 5), PromptRound(12, 9, (0.0, 0.0), (3, 1), 7)]
+    assert read_prompt_rounds([path]) == [
+        PromptRound(12, 4, (1.0, 0.0), (2, 1), 5),
+        PromptRound(12, 9, (0.0, 0.0), (3, 1), 7),
+    ]
     with pytest.raises(ValueError, match="prompt_id"):
         f(prompts=["p"], completions=["yes"], completion_ids=[[1]])
 

@@ -59,8 +59,9 @@ def test_greso_labels_and_oversampled_batch():
 def test_fill_prompt_batch_keeps_drawing_until_the_batch_is_full():
     keep = np.array([1.0, 0.0, 1.0, 0.0])
     stream = iter(np.arange(100) % 4)
-    got, seen = fill_prompt_batch(lambda m: [next(stream) for _ in range(m)], keep, batch_size=5,
-                                  candidates_per_call=3, rng=0)
+    got, seen = fill_prompt_batch(
+        lambda m: [next(stream) for _ in range(m)], keep, batch_size=5, candidates_per_call=3, rng=0
+    )
     assert got.tolist() == [0, 2, 0, 2, 0] and seen == 9  # calls (0,1,2) (3,0,1) (2,3,0)
 
 

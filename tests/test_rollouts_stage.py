@@ -103,8 +103,11 @@ def test_bad_calls_name_the_argument() -> None:
         st.update([0, 1, 2], np.zeros((3, G)), np.ones((3, G)))
     d = st.draw()
     with pytest.raises(ValueError, match="prompt_ids"):
-        st.update(d.prompt_ids[::-1] + 1 if d.prompt_ids[0] != d.prompt_ids[-1] + 1 else d.prompt_ids + 1,
-                  np.zeros((B, G)), np.ones((B, G)))
+        st.update(
+            d.prompt_ids[::-1] + 1 if d.prompt_ids[0] != d.prompt_ids[-1] + 1 else d.prompt_ids + 1,
+            np.zeros((B, G)),
+            np.ones((B, G)),
+        )
     with pytest.raises(ValueError, match="completion_lengths"):
         st.update(d.prompt_ids, np.zeros((B, G)), -np.ones((B, G)))
     with pytest.raises(ValueError, match="method"):
@@ -134,11 +137,22 @@ def test_a_weighted_round_is_the_cost_aware_samplers_stream(method) -> None:
     rng = np.random.default_rng(0)
     for _ in range(8):
         g, c, alpha = st.method.draw_inputs(st.state, st.round)
-        sampler = CostAwareSampler(c, g, alpha=alpha, num_samples=B, weights="raw",
-                                   seed=int(st._rng(2).integers(2**62)), rank=0, world_size=1, yield_weights=True)
+        sampler = CostAwareSampler(
+            c,
+            g,
+            alpha=alpha,
+            num_samples=B,
+            weights="raw",
+            seed=int(st._rng(2).integers(2**62)),
+            rank=0,
+            world_size=1,
+            yield_weights=True,
+        )
         want = np.asarray(list(sampler), dtype=np.float64).reshape(-1, 2)
         d = st.draw()
-        assert d.prompt_ids.tolist() == want[:, 0].astype(np.int64).tolist() and d.factors.tolist() == want[:, 1].tolist()
+        assert (
+            d.prompt_ids.tolist() == want[:, 0].astype(np.int64).tolist() and d.factors.tolist() == want[:, 1].tolist()
+        )
         r, ln = _rewards(d.prompt_ids, rng)
         st.update(d.prompt_ids, r, ln)
 

@@ -28,7 +28,9 @@ def test_status_and_zero_variance_streak_follow_the_groups_in_order():
     assert st.zero_streak.tolist() == [1, 1, 0, 0]
     # prompt 0 drawn twice in one round: zero, zero -> streak 3; prompt 1: zero then informative -> 0;
     # prompt 2: informative then zero -> 1
-    st.update([0, 1, 2, 0, 1, 2], [[1, 1, 1], [0, 0, 0], [0, 1, 1], [1, 1, 1], [1, 0, 0], [0, 0, 0]], np.ones((6, 3)), 1)
+    st.update(
+        [0, 1, 2, 0, 1, 2], [[1, 1, 1], [0, 0, 0], [0, 1, 1], [1, 1, 1], [1, 0, 0], [0, 0, 0]], np.ones((6, 3)), 1
+    )
     assert st.zero_streak.tolist() == [3, 0, 1, 0]
     assert st.status.tolist() == [ALL_CORRECT, INFORMATIVE, ALL_WRONG, UNSEEN]
 
@@ -110,10 +112,15 @@ def test_prompt_sampler_follows_state_updates_through_the_sampler():
         (lambda: StateConfig(group_size=4, prior_pass_rate=-0.1), "prior_pass_rate must lie in"),
         (lambda: StateConfig(group_size=4, decay=0.0), "decay must lie in"),
         (lambda: StateConfig(group_size=4, length_prior=-3.0), "length_prior must be > 0"),
-        (lambda: PromptState(StateConfig(group_size=2), 3).update([0], [[1, 0]], [[5, -1]], 0),
-         "completion_lengths must be finite and >= 0"),
+        (
+            lambda: PromptState(StateConfig(group_size=2), 3).update([0], [[1, 0]], [[5, -1]], 0),
+            "completion_lengths must be finite and >= 0",
+        ),
         (lambda: PromptState(StateConfig(group_size=2), 3).update([3], [[1, 0]], [[5, 1]], 0), "prompt_ids must be"),
-        (lambda: PromptState(StateConfig(group_size=2), 3).update([0], [[1, 0, 1]], [[5, 1, 1]], 0), "rewards must have shape"),
+        (
+            lambda: PromptState(StateConfig(group_size=2), 3).update([0], [[1, 0, 1]], [[5, 1, 1]], 0),
+            "rewards must have shape",
+        ),
         (lambda: PromptState(StateConfig(group_size=2), 3).update([0], [[2, 0]], [[5, 1]], 0), "rewards must lie in"),
     ],
 )

@@ -32,7 +32,9 @@ FULL = GROUP_GRAD.mean(axis=0)  # full-dataset GRPO: (1/N) Σ_j g_j
 
 def _state() -> PromptState:
     st = PromptState(StateConfig(group_size=G, decay=0.8), N, prompt_tokens=[10, 40, 5, 20])
-    st.update([0, 3, 3, 1], [[0, 0, 1], [1, 1, 1], [1, 1, 1], [1, 0, 1]], [[9, 9, 9], [3, 3, 3], [4, 4, 4], [20] * 3], 0)
+    st.update(
+        [0, 3, 3, 1], [[0, 0, 1], [1, 1, 1], [1, 1, 1], [1, 0, 1]], [[9, 9, 9], [3, 3, 3], [4, 4, 4], [20] * 3], 0
+    )
     return st
 
 
@@ -85,8 +87,12 @@ def _expected_update(q: np.ndarray, B: int, m: int, rule: str, stage_two=None) -
 def test_row_plan_p_star_is_the_formula_used_by_the_enumeration():
     ids = np.array([0, 1])
     adv = ADV[ids].reshape(-1)
-    plan = plan_minibatches(torch.tensor(adv), torch.tensor(COSTS[ids].reshape(-1)), num_minibatches=1,
-                            config=SamplingConfig(method="p_star", weights="raw"))
+    plan = plan_minibatches(
+        torch.tensor(adv),
+        torch.tensor(COSTS[ids].reshape(-1)),
+        num_minibatches=1,
+        config=SamplingConfig(method="p_star", weights="raw"),
+    )
     np.testing.assert_allclose(plan.probs.numpy(), _row_p(adv, COSTS[ids].reshape(-1)), rtol=1e-6)
 
 
@@ -116,8 +122,9 @@ def _two_stage_outcomes(q: np.ndarray, m: int, fixed_rho: float | None = None):
     def outcomes(ids: np.ndarray):
         agree = REWARDS[ids, :m].max(axis=1) == REWARDS[ids, :m].min(axis=1)
         if fixed_rho is None:
-            rho = ts.continue_probabilities(st, 1, ids, REWARDS[ids, :m],
-                                            prompt_factors=uniform_prompts().prompt_factors(q, ids))
+            rho = ts.continue_probabilities(
+                st, 1, ids, REWARDS[ids, :m], prompt_factors=uniform_prompts().prompt_factors(q, ids)
+            )
         else:
             rho = np.where(agree, fixed_rho, 1.0)
         assert (rho[~agree] == 1).all() and (rho[agree] >= 0.3).all() and (rho <= 1).all()
@@ -159,8 +166,14 @@ def test_two_stage_with_one_first_response_completes_everything():
 def test_monte_carlo_through_the_sampler_and_the_row_plan_matches_full_grpo():
     """Prompts drawn by CostAwareSampler (p = q, raw weights = prompt factors), rows by plan_minibatches."""
     q, B, trials = _q(), 4, 3000
-    sampler = CostAwareSampler(*reversed(cost_aware_prompts(floor=0.2).sampler_inputs(_state(), 1)), alpha=0.2,
-                               weights="raw", num_samples=B * trials, seed=0, yield_weights=True)
+    sampler = CostAwareSampler(
+        *reversed(cost_aware_prompts(floor=0.2).sampler_inputs(_state(), 1)),
+        alpha=0.2,
+        weights="raw",
+        num_samples=B * trials,
+        seed=0,
+        yield_weights=True,
+    )
     np.testing.assert_allclose(sampler.probabilities, q, rtol=1e-12)
     draws = np.array(list(sampler))
     ids_all, f_all = draws[:, 0].astype(int).reshape(trials, B), draws[:, 1].reshape(trials, B)
@@ -173,8 +186,14 @@ def test_monte_carlo_through_the_sampler_and_the_row_plan_matches_full_grpo():
         adv = ADV[ids].reshape(-1)
         if not np.abs(adv).max() > 0:
             continue
-        plan = plan_minibatches(torch.tensor(adv), torch.tensor(COSTS[ids].reshape(-1)), num_minibatches=1,
-                                minibatch_size=3, config=cfg, generator=gen)
+        plan = plan_minibatches(
+            torch.tensor(adv),
+            torch.tensor(COSTS[ids].reshape(-1)),
+            num_minibatches=1,
+            minibatch_size=3,
+            config=cfg,
+            generator=gen,
+        )
         (mb,) = plan.minibatches
         rows = mb.indices.numpy()
         grad = adv[rows, None] * X[ids].reshape(-1, 2)[rows]

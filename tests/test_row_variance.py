@@ -66,7 +66,11 @@ def test_iid_step_variances_match_monte_carlo_over_real_plans(pool):
     probs = rv.method_probs(np.abs(adv[supp]), norms[supp], costs[supp])
     # the same draws as the job's: p* from |A| and the costs; the oracle and uniform-on-A≠0 through p*'s
     # plan with the oracle's norms, and with |A| := 1 on the support and unit costs
-    cases = {"p_star": (adv, costs), "p_star_oracle": (norms, costs), "uniform": (supp.astype(float), np.ones_like(costs))}
+    cases = {
+        "p_star": (adv, costs),
+        "p_star_oracle": (norms, costs),
+        "uniform": (supp.astype(float), np.ones_like(costs)),
+    }
     for name, (a, c) in cases.items():
         eps = mc_steps(plans(a, c, SamplingConfig("p_star")), g, target)
         closed = closed_iid(g, supp, probs[name], m)
@@ -182,7 +186,9 @@ def test_tiny_run_returns_a_typed_table(tiny_dir, tmp_path):
     assert "V_pool" in rv.format_checkpoint(res.checkpoints[0])
 
 
-@pytest.mark.parametrize("kw, name", [(dict(pools=1), "pools"), (dict(rounds=(-1,)), "rounds"), (dict(seed=-2), "seed")])
+@pytest.mark.parametrize(
+    "kw, name", [(dict(pools=1), "pools"), (dict(rounds=(-1,)), "rounds"), (dict(seed=-2), "seed")]
+)
 def test_bad_options_get_one_error_naming_them(kw, name, tmp_path, capsys):
     args = {"rounds": (0,), "pools": 2, "seed": 0} | kw
     with pytest.raises(ValueError, match=f"^{name} must"):

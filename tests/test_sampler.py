@@ -138,9 +138,7 @@ def test_dataloader_feeds_each_draw_with_its_own_weight(num_workers):
     x = torch.arange(n, dtype=torch.float32)
     c, G = _problem(n=n, seed=5)
     s = CostAwareSampler(c, G, alpha=0.1, num_samples=64, seed=0, yield_weights=True)
-    loader = DataLoader(
-        WeightedIndexDataset(TensorDataset(x)), batch_size=16, sampler=s, num_workers=num_workers
-    )
+    loader = DataLoader(WeightedIndexDataset(TensorDataset(x)), batch_size=16, sampler=s, num_workers=num_workers)
     seen_idx, seen_w = [], []
     for (xb,), idx, w in loader:
         assert xb.shape == idx.shape == w.shape == (16,) and w.dtype == torch.float32
@@ -208,9 +206,7 @@ def _online_run(lookahead, steps=4000, batch=4, seed=0):
     rng = np.random.default_rng(seed)
     n = 10
     c, x = rng.uniform(1, 20, n), rng.uniform(1, 3, n)
-    s = CostAwareSampler(
-        c, alpha=0.2, weights="raw", num_samples=steps * batch, seed=seed, yield_weights=True
-    )
+    s = CostAwareSampler(c, alpha=0.2, weights="raw", num_samples=steps * batch, seed=seed, yield_weights=True)
     it = iter(s)
     queue = [[next(it) for _ in range(batch)] for _ in range(1 + lookahead)]
     est = []

@@ -158,9 +158,7 @@ def test_runner_agrees_statistically_with_numpy_draws():
     prob = _problem(n=100, d=4, seed=5)
     p = dist.variance(prob.G)
     out = run_trials(prob, p, 500, 400, step_size=0.05, seed=1, checkpoints=[500])
-    ref = np.array(
-        [prob.error(cost_aware_sgd(prob, p, 500, step_size=0.05, rng=r).x_avg) for r in range(150)]
-    )
+    ref = np.array([prob.error(cost_aware_sgd(prob, p, 500, step_size=0.05, rng=r).x_avg) for r in range(150)])
     a = out.err_avg[:, 0]
     se = np.sqrt(a.var() / a.size + ref.var() / ref.size)
     assert abs(a.mean() - ref.mean()) < 4 * se, (a.mean(), ref.mean(), se)

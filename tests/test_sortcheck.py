@@ -25,7 +25,11 @@ def test_reward_on_hand_made_cases():
         "35,359,1395.": 0.0,  # wrong
         "35,359,1359": 0.0,  # truncated: a right list with no end mark
         "35,395,395,395,395,395,395,39": 0.0,  # ramble to the budget
-        "35,359,1359;.": 0.0, "35,359,1359.;": 0.0, "35;;1359.": 0.0, "1359..": 0.0, "": 0.0,  # malformed
+        "35,359,1359;.": 0.0,
+        "35,359,1359.;": 0.0,
+        "35;;1359.": 0.0,
+        "1359..": 0.0,
+        "": 0.0,  # malformed
         "35,359,1359;35,359,1359;35,359,1359.": 0.0,  # at most one check
     }
     assert check_reward(list(cases), answer=["1359"] * len(cases)) == list(cases.values())

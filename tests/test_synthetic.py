@@ -79,8 +79,12 @@ def test_cost_to_reach_interpolates_in_log_space_and_is_inf_when_never_reached()
 
 @pytest.mark.parametrize(
     ("extra", "needle"),
-    [(["--trials", "0"], "--trials"), (["--trials", "-1"], "--trials"), (["--steps", "0"], "--steps"),
-     (["--seed", "-2"], "--seed")],
+    [
+        (["--trials", "0"], "--trials"),
+        (["--trials", "-1"], "--trials"),
+        (["--steps", "0"], "--steps"),
+        (["--seed", "-2"], "--seed"),
+    ],
 )
 def test_bad_arguments_give_one_line_and_exit_2(tmp_path, capsys, extra, needle):
     out = tmp_path / "o"

@@ -30,7 +30,10 @@ def test_get_task_returns_each_registered_family_and_rejects_unknown_names():
     for name in TASKS:
         task = get_task(name)
         assert isinstance(task, TaskFamily) and task.name == name
-    with pytest.raises(ValueError, match=r"name must be one of \['arith', 'sort', 'sortcheck'\] \(optionally ':max_size'\), got 'sorting'"):
+    with pytest.raises(
+        ValueError,
+        match=r"name must be one of \['arith', 'sort', 'sortcheck'\] \(optionally ':max_size'\), got 'sorting'",
+    ):
         get_task("sorting")
     with pytest.raises(ValueError, match="name"):
         get_task(None)

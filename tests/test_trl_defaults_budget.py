@@ -98,8 +98,18 @@ def _round_totals(trainer):
     [
         ({}, 2, "exact"),  # dapo, auto -> nonzero
         ({"loss_type": "grpo", "cost_aware_method": "p_star", "num_iterations": 2}, 4, "inside"),
-        ({"loss_type": "grpo", "cost_aware_method": "p_smooth", "beta": 0.1, "cost_aware_alpha": 0.3,
-          "steps_per_generation": 4, "gradient_accumulation_steps": 2}, 2, "exact"),  # fmt: skip
+        (
+            {
+                "loss_type": "grpo",
+                "cost_aware_method": "p_smooth",
+                "beta": 0.1,
+                "cost_aware_alpha": 0.3,
+                "steps_per_generation": 4,
+                "gradient_accumulation_steps": 2,
+            },
+            2,
+            "exact",
+        ),  # fmt: skip
         ({"loss_type": "cispo", "cost_aware_method": "pods"}, 2, "inside"),
         ({"loss_type": "bnpo", "cost_aware_method": "none"}, 2, "exact"),
     ],
@@ -245,7 +255,12 @@ def test_calibration_state_round_trips_through_its_file(tmp_path):
     cal = Calibration.for_run("calibrated", "dapo", 1)
     cal.seconds, cal.pending, cal.collecting = 1.5, [[0.0, 1.0, 2.0, 3.0]], True
     cal.save(str(tmp_path))
-    assert list(json.loads((tmp_path / CALIBRATOR_FILE).read_text())) == ["calibrator", "seconds", "pending", "collecting"]
+    assert list(json.loads((tmp_path / CALIBRATOR_FILE).read_text())) == [
+        "calibrator",
+        "seconds",
+        "pending",
+        "collecting",
+    ]
     back = Calibration.for_run("calibrated", "dapo", 1)
     back.load(str(tmp_path))
     assert back == cal

@@ -84,27 +84,61 @@ EXTRAS = [
     _case("dapo-pods", loss_type="dapo", cost_aware_method="pods"),
     # β fitted every pool from rows of the global pool; the same β on every rank (else the
     # second pool's plans, and the parameters, would differ from one process's)
-    _case("dapo-calibrated-every1-rank1", zero="rank1", loss_type="dapo", cost_aware_proxy="calibrated",
-          cost_aware_calibration_interval=1, cost_aware_calibration_rows=6),
+    _case(
+        "dapo-calibrated-every1-rank1",
+        zero="rank1",
+        loss_type="dapo",
+        cost_aware_proxy="calibrated",
+        cost_aware_calibration_interval=1,
+        cost_aware_calibration_rows=6,
+    ),
     # proxy-fidelity diagnostics on rows of the global pool: a rank whose own rows are all A = 0 still
     # joins every collective of the single-row losses (it used to return early and leave the other waiting)
-    _case("grpo-diagnostics-rank1", zero="rank1", loss_type="grpo", cost_aware_diagnostics_interval=1,
-          cost_aware_diagnostics_rows=6),
+    _case(
+        "grpo-diagnostics-rank1",
+        zero="rank1",
+        loss_type="grpo",
+        cost_aware_diagnostics_interval=1,
+        cost_aware_diagnostics_rows=6,
+    ),
     _case("dapo-diagnostics", loss_type="dapo", cost_aware_diagnostics_interval=1, cost_aware_diagnostics_rows=5),
     # old and reference log-probs over every row (stock) instead of the fed rows only (the default)
     _case("dapo-iters2-allrows", loss_type="dapo", num_iterations=2, cost_aware_logprob_rows="all"),
     _case("grpo-iters2-rank1-allrows", zero="rank1", loss_type="grpo", num_iterations=2, cost_aware_logprob_rows="all"),
-    _case("grpo-spg4-ga2-allrows", loss_type="grpo", steps_per_generation=4, gradient_accumulation_steps=2,
-          cost_aware_logprob_rows="all"),
-    _case("grpo-beta-allrows", loss_type="grpo", beta=0.1, cost_aware_method="p_smooth", cost_aware_alpha=0.1,
-          cost_aware_logprob_rows="all"),
-    _case("dapo-beta-rank1-allrows", zero="rank1", loss_type="dapo", beta=0.1, cost_aware_method="p_smooth",
-          cost_aware_alpha=0.1, cost_aware_logprob_rows="all"),
+    _case(
+        "grpo-spg4-ga2-allrows",
+        loss_type="grpo",
+        steps_per_generation=4,
+        gradient_accumulation_steps=2,
+        cost_aware_logprob_rows="all",
+    ),
+    _case(
+        "grpo-beta-allrows",
+        loss_type="grpo",
+        beta=0.1,
+        cost_aware_method="p_smooth",
+        cost_aware_alpha=0.1,
+        cost_aware_logprob_rows="all",
+    ),
+    _case(
+        "dapo-beta-rank1-allrows",
+        zero="rank1",
+        loss_type="dapo",
+        beta=0.1,
+        cost_aware_method="p_smooth",
+        cost_aware_alpha=0.1,
+        cost_aware_logprob_rows="all",
+    ),
     # the prompt stage: every process draws the same prompts from the same gathered rewards (else the groups,
     # and the parameters, would differ from one process's); weighted prompts scale the global advantages
     _case("grpo-greso", loss_type="grpo", cost_aware_rollout="greso"),
     _case("dapo-cost_aware_prompts-rank1", zero="rank1", loss_type="dapo", cost_aware_rollout="cost_aware"),
-    _case("grpo-nonzero-cost_aware_skip", loss_type="grpo", cost_aware_method="nonzero", cost_aware_rollout="cost_aware_skip"),
+    _case(
+        "grpo-nonzero-cost_aware_skip",
+        loss_type="grpo",
+        cost_aware_method="nonzero",
+        cost_aware_rollout="cost_aware_skip",
+    ),
 ]
 DIAGNOSED = [c["name"] for c in EXTRAS if c["config"].get("cost_aware_diagnostics_interval")]
 # method none against stock GRPOTrainer, both on 2 processes: exactly stock's split and loss
@@ -347,7 +381,9 @@ def test_token_budget_stops_every_process_at_the_end_of_the_same_round(budget_ru
     two, one = budget_runs
     ranks, (ref,) = _get(two, case["name"]), _get(one, case["name"])
     cfg = case["config"]
-    round_steps = cfg.get("steps_per_generation", 2) * cfg.get("num_iterations", 1) // cfg.get("gradient_accumulation_steps", 1)
+    round_steps = (
+        cfg.get("steps_per_generation", 2) * cfg.get("num_iterations", 1) // cfg.get("gradient_accumulation_steps", 1)
+    )
     assert [r["global_step"] for r in ranks] == [round_steps, round_steps] and ref["global_step"] == round_steps
     assert round_steps < cfg["max_steps"]  # the budget, not max_steps, ended the run
     assert all(r["state"]["tokens"] == ref["state"]["tokens"] >= 1 for r in ranks) and ref["state"]["generations"] == 1

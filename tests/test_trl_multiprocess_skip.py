@@ -87,8 +87,8 @@ def _max_steps(case) -> int:
 def _rounds(case) -> tuple[int, int]:
     """(optimiser steps per generation batch, generation batches) of the worker's run."""
     cfg = case["config"]
-    per_round = cfg.get("steps_per_generation", 2) * cfg.get("num_iterations", 1) // cfg.get(
-        "gradient_accumulation_steps", 1
+    per_round = (
+        cfg.get("steps_per_generation", 2) * cfg.get("num_iterations", 1) // cfg.get("gradient_accumulation_steps", 1)
     )
     return per_round, _max_steps(case) // per_round
 

@@ -27,27 +27,48 @@ def has_digit(completions, **kwargs):
 
 
 def _trainer(tmp_path, n=8, **over):
-    kw = dict(output_dir=str(tmp_path), max_completion_length=4, num_generations=4, per_device_train_batch_size=4,
-              steps_per_generation=2, max_steps=4, report_to="none", use_cpu=True, bf16=False, logging_steps=1,
-              save_strategy="no", seed=0, beta=0.0, loss_type="grpo", learning_rate=1e-3, disable_tqdm=True,
-              cost_aware_method="nonzero")
+    kw = dict(
+        output_dir=str(tmp_path),
+        max_completion_length=4,
+        num_generations=4,
+        per_device_train_batch_size=4,
+        steps_per_generation=2,
+        max_steps=4,
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        logging_steps=1,
+        save_strategy="no",
+        seed=0,
+        beta=0.0,
+        loss_type="grpo",
+        learning_rate=1e-3,
+        disable_tqdm=True,
+        cost_aware_method="nonzero",
+    )
     kw.update(over)
     torch.manual_seed(0)
     data = datasets.Dataset.from_dict({"prompt": [f"{i}+{i}=" * (1 + i % 3) for i in range(n)]})
-    return CostAwareGRPOTrainer(model=tiny_qwen2(TOK, hidden_size=16, num_layers=1, seed=0),
-                                args=CostAwareGRPOConfig(**kw), reward_funcs=has_digit, train_dataset=data,
-                                processing_class=TOK)
+    return CostAwareGRPOTrainer(
+        model=tiny_qwen2(TOK, hidden_size=16, num_layers=1, seed=0),
+        args=CostAwareGRPOConfig(**kw),
+        reward_funcs=has_digit,
+        train_dataset=data,
+        processing_class=TOK,
+    )
 
 
 # -- the prompt stage with epoch-based training -------------------------------------------------------
+
 
 @pytest.mark.parametrize("rollout", ["greso", "cost_aware"])
 def test_the_prompt_stage_trains_as_many_epoch_steps_as_trl_without_it(tmp_path, rollout):
     # max_steps=-1: TRL sizes the run from the sampler's length (N=8 prompts, 2 per round, 2 steps per round)
     stock = _trainer(tmp_path / "stock", max_steps=-1, num_train_epochs=1, cost_aware_method="none")
     stock.train()
-    staged = _trainer(tmp_path / "staged", max_steps=-1, num_train_epochs=1, cost_aware_method="none",
-                      cost_aware_rollout=rollout)
+    staged = _trainer(
+        tmp_path / "staged", max_steps=-1, num_train_epochs=1, cost_aware_method="none", cost_aware_rollout=rollout
+    )
     staged.train()
     assert stock.state.global_step == 8  # 8 prompts / 2 per round x 2 steps per round
     assert staged.state.global_step == stock.state.global_step
@@ -55,6 +76,7 @@ def test_the_prompt_stage_trains_as_many_epoch_steps_as_trl_without_it(tmp_path,
 
 
 # -- the prompt stage's counts reach TRL's logs ------------------------------------------------------
+
 
 def test_the_prompt_stage_logs_its_counts_under_cost_aware_prompts(tmp_path):
     trainer = _trainer(tmp_path, cost_aware_rollout="greso", max_steps=4)
@@ -72,6 +94,7 @@ def test_the_prompt_stage_logs_its_counts_under_cost_aware_prompts(tmp_path):
 
 
 # -- the token budget says why it stopped ------------------------------------------------------------
+
 
 def test_the_token_budget_logs_why_it_stopped_with_the_totals(tmp_path, caplog):
     trainer = _trainer(tmp_path, max_steps=40, cost_aware_token_budget=1)
@@ -96,19 +119,25 @@ def test_a_run_that_ends_by_max_steps_logs_no_budget_stop(tmp_path, caplog):
 
 # -- config errors name the user's field -------------------------------------------------------------
 
-@pytest.mark.parametrize(("over", "name"), [
-    (dict(cost_aware_method="p_smooth", cost_aware_alpha=2.0), "cost_aware_alpha must"),
-    (dict(cost_aware_proxy="x"), "cost_aware_proxy must"),
-    (dict(cost_aware_rollout="cost_aware", cost_aware_rollout_floor=1.0), "cost_aware_rollout_floor must"),
-    (dict(cost_aware_rollout_floor=0.0), "cost_aware_rollout_floor must"),  # checked whatever the method
-    (dict(cost_aware_generation_cost=-1.0), "cost_aware_generation_cost must"),
-    (dict(cost_aware_proxy_noise=-1.0), "cost_aware_proxy_noise must"),
-    (dict(cost_aware_weights="x"), "cost_aware_weights must"),
-    (dict(cost_aware_budget="x"), "cost_aware_budget must"),
-    (dict(cost_aware_zero_tol=2.0), "cost_aware_zero_tol must"),
-    (dict(cost_aware_method="p_star", cost_aware_proxy="length_aware", cost_aware_proxy_beta=99.0),
-     "cost_aware_proxy_beta must"),
-])
+
+@pytest.mark.parametrize(
+    ("over", "name"),
+    [
+        (dict(cost_aware_method="p_smooth", cost_aware_alpha=2.0), "cost_aware_alpha must"),
+        (dict(cost_aware_proxy="x"), "cost_aware_proxy must"),
+        (dict(cost_aware_rollout="cost_aware", cost_aware_rollout_floor=1.0), "cost_aware_rollout_floor must"),
+        (dict(cost_aware_rollout_floor=0.0), "cost_aware_rollout_floor must"),  # checked whatever the method
+        (dict(cost_aware_generation_cost=-1.0), "cost_aware_generation_cost must"),
+        (dict(cost_aware_proxy_noise=-1.0), "cost_aware_proxy_noise must"),
+        (dict(cost_aware_weights="x"), "cost_aware_weights must"),
+        (dict(cost_aware_budget="x"), "cost_aware_budget must"),
+        (dict(cost_aware_zero_tol=2.0), "cost_aware_zero_tol must"),
+        (
+            dict(cost_aware_method="p_star", cost_aware_proxy="length_aware", cost_aware_proxy_beta=99.0),
+            "cost_aware_proxy_beta must",
+        ),
+    ],
+)
 def test_config_errors_name_the_cost_aware_field(tmp_path, over, name):
     with pytest.raises(ValueError, match=name):
         CostAwareGRPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, **over)
@@ -127,10 +156,12 @@ def test_generation_cost_zero_is_one_rule_in_trl_and_the_main_job(tmp_path):
 
 # -- one proxy advice ----------------------------------------------------------------------------------
 
+
 def test_the_proxy_advice_under_a_token_sum_loss_is_the_measured_one(tmp_path):
     with pytest.warns(UserWarning, match="set cost_aware_proxy='advantage'"):
-        CostAwareGRPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, loss_type="dapo",
-                            cost_aware_method="p_star")
+        CostAwareGRPOConfig(
+            output_dir=str(tmp_path), report_to="none", use_cpu=True, loss_type="dapo", cost_aware_method="p_star"
+        )
     with warnings.catch_warnings():  # the advice itself draws no warning, nor the default method
         warnings.simplefilter("error")
         for over in (dict(cost_aware_method="p_star", cost_aware_proxy="advantage"), {}):
@@ -154,9 +185,22 @@ def test_torchrun_two_processes_without_use_cpu_is_refused_with_the_fix(tmp_path
     script = tmp_path / "launch.py"
     script.write_text(SCRIPT)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                           "--standalone", str(script), "cpu" if use_cpu else "bare"],
-                          capture_output=True, text=True, timeout=300, env=env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--standalone",
+            str(script),
+            "cpu" if use_cpu else "bare",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     out = proc.stdout + proc.stderr
     if use_cpu:
         assert proc.returncode == 0, out

@@ -33,17 +33,38 @@ def _trainer(tmp_path, seen=None, **over):
         return has_digit(completions)
 
     reward.__name__ = "has_digit"
-    kw = dict(output_dir=str(tmp_path), max_completion_length=6, num_generations=4, per_device_train_batch_size=4,
-              steps_per_generation=2, max_steps=6, report_to="none", use_cpu=True, bf16=False, logging_steps=1,
-              save_strategy="no", seed=0, beta=0.0, loss_type="grpo", learning_rate=1e-3, disable_tqdm=True,
-              cost_aware_method="nonzero", cost_aware_rollout="greso")
+    kw = dict(
+        output_dir=str(tmp_path),
+        max_completion_length=6,
+        num_generations=4,
+        per_device_train_batch_size=4,
+        steps_per_generation=2,
+        max_steps=6,
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        logging_steps=1,
+        save_strategy="no",
+        seed=0,
+        beta=0.0,
+        loss_type="grpo",
+        learning_rate=1e-3,
+        disable_tqdm=True,
+        cost_aware_method="nonzero",
+        cost_aware_rollout="greso",
+    )
     kw.update(over)
     torch.manual_seed(0)
-    data = datasets.Dataset.from_dict({"prompt": [f"{i}+{i}=" * (1 + i % 3) for i in range(N)],
-                                       "prompt_id": list(range(N))})
-    return CostAwareGRPOTrainer(model=tiny_qwen2(TOK, hidden_size=32, num_layers=1, seed=0),
-                                args=CostAwareGRPOConfig(**kw), reward_funcs=reward, train_dataset=data,
-                                processing_class=TOK)
+    data = datasets.Dataset.from_dict(
+        {"prompt": [f"{i}+{i}=" * (1 + i % 3) for i in range(N)], "prompt_id": list(range(N))}
+    )
+    return CostAwareGRPOTrainer(
+        model=tiny_qwen2(TOK, hidden_size=32, num_layers=1, seed=0),
+        args=CostAwareGRPOConfig(**kw),
+        reward_funcs=reward,
+        train_dataset=data,
+        processing_class=TOK,
+    )
 
 
 def test_the_trainer_generates_the_prompts_the_stage_draws_from_its_rewards(tmp_path):
@@ -51,8 +72,10 @@ def test_the_trainer_generates_the_prompts_the_stage_draws_from_its_rewards(tmp_
     trainer = _trainer(tmp_path, seen)
     folded = []
     real = trainer.prompt_stage.update
-    trainer.prompt_stage.update = lambda ids, r, ln, prompt_tokens=None: (folded.append((ids.copy(), r.copy(), ln.copy())),
-                                                                           real(ids, r, ln, prompt_tokens))[1]
+    trainer.prompt_stage.update = lambda ids, r, ln, prompt_tokens=None: (
+        folded.append((ids.copy(), r.copy(), ln.copy())),
+        real(ids, r, ln, prompt_tokens),
+    )[1]
     trainer.train()
     assert isinstance(trainer._get_train_sampler(), PromptStageSampler)
     assert len(folded) == 3 == trainer.prompt_stage.round  # 6 steps, 2 per round
@@ -71,9 +94,16 @@ def test_a_weighted_stage_scales_each_groups_advantages_by_its_prompt_factor(tmp
     out = {}
     for name, factor in (("one", 1.0), ("scaled", 2.5)):
         trainer = _trainer(tmp_path / name, cost_aware_method="none", cost_aware_rollout="cost_aware", max_steps=2)
-        monkeypatch.setattr(trl_prompts, "fold_round", lambda stage, r, ln, c, f=factor: (
-            stage.update(stage.draw().prompt_ids, r.double().reshape(-1, 4).numpy(), ln.double().reshape(-1, 4).numpy()),
-            np.full(r.numel(), f))[1])
+        monkeypatch.setattr(
+            trl_prompts,
+            "fold_round",
+            lambda stage, r, ln, c, f=factor: (
+                stage.update(
+                    stage.draw().prompt_ids, r.double().reshape(-1, 4).numpy(), ln.double().reshape(-1, 4).numpy()
+                ),
+                np.full(r.numel(), f),
+            )[1],
+        )
         captured = []
         split = trainer._split
         trainer._split = lambda batch, rewards, c=captured, s=split: c.append(s(batch, rewards)) or c[-1]
@@ -105,14 +135,17 @@ def test_a_resumed_run_continues_the_prompt_stage(tmp_path):
     assert resumed.prompt_stage.state_dict() == whole.prompt_stage.state_dict()
 
 
-@pytest.mark.parametrize(("over", "name"), [
-    (dict(cost_aware_rollout="everything"), "cost_aware_rollout"),
-    (dict(cost_aware_rollout="greso", cost_aware_zvf=True), "cost_aware_zvf"),
-    (dict(cost_aware_rollout="cost_aware", cost_aware_method="p_smooth", cost_aware_alpha=0.1, beta=0.1), "beta"),
-    (dict(cost_aware_rollout="cost_aware", cost_aware_rollout_floor=1.0), "floor"),
-    (dict(cost_aware_rollout="cost_aware", cost_aware_method="pods"), "recomputes the advantages"),
-    (dict(cost_aware_rollout="cost_aware_skip", cost_aware_generation_cost=-1.0), "generation_cost"),
-])
+@pytest.mark.parametrize(
+    ("over", "name"),
+    [
+        (dict(cost_aware_rollout="everything"), "cost_aware_rollout"),
+        (dict(cost_aware_rollout="greso", cost_aware_zvf=True), "cost_aware_zvf"),
+        (dict(cost_aware_rollout="cost_aware", cost_aware_method="p_smooth", cost_aware_alpha=0.1, beta=0.1), "beta"),
+        (dict(cost_aware_rollout="cost_aware", cost_aware_rollout_floor=1.0), "floor"),
+        (dict(cost_aware_rollout="cost_aware", cost_aware_method="pods"), "recomputes the advantages"),
+        (dict(cost_aware_rollout="cost_aware_skip", cost_aware_generation_cost=-1.0), "generation_cost"),
+    ],
+)
 def test_bad_rollout_options_are_one_error_naming_them(tmp_path, over, name):
     with pytest.raises(ValueError, match=name):
         _trainer(tmp_path, **over)

@@ -35,8 +35,9 @@ ROWS = BATCH * N
 if not VERL_PYTHON.exists():
     if os.environ.get("CI") == "true":
         raise RuntimeError(f"CI: the verl environment {VERL_PYTHON} is missing (bash scripts/setup.sh --engine verl)")
-    pytest.skip(f"no verl environment at {VERL_PYTHON}: run `bash scripts/setup.sh --engine verl`",
-                allow_module_level=True)
+    pytest.skip(
+        f"no verl environment at {VERL_PYTHON}: run `bash scripts/setup.sh --engine verl`", allow_module_level=True
+    )
 
 pytestmark = pytest.mark.slow
 
@@ -45,8 +46,13 @@ pytestmark = pytest.mark.slow
 def root():
     # its own folder, not pytest's basetemp: a concurrent pytest session prunes old basetemps mid-run
     root = Path(tempfile.mkdtemp(prefix="costaware_verl_e2e_"))
-    subprocess.run([str(VERL_PYTHON), "-m", "verl_cpu.fixture", str(root)], env=environment(), check=True,
-                   capture_output=True, timeout=600)
+    subprocess.run(
+        [str(VERL_PYTHON), "-m", "verl_cpu.fixture", str(root)],
+        env=environment(),
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     yield root
     shutil.rmtree(root, ignore_errors=True)
 
@@ -74,8 +80,10 @@ def check_counters(metrics: list[dict], first_step: int = 1) -> None:
         assert 1 <= m["cost_aware/step/rows_unique"] <= ROWS
     if first_step == 1:
         for key in ("tokens", "rows_fed"):
-            np.testing.assert_allclose(np.cumsum([m[f"cost_aware/step/{key}"] for m in metrics]),
-                                       [m[f"cost_aware/total/{key}"] for m in metrics])
+            np.testing.assert_allclose(
+                np.cumsum([m[f"cost_aware/step/{key}"] for m in metrics]),
+                [m[f"cost_aware/total/{key}"] for m in metrics],
+            )
 
 
 def check_loss_ran(metrics: list[dict], workers: int) -> None:
@@ -105,9 +113,17 @@ def test_stock_and_none_same_update(root):
 
 
 def test_p_smooth_with_kl_two_workers(root):
-    metrics = run(root, "p_smooth_kl", plugin("p_smooth", alpha=0.1) + [
-        "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=0.1",
-        "actor_rollout_ref.actor.kl_loss_type=low_var_kl"], workers=2)
+    metrics = run(
+        root,
+        "p_smooth_kl",
+        plugin("p_smooth", alpha=0.1)
+        + [
+            "actor_rollout_ref.actor.use_kl_loss=true",
+            "actor_rollout_ref.actor.kl_loss_coef=0.1",
+            "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
+        ],
+        workers=2,
+    )
     assert len(metrics) == STEPS
     check_counters(metrics)
     check_loss_ran(metrics, 2)
@@ -116,8 +132,14 @@ def test_p_smooth_with_kl_two_workers(root):
 
 def test_p_star_two_node_cluster_token_budget(root):
     """Two raylets; the budget (one step's tokens) is crossed at step 1, so both workers stop after it."""
-    metrics = run(root, "cluster", plugin("p_star", alpha=0.01, token_budget=1) + [
-        "trainer.nnodes=2", "trainer.n_gpus_per_node=1"], module="verl_cpu.cluster", workers=2, steps=3)
+    metrics = run(
+        root,
+        "cluster",
+        plugin("p_star", alpha=0.01, token_budget=1) + ["trainer.nnodes=2", "trainer.n_gpus_per_node=1"],
+        module="verl_cpu.cluster",
+        workers=2,
+        steps=3,
+    )
     assert [m["step"] for m in metrics] == [1]
     check_counters(metrics)
     check_loss_ran(metrics, 2)
@@ -129,7 +151,9 @@ def test_v0_prompt_stage_checkpoint_resume(root):
     rollouts (the weights) and continues the plugin's counters."""
     extra = plugin("p_smooth", alpha=0.1) + [
         "+data.sampler.class_path=pkg://costaware.integrations.verl.prompts",
-        "+data.sampler.class_name=CostAwarePromptSampler", "+data.sampler.costaware.method=greso"]
+        "+data.sampler.class_name=CostAwarePromptSampler",
+        "+data.sampler.costaware.method=greso",
+    ]
     straight = run(root, "v0_straight", extra, trainer_v1=False, steps=3)
     check_counters(straight)
     first = run(root, "v0", extra, trainer_v1=False, save_freq=2)
@@ -141,7 +165,13 @@ def test_v0_prompt_stage_checkpoint_resume(root):
     assert [m["step"] for m in resumed] == [3]
     check_counters(resumed, first_step=3)
     assert resumed[0]["cost_aware/total/tokens"] == pytest.approx(
-        first[-1]["cost_aware/total/tokens"] + resumed[0]["cost_aware/step/tokens"])
-    for key in ("prompt_length/mean", "response_length/mean", "critic/score/mean", "cost_aware/total/tokens",
-                "cost_aware/total/rows_unique"):
+        first[-1]["cost_aware/total/tokens"] + resumed[0]["cost_aware/step/tokens"]
+    )
+    for key in (
+        "prompt_length/mean",
+        "response_length/mean",
+        "critic/score/mean",
+        "cost_aware/total/tokens",
+        "cost_aware/total/rows_unique",
+    ):
         assert resumed[0][key] == pytest.approx(straight[2][key], rel=1e-6), key

@@ -271,11 +271,15 @@ def test_v1_an_odd_number_of_fed_rows_gets_padding_keys(monkeypatch):
     trainer, meta, store, keys, rows = setup_v1(monkeypatch, 2)
     fed = [9, 3, 14, 0, 6]
     fresh = [f"{keys[i]}#t.0" for i in fed]
-    store.kv_batch_put(fresh, "train", store.kv_batch_get([keys[i] for i in fed], "train"), tags=[meta.tags[i] for i in fed])
+    store.kv_batch_put(
+        fresh, "train", store.kv_batch_get([keys[i] for i in fed], "train"), tags=[meta.tags[i] for i in fed]
+    )
     copied, metrics = list(fresh), {}
-    out = v1._fed_passes(trainer, meta, ([keys[i] for i in fed], fresh, fed), {OLD, REF}, metrics, "t", copied, pad_multiple)
+    out = v1._fed_passes(
+        trainer, meta, ([keys[i] for i in fed], fresh, fed), {OLD, REF}, metrics, "t", copied, pad_multiple
+    )
     cheapest = min(fed, key=lambda i: meta.tags[i]["seq_len"])
-    assert copied[len(fresh):] == [f"{keys[cheapest]}#t.pad0"] and out["cost_aware/step/logprob_rows_padding"] == 1.0
+    assert copied[len(fresh) :] == [f"{keys[cheapest]}#t.pad0"] and out["cost_aware/step/logprob_rows_padding"] == 1.0
     for worker in (trainer.actor_rollout_wg, trainer.ref_policy_wg):
         (ranks,) = worker.logprob_rows
         assert [r.numel() for r in ranks] == [3, 3] and sorted(torch.cat(ranks).tolist()) == sorted(fed + [cheapest])
@@ -297,7 +301,9 @@ def test_skipped_update_logs_a_finite_entropy_equal_to_stocks(dp):
     batch.batch["advantages"] = torch.zeros_like(batch.batch["advantages"])
     old, _ = trainer._compute_old_log_prob(batch)  # fit's order and its metric
     mask = batch.batch["response_mask"]
-    metrics = {"actor/entropy": float(agg_loss(loss_mat=old.batch["entropys"], loss_mask=mask, loss_agg_mode="token-mean"))}
+    metrics = {
+        "actor/entropy": float(agg_loss(loss_mat=old.batch["entropys"], loss_mask=mask, loss_agg_mode="token-mean"))
+    }
     assert math.isnan(metrics["actor/entropy"])  # the placeholder: the pass waits for the plan
     old.batch.pop("entropys")
     out = trainer._update_actor(batch.union(old))

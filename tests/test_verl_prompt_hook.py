@@ -41,8 +41,11 @@ from costaware.rollouts.prompts import cost_aware_skip, greso  # noqa: E402
 from costaware.rollouts.stage import PromptStage  # noqa: E402
 
 N, B, SEED = 14, NUM_PROMPTS, 5  # 3 rounds of B prompts per pass (the last 2 rows dropped, as verl does)
-SAMPLER = ["+data.sampler.class_path=pkg://costaware.integrations.verl.prompts",
-           "+data.sampler.class_name=CostAwarePromptSampler", f"+data.sampler.costaware.seed={SEED}"]
+SAMPLER = [
+    "+data.sampler.class_path=pkg://costaware.integrations.verl.prompts",
+    "+data.sampler.class_name=CostAwarePromptSampler",
+    f"+data.sampler.costaware.seed={SEED}",
+]
 METHODS = {"greso": greso(), "cost_aware_skip": cost_aware_skip()}
 
 
@@ -56,8 +59,12 @@ class Prompts:
 
     def __getitem__(self, i: int) -> dict:
         k = int(self.key[i])
-        return {"dummy_tensor": torch.tensor([i]), "index": k, "extra_info": {"index": k, "split": "train"},
-                "data_source": "toy"}
+        return {
+            "dummy_tensor": torch.tensor([i]),
+            "index": k,
+            "extra_info": {"index": k, "split": "train"},
+            "data_source": "toy",
+        }
 
 
 def _config(*overrides: str, cost_aware: bool = True, method: str | None = "greso", workers: int | None = 0):
@@ -167,8 +174,14 @@ def test_a_trainer_module_imported_before_the_hook_is_rebound_to_the_patched_fun
     assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stderr[-3000:]
 
 
-@pytest.mark.parametrize("overrides", [["data.shuffle=true", "data.seed=3"], ["data.shuffle=false"],
-                                       ["data.shuffle=true", "+data.sampler.class_path=null"]])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["data.shuffle=true", "data.seed=3"],
+        ["data.shuffle=false"],
+        ["data.shuffle=true", "+data.sampler.class_path=null"],
+    ],
+)
 def test_without_a_class_path_verl_builds_its_own_sampler_unchanged(overrides) -> None:
     full, actor = _config(*overrides, method=None)
     trainer = _trainer(full, actor)
@@ -221,12 +234,15 @@ def test_a_resume_through_the_dataloader_state_dict_draws_what_the_uninterrupted
     assert rest == uninterrupted[cut:]  # nothing repeated, nothing skipped, across the epoch boundary
 
 
-@pytest.mark.parametrize("overrides, workers, message", [
-    ([], 2, "data.dataloader_num_workers must be 0 when data.sampler.class_path is set .*got 2"),
-    ([], None, "data.dataloader_num_workers must be 0 when data.sampler.class_path is set .*got 8"),  # verl's
-    (["trainer.critic_warmup=2"], 0, "trainer.critic_warmup must be 0 with data.sampler.class_path.*got 2"),
-    (["data.sampler.class_name=null"], 0, "data.sampler.class_name must name the class"),
-])
+@pytest.mark.parametrize(
+    "overrides, workers, message",
+    [
+        ([], 2, "data.dataloader_num_workers must be 0 when data.sampler.class_path is set .*got 2"),
+        ([], None, "data.dataloader_num_workers must be 0 when data.sampler.class_path is set .*got 8"),  # verl's
+        (["trainer.critic_warmup=2"], 0, "trainer.critic_warmup must be 0 with data.sampler.class_path.*got 2"),
+        (["data.sampler.class_name=null"], 0, "data.sampler.class_name must name the class"),
+    ],
+)
 def test_a_bad_setting_with_a_class_path_is_one_error_naming_the_key(overrides, workers, message) -> None:
     with pytest.raises(ValueError, match=message):
         _trainer(*_config(*overrides, workers=workers))

@@ -40,12 +40,22 @@ class Rows:
 
 
 def _config(method: str | None = "greso", root: bool = True, **options) -> object:
-    cfg = OmegaConf.create({
-        "data": {"train_batch_size": B, "gen_batch_size": None, "dataloader_num_workers": 0, "seed": None,
-                 "sampler": {"class_path": "pkg://costaware.integrations.verl.prompts",
-                             "class_name": "CostAwarePromptSampler",
-                             "costaware": {"method": method, "seed": 5, **options}}},
-        "actor_rollout_ref": {"rollout": {"n": G}}})
+    cfg = OmegaConf.create(
+        {
+            "data": {
+                "train_batch_size": B,
+                "gen_batch_size": None,
+                "dataloader_num_workers": 0,
+                "seed": None,
+                "sampler": {
+                    "class_path": "pkg://costaware.integrations.verl.prompts",
+                    "class_name": "CostAwarePromptSampler",
+                    "costaware": {"method": method, "seed": 5, **options},
+                },
+            },
+            "actor_rollout_ref": {"rollout": {"n": G}},
+        }
+    )
     return cfg.data if root else OmegaConf.create(OmegaConf.to_container(cfg.data))
 
 
@@ -65,13 +75,21 @@ def _batch(ids: np.ndarray, keys: np.ndarray, rewards: np.ndarray, lengths: np.n
     scores[torch.arange(rows), last] = torch.as_tensor(rewards.reshape(-1), dtype=torch.float32)
     prompts = torch.ones(rows, 5, dtype=torch.long)
     pmask = (torch.arange(5)[None, :] >= torch.as_tensor(ids % 3).repeat_interleave(G)[:, None]).long()
-    tensors = {"token_level_scores": scores, "response_mask": mask, "prompts": prompts,
-               "attention_mask": torch.cat([pmask, mask], dim=1)}
-    non = {"uid": np.repeat(np.array([f"u{i}" for i in range(ids.size)], dtype=object), G),
-           "index": np.repeat(keys[ids].astype(object), G)}
+    tensors = {
+        "token_level_scores": scores,
+        "response_mask": mask,
+        "prompts": prompts,
+        "attention_mask": torch.cat([pmask, mask], dim=1),
+    }
+    non = {
+        "uid": np.repeat(np.array([f"u{i}" for i in range(ids.size)], dtype=object), G),
+        "index": np.repeat(keys[ids].astype(object), G),
+    }
     perm = np.arange(rows) if perm is None else perm
-    return SimpleNamespace(batch={k: v[torch.as_tensor(perm)] for k, v in tensors.items()},
-                           non_tensor_batch={k: v[perm] for k, v in non.items()})
+    return SimpleNamespace(
+        batch={k: v[torch.as_tensor(perm)] for k, v in tensors.items()},
+        non_tensor_batch={k: v[perm] for k, v in non.items()},
+    )
 
 
 def _rounds(sampler: CostAwarePromptSampler, rounds: int, shuffle_seed: int | None = None) -> list[list[int]]:
@@ -137,8 +155,9 @@ def test_a_batch_without_index_is_folded_by_its_extra_info_index() -> None:
     ids = np.array([4, 9, 13])
     r, ln = _scores(ids, 0)
     batch = _batch(ids, keys, r, ln, np.random.default_rng(5).permutation(ids.size * G))
-    batch.non_tensor_batch["extra_info"] = np.array([{"index": k, "split": "train"}
-                                                     for k in batch.non_tensor_batch.pop("index")], dtype=object)
+    batch.non_tensor_batch["extra_info"] = np.array(
+        [{"index": k, "split": "train"} for k in batch.non_tensor_batch.pop("index")], dtype=object
+    )
     got = fold_batch(batch, keys[ids], G)
     want = fold_batch(_batch(ids, keys, r, ln), keys[ids], G)
     for a, b in zip(got, want, strict=True):
@@ -163,8 +182,14 @@ def test_two_samplers_fed_the_same_batches_draw_the_same_prompts() -> None:
 def _loader(sampler):
     from torchdata.stateful_dataloader import StatefulDataLoader
 
-    return StatefulDataLoader(Rows(), batch_size=B, sampler=sampler, num_workers=0, drop_last=True,
-                              collate_fn=lambda rows: np.array([r["position"] for r in rows]))
+    return StatefulDataLoader(
+        Rows(),
+        batch_size=B,
+        sampler=sampler,
+        num_workers=0,
+        drop_last=True,
+        collate_fn=lambda rows: np.array([r["position"] for r in rows]),
+    )
 
 
 def _train(loader, sampler, steps: int, t0: int = 0, save_at: int | None = None, after_update: bool = False):
@@ -199,7 +224,7 @@ def test_a_resumed_dataloader_draws_what_the_uninterrupted_run_draws(method, aft
     loader.load_state_dict(saved)
     rest, _, epochs = _train(loader, fresh, steps - cut - 1, t0=cut + 1)
     # saved before update: round `cut` was never folded in, so the resumed run generates it again
-    assert rest == full[cut + 1 - (not after_update):steps - (not after_update)]
+    assert rest == full[cut + 1 - (not after_update) : steps - (not after_update)]
     # the resumed epoch ends where the uninterrupted one does (verl counts epochs by global step)
     assert epochs[0] == N // B - (cut + 1) % (N // B)
     assert len(loader) == N // B == len(fresh) // B
@@ -214,15 +239,21 @@ def test_state_dict_survives_torch_save_round_trip(tmp_path) -> None:
     assert other.stage.state_dict() == sampler.stage.state_dict()
 
 
-@pytest.mark.parametrize("options, key", [
-    ({"method": None}, "data.sampler.costaware.method must be one of"),
-    ({"method": "cost_aware"}, "method='cost_aware' is not offered in verl: its prompt factor"),
-    ({"method": "pods"}, r"data.sampler.costaware.method must be one of \('greso', 'cost_aware_skip'\), got 'pods'"),
-    ({"floor": 0.1}, r"unknown key\(s\) \['floor'\]"),
-    ({"p_easy": 0.0}, "data.sampler.costaware.p_easy must lie in"),
-    ({"decay": 2.0}, "data.sampler.costaware.decay must lie in"),
-    ({"seed": -1}, "data.sampler.costaware.seed must be"),
-])
+@pytest.mark.parametrize(
+    "options, key",
+    [
+        ({"method": None}, "data.sampler.costaware.method must be one of"),
+        ({"method": "cost_aware"}, "method='cost_aware' is not offered in verl: its prompt factor"),
+        (
+            {"method": "pods"},
+            r"data.sampler.costaware.method must be one of \('greso', 'cost_aware_skip'\), got 'pods'",
+        ),
+        ({"floor": 0.1}, r"unknown key\(s\) \['floor'\]"),
+        ({"p_easy": 0.0}, "data.sampler.costaware.p_easy must lie in"),
+        ({"decay": 2.0}, "data.sampler.costaware.decay must lie in"),
+        ({"seed": -1}, "data.sampler.costaware.seed must be"),
+    ],
+)
 def test_bad_config_names_the_key(options, key) -> None:
     with pytest.raises(ValueError, match=key):
         CostAwarePromptSampler(Rows(), _config(**{"method": "greso", **options}))
@@ -299,8 +330,10 @@ def test_a_real_dataproto_repeated_and_reordered_as_fit_does_is_folded() -> None
     keys = Rows().key
     r, ln = _scores(ids, 0)
     fake = _batch(ids, keys, r, ln)
-    prompts = verl.DataProto.from_dict(tensors={"dummy_tensor": torch.zeros(B, 1)}, non_tensors={"index": keys[ids].astype(object),
-                                                    "uid": np.array(["a", "b", "c"], dtype=object)})
+    prompts = verl.DataProto.from_dict(
+        tensors={"dummy_tensor": torch.zeros(B, 1)},
+        non_tensors={"index": keys[ids].astype(object), "uid": np.array(["a", "b", "c"], dtype=object)},
+    )
     batch = prompts.repeat(repeat_times=G, interleave=True)
     batch = batch.union(verl.DataProto.from_dict(tensors=dict(fake.batch)))
     batch.reorder(torch.as_tensor(np.random.default_rng(0).permutation(B * G)))

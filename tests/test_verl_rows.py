@@ -83,7 +83,9 @@ def test_nonzero_feeds_only_the_informative_rows_with_stocks_update(trainer, agg
     """nonzero: each A != 0 row once, weight 1; the update equals stock's on the same rows (zero-advantage
     rows add no policy gradient), under stock's normaliser."""
     data = padded_batch()
-    wg, config, model, metrics, _ = _run(trainer, agg, data, monkeypatch, "algorithm.cost_aware.method=nonzero", *NO_REG)
+    wg, config, model, metrics, _ = _run(
+        trainer, agg, data, monkeypatch, "algorithm.cost_aware.method=nonzero", *NO_REG
+    )
     _check_shapes(wg)
     fed = _fed(wg)
     adv = data["advantages"].abs().sum(-1)
@@ -109,15 +111,19 @@ def test_merged_draws_run_once_with_their_count(trainer, agg, monkeypatch):
     adv = data["advantages"].sum(-1) / data["response_mask"].sum(-1)
     cost = data["attention_mask"].sum(-1)
     cfg = CostAwareConfig(method="p_smooth", alpha=ALPHA, seed=SEED).resolved(agg)
-    order = content_order(valid_tokens(data["input_ids"], data["attention_mask"]))  # the plan is drawn over rows in content order
+    order = content_order(
+        valid_tokens(data["input_ids"], data["attention_mask"])
+    )  # the plan is drawn over rows in content order
     plan = plan_minibatches(adv[order].float(), cost[order], num_minibatches=STEPS, minibatch_size=STOCK_ROWS,
                             config=cfg.sampling_config(agg), generator=torch.Generator().manual_seed(plan_seed(SEED, STEP * (1 if trainer == "v0" else 1000))))  # fmt: skip
     beta = 0.0 if agg == "seq-mean-token-mean" else 1.0
     p_star = adv.abs().double() * cost.double() ** (beta - 0.5)
     p = (1 - ALPHA) * p_star / p_star.sum() + ALPHA / len(adv)
     w = 1.0 / (len(adv) * p)
-    steps = [{int(order[i]): float(k) * float(w[order[i]]) for i, k in zip(mb.indices, mb.counts, strict=True)}
-             for mb in plan.minibatches]
+    steps = [
+        {int(order[i]): float(k) * float(w[order[i]]) for i, k in zip(mb.indices, mb.counts, strict=True)}
+        for mb in plan.minibatches
+    ]
     assert [dict.fromkeys(s, 1) for s in steps] == _fed(wg)  # the fed rows are the plan's, each once
     assert metrics["cost_aware/step/rows_unique"] < len(adv)
     _assert_close(wg.grads, target_grads(config, model, data, steps, STOCK_ROWS))
@@ -138,7 +144,9 @@ def test_pods_feeds_its_kept_rows_with_recomputed_advantages(trainer, monkeypatc
     data = padded_batch()
     rewards = data["advantages"].sum(-1) / data["response_mask"].sum(-1)  # an affine map of each group's rewards
     last = data["response_mask"].sum(-1) - 1  # verl's reward sits on the last response token
-    data["token_level_rewards"] = torch.zeros_like(data["advantages"]).index_put_((torch.arange(len(last)), last), rewards)
+    data["token_level_rewards"] = torch.zeros_like(data["advantages"]).index_put_(
+        (torch.arange(len(last)), last), rewards
+    )
     data["uid"] = np.repeat(np.array([f"p{i}" for i in range(NUM_PROMPTS)], dtype=object), GROUP)
     wg, config, model, _, _ = _run(trainer, "seq-mean-token-mean", data, monkeypatch,
                                    "algorithm.cost_aware.method=pods", *NO_REG)  # fmt: skip
@@ -149,7 +157,8 @@ def test_pods_feeds_its_kept_rows_with_recomputed_advantages(trainer, monkeypatc
     kept_in_order = pods_select(rewards[order].double(), GROUP, GROUP // 2)
     kept = torch.zeros_like(kept_in_order).index_put_((order,), kept_in_order)
     new_adv = torch.zeros(len(order), dtype=torch.float64).index_put_(
-        (order,), pods_advantages(rewards[order].double(), GROUP, kept_in_order).double())
+        (order,), pods_advantages(rewards[order].double(), GROUP, kept_in_order).double()
+    )
     fed = _fed(wg)
     rows = sorted(r for step in fed for r in step)
     assert set(rows) <= set(torch.nonzero(kept).flatten().tolist())

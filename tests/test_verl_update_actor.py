@@ -56,9 +56,7 @@ def test_v1_minibatch_gradient_is_weighted_sum_with_kl_and_entropy(agg, with_is_
     data = padded_batch()
     if not with_is_weights:
         del data["rollout_is_weights"]
-    wg, config, model, metrics, (store, returned, meta, rows) = run_v1(
-        agg, data, verl_losses.ppo_loss, monkeypatch
-    )
+    wg, config, model, metrics, (store, returned, meta, rows) = run_v1(agg, data, verl_losses.ppo_loss, monkeypatch)
     assert_grads_match(wg.grads, expected_grads(wg, config, model, data))
     assert wg.lr_steps == 1
     assert returned is meta

@@ -128,9 +128,7 @@ def to_rows(data: dict) -> dict[str, list[torch.Tensor]]:
     n = data["input_ids"].shape[0]
     att, resp = data["attention_mask"].bool(), data["response_mask"].bool()
     prompt_att = att[:, :PROMPT_LEN]
-    rows: dict[str, list[torch.Tensor]] = {
-        k: [] for k in ("input_ids", "prompts", "responses", "position_ids")
-    }
+    rows: dict[str, list[torch.Tensor]] = {k: [] for k in ("input_ids", "prompts", "responses", "position_ids")}
     for name in ("response_mask", "advantages", "old_log_probs", "ref_log_prob", "rollout_is_weights"):
         if name in data:
             rows[name] = [data[name][i][resp[i]] for i in range(n)]

@@ -154,7 +154,9 @@ def expected_grads(wg, config, model: Bigram, data: dict) -> list[torch.Tensor]:
     return out
 
 
-def target_grads(config, model: Bigram, data: dict, steps: list[dict[int, float]], stock_rows: int) -> list[torch.Tensor]:
+def target_grads(
+    config, model: Bigram, data: dict, steps: list[dict[int, float]], stock_rows: int
+) -> list[torch.Tensor]:
     """The plan's update of each step, sum_i W_i grad(l_i) under STOCK's normaliser of a mini-batch of
     ``stock_rows`` rows (seq-mean: / stock_rows; token-mean: / (pool tokens · stock_rows / N)), whatever
     rows verl was fed: ``steps[j]`` maps each row of step j to its total weight W (draw count × weight)."""

@@ -80,7 +80,6 @@ class StubWorkerGroup:
         metrics = {"mfu": [0.0], "pg_loss": [0.0]}
         return tu.get_tensordict(tensor_dict={}, non_tensor_dict={"metrics": metrics})
 
-
     def compute_log_prob(self, td):
         """verl's ``compute_log_prob`` / ``compute_ref_log_prob``: the contiguous split per rank (which
         needs equal row counts), dynamic-batch-size micro-batches, no-grad forward; rows in input order."""
@@ -106,9 +105,7 @@ class StubWorkerGroupV1(StubWorkerGroup):
         self.store = store
 
     def update_actor(self, meta):
-        td = self.store.kv_batch_get(
-            keys=meta.keys, partition_id=meta.partition_id, select_fields=meta.fields
-        )
+        td = self.store.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id, select_fields=meta.fields)
         td["row_id"] = torch.tensor([int(k.split("#")[0][1:]) for k in meta.keys])
         tu.assign_non_tensor(td, **meta.extra_info)
         out = super().update_actor(td)

@@ -105,9 +105,7 @@ def positive_vector(x: Any, name: str) -> np.ndarray:
     return arr
 
 
-def nonnegative_vector(
-    x: Any, name: str, *, not_all_zero: bool = False, allow_empty: bool = False
-) -> np.ndarray:
+def nonnegative_vector(x: Any, name: str, *, not_all_zero: bool = False, allow_empty: bool = False) -> np.ndarray:
     arr = as_vector(x, name, allow_empty=allow_empty)
     bad = arr < 0
     if bad.any():
@@ -198,9 +196,7 @@ def real_scalar(x: Any, name: str, *, strict: bool = False, allow_inf: bool = Fa
     return f
 
 
-def integer(
-    x: Any, name: str, *, minimum: int | None = None, maximum: int | None = None, strict: bool = False
-) -> int:
+def integer(x: Any, name: str, *, minimum: int | None = None, maximum: int | None = None, strict: bool = False) -> int:
     """An integer as int: accepts int, numpy integers and integral floats (2.0); ValueError otherwise.
 
     ``strict``: only a Python ``int`` (not a bool, a float or a numpy integer)."""
@@ -215,8 +211,10 @@ def integer(
     v = unwrap(x)
     if isinstance(v, np.ndarray) and v.ndim == 0:
         v = v[()]
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (numbers.Real, np.integer, np.floating)) or (
-        strict and not isinstance(x, int)
+    if (
+        isinstance(v, (bool, np.bool_))
+        or not isinstance(v, (numbers.Real, np.integer, np.floating))
+        or (strict and not isinstance(x, int))
     ):
         raise ValueError(f"{name} must be {desc}, got {show(x)} ({type(x).__name__})")
     if isinstance(v, (int, np.integer)):

@@ -23,7 +23,15 @@ from numba import njit
 
 from costaware._checks import as_array, as_generator, integer, probability_vector, show
 
-__all__ = ["build_alias", "draw", "alias_draw", "alias_draw_single", "alias_probabilities", "AliasTable", "build_alias_kernel"]
+__all__ = [
+    "build_alias",
+    "draw",
+    "alias_draw",
+    "alias_draw_single",
+    "alias_probabilities",
+    "AliasTable",
+    "build_alias_kernel",
+]
 
 
 @njit(cache=True)
@@ -127,9 +135,7 @@ def _check_table(prob: Any, alias: Any) -> tuple[np.ndarray, np.ndarray]:
     except (TypeError, ValueError) as exc:  # ragged
         raise ValueError(f"alias must be a 1-D integer array, got {show(alias)}") from exc
     if prob.ndim != 1 or prob.size == 0 or alias.shape != prob.shape:
-        raise ValueError(
-            f"prob and alias must be non-empty 1-D of equal length, got {prob.shape}, {alias.shape}"
-        )
+        raise ValueError(f"prob and alias must be non-empty 1-D of equal length, got {prob.shape}, {alias.shape}")
     if not np.issubdtype(alias.dtype, np.integer):
         raise ValueError(f"alias must be an integer array, got dtype {alias.dtype}: {show(alias)}")
     bad = ~((prob >= 0.0) & (prob <= 1.0))  # also catches nan

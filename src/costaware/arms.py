@@ -36,8 +36,17 @@ from typing import Any, Protocol
 from costaware._checks import in_unit_interval, positive_scalar, value_error
 from costaware.rollouts.stage import PROMPT_METHODS
 
-__all__ = ["Arm", "ArmFields", "DEFAULT_ALPHA", "KEY_PARTS", "ROLLOUTS", "STEP_BUDGETS", "WEIGHT_MODES", "arm_fields",
-           "check_arm_fields"]
+__all__ = [
+    "Arm",
+    "ArmFields",
+    "DEFAULT_ALPHA",
+    "KEY_PARTS",
+    "ROLLOUTS",
+    "STEP_BUDGETS",
+    "WEIGHT_MODES",
+    "arm_fields",
+    "check_arm_fields",
+]
 
 DEFAULT_ALPHA = 0.01
 WEIGHT_MODES = ("centred", "raw")

@@ -31,7 +31,10 @@ JOBS: dict[str, tuple[str, str]] = {
         "costaware.experiments.reproduce",
         "The main job: Cost-Aware GRPO against GRPO on a small local policy, on the CPU, with a report.",
     ),
-    "rollouts": ("costaware.rollouts.cli", "Prompt-stage analysis on per-prompt logs: which prompts are worth generating."),
+    "rollouts": (
+        "costaware.rollouts.cli",
+        "Prompt-stage analysis on per-prompt logs: which prompts are worth generating.",
+    ),
     "eval": (
         "costaware.evaluation.cli",
         "mean@k accuracy of a checkpoint on AIME, AMC, MATH500 or GSM8K with a real answer verifier.",

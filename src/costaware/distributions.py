@@ -40,7 +40,12 @@ __all__ = [
     "support_size",
     "importance_weights",
     "WeightMode",
-    "optimal_kernel", "variance_kernel", "inverse_sqrt_cost_kernel", "smoothed_kernel", "ratio_normalise_kernel", "importance_weights_kernel",
+    "optimal_kernel",
+    "variance_kernel",
+    "inverse_sqrt_cost_kernel",
+    "smoothed_kernel",
+    "ratio_normalise_kernel",
+    "importance_weights_kernel",
 ]
 
 WeightMode = Literal["centred", "raw"]
@@ -87,7 +92,9 @@ def uniform(n: int) -> np.ndarray:
     try:
         return np.full(n, 1.0 / n)
     except MemoryError:
-        raise ValueError(f"n = {n} components need {8 * n / 2**30:.1f} GiB, more than this machine can allocate") from None
+        raise ValueError(
+            f"n = {n} components need {8 * n / 2**30:.1f} GiB, more than this machine can allocate"
+        ) from None
 
 
 def variance(G: Any) -> np.ndarray:
@@ -212,7 +219,6 @@ def _weights(pi: np.ndarray, n: int, p: np.ndarray) -> np.ndarray:
     if not np.isfinite(w).all():
         small = float(pi[~np.isfinite(w)][0])
         raise ValueError(
-            f"p has an entry {small!r} so small that its importance weight 1/(n·p) overflows float64; "
-            f"p = {show(p)}"
+            f"p has an entry {small!r} so small that its importance weight 1/(n·p) overflows float64; p = {show(p)}"
         )
     return w

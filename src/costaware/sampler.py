@@ -254,9 +254,7 @@ class CostAwareSampler(Sampler[int]):
         """
         idx = index_vector(indices, self._G.size, "indices")
         vals = _to_numpy(values)
-        vals = nonnegative_vector(
-            np.reshape(vals, -1) if np.ndim(vals) > 1 else vals, "values", allow_empty=True
-        )
+        vals = nonnegative_vector(np.reshape(vals, -1) if np.ndim(vals) > 1 else vals, "values", allow_empty=True)
         same_length(indices=idx, values=vals)
         if idx.size == 0:
             return
@@ -329,9 +327,7 @@ class CostAwareSampler(Sampler[int]):
         chunk = None
         while True:
             if self._pass is not run:
-                raise RuntimeError(
-                    "a newer iteration of this CostAwareSampler has started; this one is stale"
-                )
+                raise RuntimeError("a newer iteration of this CostAwareSampler has started; this one is stale")
             if run.pos == run.idx.size or run.version != self._version:
                 if not self._refill(run):
                     self._pass = None
@@ -392,9 +388,7 @@ class WeightedIndexDataset(Dataset):
 
     def __init__(self, dataset: Any) -> None:
         if not hasattr(dataset, "__getitem__"):
-            raise ValueError(
-                f"dataset should be map-style (define __getitem__), got {type(dataset).__name__}"
-            )
+            raise ValueError(f"dataset should be map-style (define __getitem__), got {type(dataset).__name__}")
         self.dataset = dataset
 
     def __getitem__(self, key: Any) -> tuple[Any, int, torch.Tensor]:

@@ -231,9 +231,7 @@ def restricted_optimal(G: Any, c: Any, subset: Any) -> np.ndarray:
     q[idx] = G[idx] / np.sqrt(c[idx])
     total = q.sum()
     if not total > 0:
-        raise ValueError(
-            f"subset {idx.tolist()[:8]} has no component with G > 0: p* restricted to it is undefined"
-        )
+        raise ValueError(f"subset {idx.tolist()[:8]} has no component with G > 0: p* restricted to it is undefined")
     return q / total
 
 
@@ -252,8 +250,10 @@ def biased_cost(G: Any, c: Any, subset: Any, eps: float, D: float) -> float:
     with np.errstate(all="ignore"):
         log_k = 2.0 * (np.log(D) + np.log(subset_cost(G, c, idx)) - np.log(G.size) - np.log(slack))
         # numpy floats throughout: a Python float ** 2 raises OverflowError instead of giving inf
-        value = np.float64(D) ** 2 * np.float64(subset_cost(G, c, idx)) ** 2 / (
-            np.float64(G.size) ** 2 * np.float64(slack) ** 2
+        value = (
+            np.float64(D) ** 2
+            * np.float64(subset_cost(G, c, idx)) ** 2
+            / (np.float64(G.size) ** 2 * np.float64(slack) ** 2)
         )
     if not (np.isfinite(value) and value > 0) and np.isfinite(log_k):
         with np.errstate(over="ignore"):  # an overflow to inf is reported by finite_result

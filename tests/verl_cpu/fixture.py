@@ -37,10 +37,21 @@ def build_model(out: Path, *, sft_steps: int = 300, seed: int = 0) -> Path:
     tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
     tok.chat_template = CHAT_TEMPLATE
     torch.manual_seed(seed)
-    model = tiny_qwen2(tok, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
-                       max_position_embeddings=128, seed=seed)
-    sft(model, tok, get_task("sort"), steps=sft_steps, batch_size=32, lr=3e-3, min_size=MIN_SIZE,
-        max_size=MAX_SIZE, mistake_prob=0.15, seed=seed)
+    model = tiny_qwen2(
+        tok, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, max_position_embeddings=128, seed=seed
+    )
+    sft(
+        model,
+        tok,
+        get_task("sort"),
+        steps=sft_steps,
+        batch_size=32,
+        lr=3e-3,
+        min_size=MIN_SIZE,
+        max_size=MAX_SIZE,
+        mistake_prob=0.15,
+        seed=seed,
+    )
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path
@@ -54,13 +65,16 @@ def write_data(out: Path, *, n_train: int = 64, n_val: int = 8, seed: int = 0) -
     paths = []
     for split, n in (("train", n_train), ("val", n_val)):
         tasks = sorting.make_tasks(n, min_size=MIN_SIZE, max_size=MAX_SIZE, rng=rng)
-        rows = [{
-            "data_source": "sort",
-            "prompt": [{"role": "user", "content": p}],
-            "ability": "sort",
-            "reward_model": {"style": "rule", "ground_truth": str(a)},
-            "extra_info": {"index": i, "split": split},
-        } for i, (p, a) in enumerate(zip(tasks.prompts, tasks.answers.tolist(), strict=True))]
+        rows = [
+            {
+                "data_source": "sort",
+                "prompt": [{"role": "user", "content": p}],
+                "ability": "sort",
+                "reward_model": {"style": "rule", "ground_truth": str(a)},
+                "extra_info": {"index": i, "split": split},
+            }
+            for i, (p, a) in enumerate(zip(tasks.prompts, tasks.answers.tolist(), strict=True))
+        ]
         path = out / f"{split}.parquet"
         pd.DataFrame(rows).to_parquet(path)
         paths.append(path)

@@ -99,8 +99,9 @@ class HFServer:
             extra_fields={"global_steps": self.version},
         )
 
-    async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any],
-                       **_: Any) -> TokenOutput:
+    async def generate(
+        self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any], **_: Any
+    ) -> TokenOutput:
         async with self.lock:  # one request at a time: the weights cannot change under a request
             return self._sample(list(prompt_ids), sampling_params, request_id)
 
@@ -146,8 +147,11 @@ class HFServerAdapter(BaseRollout):
 
     def __init__(self, config: Any, model_config: Any, device_mesh: Any, replica_rank: int = -1) -> None:
         super().__init__(config, model_config, device_mesh)
-        world = (self.config.tensor_model_parallel_size * self.config.data_parallel_size
-                 * self.config.pipeline_model_parallel_size)
+        world = (
+            self.config.tensor_model_parallel_size
+            * self.config.data_parallel_size
+            * self.config.pipeline_model_parallel_size
+        )
         rank = int(os.environ["RANK"])
         self.server_name = f"{SERVER_PREFIX}{rank // world}"
         self.sender = rank % world == 0
@@ -157,8 +161,9 @@ class HFServerAdapter(BaseRollout):
 
     async def release(self) -> None: ...
 
-    async def update_weights(self, weights: Any, wire_format: str = "named_tensors", global_steps: int | None = None,
-                             **kwargs: Any) -> None:
+    async def update_weights(
+        self, weights: Any, wire_format: str = "named_tensors", global_steps: int | None = None, **kwargs: Any
+    ) -> None:
         if wire_format != "named_tensors":
             raise ValueError(f"the HF CPU server takes wire_format='named_tensors', got {wire_format!r}")
         state = {name: t.detach().to("cpu", torch.float32).clone() for name, t in weights}  # every rank: collectives

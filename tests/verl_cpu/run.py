@@ -20,11 +20,22 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 
 
-def overrides(root: Path, *, workers: int = 1, steps: int = 3, batch: int = 4, n: int = 8, trainer_v1: bool = True,
-              save_freq: int = -1, name: str = "run", gpu: bool = False) -> list[str]:
+def overrides(
+    root: Path,
+    *,
+    workers: int = 1,
+    steps: int = 3,
+    batch: int = 4,
+    n: int = 8,
+    trainer_v1: bool = True,
+    save_freq: int = -1,
+    name: str = "run",
+    gpu: bool = False,
+) -> list[str]:
     """main_ppo's overrides; ``gpu=True``: the same run on CUDA GPUs with vLLM rollouts (no CPU lines)."""
-    args = _common(root, workers=workers, steps=steps, batch=batch, n=n, trainer_v1=trainer_v1,
-                   save_freq=save_freq, name=name)
+    args = _common(
+        root, workers=workers, steps=steps, batch=batch, n=n, trainer_v1=trainer_v1, save_freq=save_freq, name=name
+    )
     if gpu:
         return args + [
             "actor_rollout_ref.rollout.name=vllm",
@@ -48,8 +59,9 @@ def overrides(root: Path, *, workers: int = 1, steps: int = 3, batch: int = 4, n
     ]
 
 
-def _common(root: Path, *, workers: int, steps: int, batch: int, n: int, trainer_v1: bool, save_freq: int,
-            name: str) -> list[str]:
+def _common(
+    root: Path, *, workers: int, steps: int, batch: int, n: int, trainer_v1: bool, save_freq: int, name: str
+) -> list[str]:
     model = root / "model"
     return [
         "algorithm.adv_estimator=grpo",
@@ -101,28 +113,47 @@ def environment(*, gpu: bool = False) -> dict[str, str]:
     if not gpu:
         env["VERL_USE_EXTERNAL_MODULES"] = "verl_cpu.patches"
         env["VERL_PLATFORM"] = "cpu"
-    env.update(TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", RAY_DEDUP_LOGS="0",
-               HYDRA_FULL_ERROR="1", WANDB_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+    env.update(
+        TOKENIZERS_PARALLELISM="false",
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        RAY_DEDUP_LOGS="0",
+        HYDRA_FULL_ERROR="1",
+        WANDB_MODE="disabled",
+        RAY_USAGE_STATS_ENABLED="0",
+    )
     return env
 
 
 def read_metrics(path: Path) -> list[dict]:
     if not path.exists():
         return []
-    return [json.loads(line)["data"] | {"step": json.loads(line)["step"]}
-            for line in path.read_text().splitlines() if line.strip()]
+    return [
+        json.loads(line)["data"] | {"step": json.loads(line)["step"]}
+        for line in path.read_text().splitlines()
+        if line.strip()
+    ]
 
 
-def launch(root: Path, args: list[str], *, name: str, python: str | None = None, timeout: float = 600,
-           module: str = "verl.trainer.main_ppo", gpu: bool = False) -> tuple[list[dict], str]:
+def launch(
+    root: Path,
+    args: list[str],
+    *,
+    name: str,
+    python: str | None = None,
+    timeout: float = 600,
+    module: str = "verl.trainer.main_ppo",
+    gpu: bool = False,
+) -> tuple[list[dict], str]:
     """Run verl's entry point; returns (per-step metrics from verl's file logger, the combined log)."""
     log_path = root / f"{name}.metrics.jsonl"
     env = environment(gpu=gpu)
     env["VERL_FILE_LOGGER_PATH"] = str(log_path)
     cmd = [python or sys.executable, "-m", module, *args]
     # its own session: on a timeout the whole group (the driver and the Ray processes it started) goes
-    proc = subprocess.Popen(cmd, env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -132,7 +163,9 @@ def launch(root: Path, args: list[str], *, name: str, python: str | None = None,
         raise RuntimeError(f"{name}: main_ppo ran past {timeout} s; log: {root / f'{name}.log'}") from None
     (root / f"{name}.log").write_text(out)
     if proc.returncode != 0:
-        raise RuntimeError(f"{name}: main_ppo exited {proc.returncode}; last lines:\n" + "\n".join(out.splitlines()[-40:]))
+        raise RuntimeError(
+            f"{name}: main_ppo exited {proc.returncode}; last lines:\n" + "\n".join(out.splitlines()[-40:])
+        )
     return read_metrics(log_path), out
 
 

@@ -59,9 +59,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         help=f"samples per problem (default: {DEFAULT_K}, as in the paper; with --responses: the "
         "number per line, which --k, if given, must equal)",
     )
-    p.add_argument(
-        "--pass-k", type=int, nargs="+", default=None, help="pass@k values (default: 1, 2, 4, ..., k)"
-    )
+    p.add_argument("--pass-k", type=int, nargs="+", default=None, help="pass@k values (default: 1, 2, 4, ..., k)")
     gen = p.add_argument_group("generation (with --model)")
     d = " (default: %(default)s)"
     gen.add_argument("--temperature", type=float, default=0.6, help="0: greedy" + d)
@@ -75,12 +73,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         default="auto",
         help="auto: vLLM when installed with a GPU, else transformers" + d,
     )
-    gen.add_argument(
-        "--batch-size", type=int, default=32, help="transformers: sequences per generate call" + d
-    )
-    gen.add_argument(
-        "--device", default=None, help="transformers: cpu, cuda, cuda:1 ... (default: cuda if any)"
-    )
+    gen.add_argument("--batch-size", type=int, default=32, help="transformers: sequences per generate call" + d)
+    gen.add_argument("--device", default=None, help="transformers: cpu, cuda, cuda:1 ... (default: cuda if any)")
     gen.add_argument("--dtype", default="auto", choices=DTYPES, help="weights dtype" + d)
     gen.add_argument("--tensor-parallel-size", type=int, default=1, help="vLLM only" + d)
     gen.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vLLM only, in (0, 1]" + d)
@@ -105,9 +99,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="count only \\boxed{} (or 'final answer is') answers, not a last stray number (default: off)",
     )
-    p.add_argument(
-        "--verify-timeout", type=int, default=5, help="math-verify timeout per parse/compare, s" + d
-    )
+    p.add_argument("--verify-timeout", type=int, default=5, help="math-verify timeout per parse/compare, s" + d)
     p.add_argument(
         "--overwrite",
         action="store_true",
@@ -159,9 +151,7 @@ def check_args(args: argparse.Namespace) -> None:
         need(Path(args.data).exists(), "--data", "an existing file or folder", args.data)
     if args.responses is None:
         if args.model is None:
-            raise ValueError(
-                "--model is required (or --responses FILE, to score responses generated elsewhere)"
-            )
+            raise ValueError("--model is required (or --responses FILE, to score responses generated elsewhere)")
         if args.benchmark is None:
             raise ValueError("--benchmark is required with --model")
         model = Path(args.model)
@@ -174,9 +164,7 @@ def check_args(args: argparse.Namespace) -> None:
         )
     else:
         if args.model is not None:
-            raise ValueError(
-                "--model and --responses exclude each other: --responses scores what is already generated"
-            )
+            raise ValueError("--model and --responses exclude each other: --responses scores what is already generated")
         need(Path(args.responses).is_file(), "--responses", "an existing JSON Lines file", args.responses)
         if args.benchmark is None and (args.data is not None or args.split is not None):
             raise ValueError("--data and --split need --benchmark (it says how to read the file)")
@@ -218,9 +206,7 @@ def main(args: argparse.Namespace) -> int:
         records, responses, prompts = read_responses(args.responses, benchmark=benchmark, limit=args.limit)
         k = len(responses[0])
         if args.k is not None and args.k != k:
-            raise ValueError(
-                f"--k must equal the number of responses per line in {args.responses} ({k}), got {args.k}"
-            )
+            raise ValueError(f"--k must equal the number of responses per line in {args.responses} ({k}), got {args.k}")
         run_config["responses"] = str(Path(args.responses).resolve())
         title = f"{args.benchmark or 'responses'}: {Path(args.responses).name}"
     else:
@@ -263,9 +249,7 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _generator(
-    args: argparse.Namespace, records: list[Any], build_prompt: Any
-) -> tuple[Any, list[str], dict]:
+def _generator(args: argparse.Namespace, records: list[Any], build_prompt: Any) -> tuple[Any, list[str], dict]:
     """The tokenizer, the prompts and the generator of a --model run, and the settings to record."""
     from costaware.evaluation.generate import SamplingConfig, load_tokenizer, make_generator
 

@@ -209,15 +209,11 @@ def _from_amc(row: Mapping[str, Any], index: int, benchmark: str) -> EvalRecord:
 
 BENCHMARKS: dict[str, BenchmarkSpec] = {
     "gsm8k": BenchmarkSpec("gsm8k", "openai/gsm8k", "main", "test", _from_gsm8k, "gsm8k_test.jsonl"),
-    "math500": BenchmarkSpec(
-        "math500", "HuggingFaceH4/MATH-500", None, "test", _from_math500, "math500_test.jsonl"
-    ),
+    "math500": BenchmarkSpec("math500", "HuggingFaceH4/MATH-500", None, "test", _from_math500, "math500_test.jsonl"),
     "aime": BenchmarkSpec(
         "aime", "di-zhang-fdu/AIME_1983_2024", None, "train", _from_aime, "AIME_Dataset_1983_2024.csv"
     ),
-    "amc": BenchmarkSpec(
-        "amc", "AI-MO/aimo-validation-amc", None, "train", _from_amc, "aimo_validation_amc.jsonl"
-    ),
+    "amc": BenchmarkSpec("amc", "AI-MO/aimo-validation-amc", None, "train", _from_amc, "aimo_validation_amc.jsonl"),
     # verl/DAPO parquet: no hub default, always a local file
     "verl": BenchmarkSpec("verl", None, None, "train", _from_verl, "dapo_math_verl.parquet"),
 }
@@ -255,11 +251,8 @@ def load_benchmark(
     if path is not None:
         rows = read_located_rows(path)
     else:
-
         hub_split = split or spec.split
-        rows = [
-            (r, f"{spec.hub_id} ({hub_split}): row {i}") for i, r in enumerate(hub_rows(spec, hub_split), 1)
-        ]
+        rows = [(r, f"{spec.hub_id} ({hub_split}): row {i}") for i, r in enumerate(hub_rows(spec, hub_split), 1)]
     if limit is not None:
         rows = rows[:limit]
     if not rows:
@@ -270,8 +263,7 @@ def load_benchmark(
         records.append(_to_record(spec, row, i, benchmark, where))
         if records[-1].id in seen:
             raise ValueError(
-                f"{where}: record id {records[-1].id!r} appears already at {seen[records[-1].id]}; "
-                "ids must be unique"
+                f"{where}: record id {records[-1].id!r} appears already at {seen[records[-1].id]}; ids must be unique"
             )
         seen[records[-1].id] = where
     return records

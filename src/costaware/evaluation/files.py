@@ -78,9 +78,7 @@ def read_located_rows(path: str | Path) -> list[tuple[dict[str, Any], str]]:
         if isinstance(data, dict):  # {"data": [...]} style, one list of rows inside
             lists = [v for v in data.values() if isinstance(v, list)]
             if len(lists) != 1:
-                raise ValueError(
-                    f"{path}: a JSON object must hold exactly one list of rows, got keys {list(data)}"
-                )
+                raise ValueError(f"{path}: a JSON object must hold exactly one list of rows, got keys {list(data)}")
             data = lists[0]
         if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
             raise ValueError(f"{path}: expected a JSON list of objects")

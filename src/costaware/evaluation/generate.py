@@ -158,9 +158,7 @@ class TransformersGenerator:
     ``(seed, its prompts)`` inside ``torch.random.fork_rng``, so the caller's RNG state is untouched.
     """
 
-    def __init__(
-        self, model: Any, tokenizer: Any, sampling: SamplingConfig | None = None, *, batch_size: int = 32
-    ):
+    def __init__(self, model: Any, tokenizer: Any, sampling: SamplingConfig | None = None, *, batch_size: int = 32):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         self.model = model
@@ -172,9 +170,7 @@ class TransformersGenerator:
         if eos is None:
             eos = tokenizer.eos_token_id
         self.eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
-        self.pad_id = (
-            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (self.eos_ids or [0])[0]
-        )
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (self.eos_ids or [0])[0]
 
     def preferred_chunk(self, k: int) -> int:
         """Prompts that fill one ``generate`` batch at k samples each (:func:`evaluate` groups by it)."""

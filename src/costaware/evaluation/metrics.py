@@ -73,9 +73,7 @@ def pass_at_k(num_samples: Any, num_correct: Any, k: int) -> np.ndarray:
     c = c.astype(np.int64)
     k = integer(k, "k", minimum=1)
     if np.any(c < 0) or np.any(c > n):
-        raise ValueError(
-            f"num_correct must lie in [0, num_samples], got {c.tolist()[:10]} for {n.tolist()[:10]}"
-        )
+        raise ValueError(f"num_correct must lie in [0, num_samples], got {c.tolist()[:10]} for {n.tolist()[:10]}")
     if np.any(n < k):
         raise ValueError(f"k={k} exceeds the number of samples {int(n.min())} of some problem")
     wrong = n - c
@@ -90,9 +88,7 @@ def standard_error(values: Any) -> float:
     """Standard error of the mean across problems: sample std (ddof=1) / sqrt(count); needs ≥ 2 values."""
     v = as_array(values, "values")
     if v.ndim != 1 or v.size < 2:
-        raise ValueError(
-            f"values must be 1-D with at least 2 entries for a standard error, got shape {v.shape}"
-        )
+        raise ValueError(f"values must be 1-D with at least 2 entries for a standard error, got shape {v.shape}")
     if not np.all(np.isfinite(v)):
         raise ValueError(f"values must be finite, got {v[~np.isfinite(v)][:3].tolist()}")
     return float(v.std(ddof=1) / np.sqrt(v.size))

@@ -41,9 +41,7 @@ FIELDS = ("id", "responses", "answer", "prompt", "num_tokens")
 
 def _lines(path: Path, limit: int | None) -> list[tuple[int, dict[str, Any]]]:
     if not path.is_file():
-        raise ValueError(
-            f"--responses {str(path)!r} " + ("is a folder" if path.is_dir() else "does not exist")
-        )
+        raise ValueError(f"--responses {str(path)!r} " + ("is a folder" if path.is_dir() else "does not exist"))
     out = read_jsonl_objects(path, limit)  # lines past the limit are not read
     if not out:
         raise ValueError(f"{path}: holds no responses (the file is empty)")
@@ -54,9 +52,7 @@ def _parse_line(row: Mapping[str, Any]) -> tuple[str, list[str], Any, str, list[
     """``(id, responses, answer or None, prompt, num_tokens or None)``; ValueError without location."""
     missing = [f for f in ("id", "responses") if row.get(f) is None]
     if missing:
-        raise ValueError(
-            f"missing field {missing[0]!r}; the line has fields {sorted(row)} (expected {list(FIELDS)})"
-        )
+        raise ValueError(f"missing field {missing[0]!r}; the line has fields {sorted(row)} (expected {list(FIELDS)})")
     rid = row["id"]
     if isinstance(rid, bool) or not isinstance(rid, (str, int)) or str(rid).strip() == "":
         raise ValueError(f"id must be a non-empty string or an integer, got {rid!r}")
@@ -119,9 +115,7 @@ def read_responses(
                 if gold is not None and gold != record.answer:
                     raise ValueError(f"answer {gold!r} differs from the benchmark's gold {record.answer!r}")
             elif gold is None:
-                raise ValueError(
-                    "missing field 'answer' (the gold answer; or pass --benchmark to take it from there)"
-                )
+                raise ValueError("missing field 'answer' (the gold answer; or pass --benchmark to take it from there)")
             else:
                 record = EvalRecord(id=rid, problem=prompt, answer=gold, benchmark=name)
         except ValueError as err:

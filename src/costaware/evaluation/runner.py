@@ -208,11 +208,7 @@ def evaluate(
         prompts = [build_prompt(r, tokenizer, **dict(prompt_options or {})) for r in records]
     elif len(prompts) != len(records):
         raise ValueError(f"prompts has {len(prompts)} entries for {len(records)} records")
-    pass_ks = (
-        sorted({integer(x, "pass_ks", minimum=1) for x in pass_ks})
-        if pass_ks is not None
-        else default_pass_ks(k)
-    )
+    pass_ks = sorted({integer(x, "pass_ks", minimum=1) for x in pass_ks}) if pass_ks is not None else default_pass_ks(k)
     if chunk_size is None:
         assert generate_fn is not None  # set above when there are no responses, which set chunk_size
         chunk_size = generate_fn.preferred_chunk(k) if hasattr(generate_fn, "preferred_chunk") else 8

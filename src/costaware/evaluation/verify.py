@@ -58,9 +58,7 @@ class MathVerifier:
         Decimal places numbers are rounded to before comparison (math-verify's ``float_rounding``).
     """
 
-    def __init__(
-        self, *, require_boxed: bool = False, timeout_seconds: int | None = 5, float_rounding: int = 6
-    ):
+    def __init__(self, *, require_boxed: bool = False, timeout_seconds: int | None = 5, float_rounding: int = 6):
         if timeout_seconds is not None and (
             isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, int) or timeout_seconds < 1
         ):

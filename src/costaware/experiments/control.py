@@ -36,5 +36,10 @@ def run_control(spec: RunSpec, profile: Profile, sft_dir: Path) -> dict[str, Any
                // spg, lr=profile.control_lr, min_size=profile.min_size, max_size=profile.sizes(spec.task)[1],
                mistake_prob=profile.mistake_prob, seed=1000 + spec.seed, decay=False, on_step=on_step,
                max_tokens=profile.token_budget or None)  # fmt: skip
-    return {"evals": evals, "counters": {"po_seconds": time.perf_counter() - start}, "fidelity": (),
-            "generation_seconds": 0.0, "eval_seconds": evaluate.seconds}
+    return {
+        "evals": evals,
+        "counters": {"po_seconds": time.perf_counter() - start},
+        "fidelity": (),
+        "generation_seconds": 0.0,
+        "eval_seconds": evaluate.seconds,
+    }

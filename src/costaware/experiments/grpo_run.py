@@ -41,8 +41,12 @@ class SkipWatch:
         self.longest, self.last_tokens = max(self.longest, self.run), tokens
         if self.run >= self.limit and not self.warned:
             self.warned = True
-            warnings.warn(f"{self.name}: {self.run} consecutive rounds fed no token (every pool skipped: all "
-                          "rewards equal); the run ends at the profile's round cap", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"{self.name}: {self.run} consecutive rounds fed no token (every pool skipped: all "
+                "rewards equal); the run ends at the profile's round cap",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
 
 def trainer_args(spec: RunSpec, profile: Profile, workdir: Path) -> Any:
@@ -91,25 +95,46 @@ def run_grpo(spec: RunSpec, profile: Profile, sft_dir: Path, workdir: Path) -> d
     tok, model = load_checkpoint(sft_dir)
     evaluate = Evaluator(profile, spec.task, tok, sft_dir)
     num_train = profile.train_prompts or profile.rounds * profile.prompts_per_round
-    tasks = task.make_tasks(num_train, min_size=profile.min_size,
-                            max_size=profile.sizes(spec.task)[1], rng=np.random.default_rng(TRAIN_SEED + spec.seed))
+    tasks = task.make_tasks(
+        num_train,
+        min_size=profile.min_size,
+        max_size=profile.sizes(spec.task)[1],
+        rng=np.random.default_rng(TRAIN_SEED + spec.seed),
+    )
     # prompt_id: the per-prompt logs' key (TRL passes dataset columns to reward functions)
-    data = Dataset.from_dict({"prompt": list(tasks.prompts), "answer": np.asarray(tasks.answers).tolist(),
-                              "prompt_id": list(range(num_train))})
+    data = Dataset.from_dict(
+        {
+            "prompt": list(tasks.prompts),
+            "answer": np.asarray(tasks.answers).tolist(),
+            "prompt_id": list(range(num_train)),
+        }
+    )
     args = trainer_args(spec, profile, workdir)
     spg = profile.steps_per_generation
     rollouts = {"generated_tokens": 0}  # every generated completion passes through the reward once
 
-    def score(completions: list[Any], answer: list[Any], completion_ids: list[list[int]] | None = None,
-              prompt_id: Any = None, **kw: Any):
-        rollouts["generated_tokens"] += sum(map(len, completion_ids)) if completion_ids is not None else sum(
-            len(c if isinstance(c, str) else c[0]["content"]) + 1 for c in completions)  # char tokenizer + EOS
+    def score(
+        completions: list[Any],
+        answer: list[Any],
+        completion_ids: list[list[int]] | None = None,
+        prompt_id: Any = None,
+        **kw: Any,
+    ):
+        rollouts["generated_tokens"] += (
+            sum(map(len, completion_ids))
+            if completion_ids is not None
+            else sum(len(c if isinstance(c, str) else c[0]["content"]) + 1 for c in completions)
+        )  # char tokenizer + EOS
         return task.reward(completions, answer, **kw)
 
     score.__name__ = f"{task.name}_reward"
     # every generated group's rewards and lengths, for `costaware rollouts analyse` (kept beside the run file)
-    reward = RecordingReward(score, prompt_log(workdir), profile.generations,
-                             count_prompt_tokens=lambda p: len(tok(p, add_special_tokens=False).input_ids))
+    reward = RecordingReward(
+        score,
+        prompt_log(workdir),
+        profile.generations,
+        count_prompt_tokens=lambda p: len(tok(p, add_special_tokens=False).input_ids),
+    )
     evals: list[EvalPoint] = []
     due, watch = EvalSchedule(profile), SkipWatch(profile.skipped_warn_rounds, spec.slug)
 
@@ -159,12 +184,20 @@ def run_grpo(spec: RunSpec, profile: Profile, sft_dir: Path, workdir: Path) -> d
     counters = {k: float(v) for k, v in trainer.cost_aware_state.items() if isinstance(v, int | float)}
     counters.update(round_cap_hit=float(capped), longest_skipped_run=float(watch.longest))
     if trainer.prompt_stage is not None:  # prompts the stage looked at, and drew, over the run
-        counters.update(prompts_examined=float(trainer.prompt_stage.examined),
-                        prompts_drawn=float(trainer.prompt_stage.round * trainer.prompt_stage.batch))
+        counters.update(
+            prompts_examined=float(trainer.prompt_stage.examined),
+            prompts_drawn=float(trainer.prompt_stage.round * trainer.prompt_stage.batch),
+        )
     fidelity = tuple(
         ProxyFidelityPoint(step=int(h["step"]), po_tokens=int(h["cost_aware/total/tokens"]),
                            **{k: _finite(h.get(f"cost_aware/{k}")) for k in ("pearson", "chi2", "j_vs_uniform")})
         for h in trainer.state.log_history if "cost_aware/chi2" in h
     )  # fmt: skip
-    return {"evals": evals, "counters": counters, "fidelity": fidelity, "generation_seconds": generation["seconds"],
-            "eval_seconds": evaluate.seconds, "trainer": trainer}
+    return {
+        "evals": evals,
+        "counters": counters,
+        "fidelity": fidelity,
+        "generation_seconds": generation["seconds"],
+        "eval_seconds": evaluate.seconds,
+        "trainer": trainer,
+    }

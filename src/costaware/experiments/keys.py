@@ -17,8 +17,15 @@ from typing import Any
 from costaware.experiments.profile import Profile, RunSpec
 from costaware.experiments.tasks import split_task_id
 
-__all__ = ["key", "run_file", "sft_key", "NOT_IN_RUN_KEY", "SPEC_FIELDS_ADDED", "PROFILE_FIELDS_ADDED",
-           "PROFILE_FIELDS_OLD_VALUE"]
+__all__ = [
+    "key",
+    "run_file",
+    "sft_key",
+    "NOT_IN_RUN_KEY",
+    "SPEC_FIELDS_ADDED",
+    "PROFILE_FIELDS_ADDED",
+    "PROFILE_FIELDS_OLD_VALUE",
+]
 
 
 def key(obj: Any) -> str:
@@ -28,8 +35,19 @@ def key(obj: Any) -> str:
 # Profile fields that choose WHICH runs a job holds, not what one run does (the spec carries its task,
 # seed and LR multiple; the run's own largest size is keyed as max_size): left out of a run's key, so
 # `--profile full` reuses the default profile's runs.
-NOT_IN_RUN_KEY = ("task", "second_task", "second_max_size", "extra_tasks", "seeds", "setting_seeds", "ablation_seeds",
-                  "lr_sweep", "long_budget", "rollout_arms", "rollout_train_prompts")
+NOT_IN_RUN_KEY = (
+    "task",
+    "second_task",
+    "second_max_size",
+    "extra_tasks",
+    "seeds",
+    "setting_seeds",
+    "ablation_seeds",
+    "lr_sweep",
+    "long_budget",
+    "rollout_arms",
+    "rollout_train_prompts",
+)
 
 
 # RunSpec and Profile fields added after runs were recorded: at their default they stay out of the key,

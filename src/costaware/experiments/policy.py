@@ -72,7 +72,9 @@ def build_policy(
 def encode_demonstrations(tokenizer: Any, prompts: list[str], responses: list[str]) -> dict[str, torch.Tensor]:
     """Right-padded ``input_ids``, ``attention_mask`` and ``labels`` (-100 on prompt and padding)."""
     if len(prompts) != len(responses) or not prompts:
-        raise ValueError(f"prompts and responses must be non-empty and equal in length: {len(prompts)}, {len(responses)}")
+        raise ValueError(
+            f"prompts and responses must be non-empty and equal in length: {len(prompts)}, {len(responses)}"
+        )
     vocab = tokenizer.get_vocab()
     eos = tokenizer.eos_token_id
     p_ids = [[vocab[c] for c in p] for p in prompts]
@@ -207,7 +209,11 @@ def sample(
                 texts += tokenizer.batch_decode(_kv_sample(model, tokenizer, enc, max_new_tokens, temperature,
                                                            generator), skip_special_tokens=True)  # fmt: skip
                 continue
-            kwargs = dict(do_sample=False) if temperature == 0 else dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+            kwargs = (
+                dict(do_sample=False)
+                if temperature == 0
+                else dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+            )
             out = model.generate(
                 **enc,
                 max_new_tokens=max_new_tokens,

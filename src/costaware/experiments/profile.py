@@ -38,18 +38,33 @@ GROUPS = ("headline", "lr_sweep", "zvf", "cispo", "dapo", "proxy", "long", "abla
 # and the row-level peers on the same train set, GRESO with p* rows and the unbiased cost-aware prompts.
 ROLLOUT_ARMS: dict[str, tuple[tuple[str, str], ...]] = {
     "off": (),
-    "default": (("none", "all"), ("nonzero", "all"), ("none", "greso"), ("none", "dapo"), ("p_star", "cost_aware_skip")),
+    "default": (
+        ("none", "all"),
+        ("nonzero", "all"),
+        ("none", "greso"),
+        ("none", "dapo"),
+        ("p_star", "cost_aware_skip"),
+    ),
 }
 ROLLOUT_ARMS["full"] = ROLLOUT_ARMS["default"] + (
-    ("p_star", "all"), ("pods", "all"), ("cost_pods", "all"), ("p_star", "greso"), ("p_star", "cost_aware"))
+    ("p_star", "all"),
+    ("pods", "all"),
+    ("cost_pods", "all"),
+    ("p_star", "greso"),
+    ("p_star", "cost_aware"),
+)
 # The long-budget runs: is the saving only "sooner", or a higher plateau? GRPO, its effective-step
 # control and p*, at long_budget x the token budget, with the headline's seeds.
 LONG_ARMS = ("none", "nonzero", "p_star")
 # The settings with a token-sum loss: GRPO, nonzero, p* with the calibrated proxy (what 'auto'
 # resolves to for these losses) and p* with the paper's |A| proxy, so the proxy's effect is measured.
 TOKEN_SUM_SETTINGS = ("cispo", "dapo")
-PROXY_ARMS: tuple[tuple[str, str], ...] = (("none", "auto"), ("nonzero", "auto"), ("p_star", "auto"),
-                                           ("p_star", "advantage"))
+PROXY_ARMS: tuple[tuple[str, str], ...] = (
+    ("none", "auto"),
+    ("nonzero", "auto"),
+    ("p_star", "auto"),
+    ("p_star", "advantage"),
+)
 
 
 def _opt(default: Any, group: str, help_: str, **kw: Any) -> Any:
@@ -76,8 +91,11 @@ class Profile:
     max_size: int = _opt(7, "task", "largest task size (sort: 2..7 digits, prompt + response 6..41 tokens)")
     second_max_size: int = _opt(6, "task", "largest size of the second task (arith: 2..6 terms, 6..27 tokens)")
     extra_tasks: tuple[str, ...] = _opt(
-        (), "task", "more tasks the headline is also run on, each a task id 'family:max_size', the family at sizes "
-        "min_size..max_size (e.g. 'sort:9': 2..9 digits, prompt + response 6..62 tokens, a 10.3x spread)")
+        (),
+        "task",
+        "more tasks the headline is also run on, each a task id 'family:max_size', the family at sizes "
+        "min_size..max_size (e.g. 'sort:9': 2..9 digits, prompt + response 6..62 tokens, a 10.3x spread)",
+    )
     mistake_prob: float = _opt(0.1, "task", "per-step slip rate of the SFT demonstrations")
     # sft warm-up
     sft_steps: int = _opt(1000, "sft", "SFT steps of the shared warm-up")
@@ -95,16 +113,26 @@ class Profile:
     loss_type: str = _opt("grpo", "rl", "TRL loss_type of the GRPO setting")
     pods_keep: int = _opt(5, "rl", "PODS rows kept per group")
     token_budget: int = _opt(300_000, "rl", "PO tokens every run spends (0: stop after rounds)")
-    train_prompts: int = _opt(0, "rl", "a finite train set of this many prompts, reused over epochs as real RLVR sets "
-                              "are (0: fresh prompts every round, rounds x prompts_per_round of them)")
+    train_prompts: int = _opt(
+        0,
+        "rl",
+        "a finite train set of this many prompts, reused over epochs as real RLVR sets "
+        "are (0: fresh prompts every round, rounds x prompts_per_round of them)",
+    )
     logprob_rows: str = _opt(
-        "all", "rl", "rows whose old (and, with KL, reference) log-probs each round computes, the adapter's "
+        "all",
+        "rl",
+        "rows whose old (and, with KL, reference) log-probs each round computes, the adapter's "
         "cost_aware_logprob_rows: 'all' every row, as stock TRL (the README's recorded runs), or 'fed' only the rows "
-        "the plan feeds (the same values; saves the forward passes over the others: p* runs 14-18% shorter, README)")
+        "the plan feeds (the same values; saves the forward passes over the others: p* runs 14-18% shorter, README)",
+    )
     generation: str = _opt(
-        "kv", "rl", "rollout engine of training and evaluation: 'kv' the batched KV-cached sampler "
+        "kv",
+        "rl",
+        "rollout engine of training and evaluation: 'kv' the batched KV-cached sampler "
         "(costaware.generation; the same law as generate, about 3x its tokens/s here), 'transformers' model.generate "
-        "(the engine of the runs recorded before 'kv': those keep their run keys)")
+        "(the engine of the runs recorded before 'kv': those keep their run keys)",
+    )
     skipped_warn_rounds: int = _opt(5, "rl", "warn after this many consecutive rounds that fed no token")
     # evaluation
     eval_points: int = _opt(8, "eval", "evaluations at equal PO-token spacing (token budget)")
@@ -123,16 +151,25 @@ class Profile:
     # runs
     seeds: tuple[int, ...] = _opt((0, 1, 2, 3, 4), "runs", "seeds of the headline and the LR sweep")
     long_budget: float = _opt(
-        0.0, "runs", "also run GRPO, nonzero and p* at this multiple of token_budget and rounds (eval_points x up to 2) "
-        "with the headline's seeds, so the plateau check has a baseline run to its plateau (0: off)")
+        0.0,
+        "runs",
+        "also run GRPO, nonzero and p* at this multiple of token_budget and rounds (eval_points x up to 2) "
+        "with the headline's seeds, so the plateau check has a baseline run to its plateau (0: off)",
+    )
     setting_seeds: tuple[int, ...] = _opt(
-        (), "runs", "seeds of GRPO+ZVF (GRPO, p*), of the CISPO and DAPO settings (GRPO, nonzero, p* with the "
-        "calibrated and with the paper's proxy) and of p* with the calibrated proxy under the headline loss")
+        (),
+        "runs",
+        "seeds of GRPO+ZVF (GRPO, p*), of the CISPO and DAPO settings (GRPO, nonzero, p* with the "
+        "calibrated and with the paper's proxy) and of p* with the calibrated proxy under the headline loss",
+    )
     ablation_seeds: tuple[int, ...] = _opt((), "runs", "seeds of the ablations and the SFT control")
     rollout_arms: str = _opt(
-        "default", "runs", "arms of the prompt-stage group, with the headline's seeds: 'off', 'default' (GRPO, "
+        "default",
+        "runs",
+        "arms of the prompt-stage group, with the headline's seeds: 'off', 'default' (GRPO, "
         "nonzero, GRESO's skip, DAPO's dynamic sampling, the cost-aware skip with p* rows) or 'full' (those, p*, "
-        "PODS and cost-aware PODS, GRESO with p* rows, cost-aware prompts with p* rows)")
+        "PODS and cost-aware PODS, GRESO with p* rows, cost-aware prompts with p* rows)",
+    )
     rollout_train_prompts: int = _opt(512, "runs", "the prompt-stage group's finite train set, reused over epochs")
 
     def __post_init__(self) -> None:
@@ -145,13 +182,19 @@ class Profile:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-        if isinstance(self.long_budget, bool) or not isinstance(self.long_budget, int | float) or not (
-            self.long_budget == 0 or 1 < self.long_budget < math.inf
+        if (
+            isinstance(self.long_budget, bool)
+            or not isinstance(self.long_budget, int | float)
+            or not (self.long_budget == 0 or 1 < self.long_budget < math.inf)
         ):
             raise ValueError(f"long_budget must be 0 (off) or a finite multiple > 1, got {self.long_budget!r}")
         for name in ("sft_lr", "control_lr", "learning_rate"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not (math.isfinite(value) and value > 0):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not (math.isfinite(value) and value > 0)
+            ):
                 raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
         value = self.generation_cost  # one rule with the TRL and rollouts options: 0 = generation is free
         if isinstance(value, bool) or not isinstance(value, int | float) or not (math.isfinite(value) and value >= 0):
@@ -166,7 +209,9 @@ class Profile:
                              f"got {self.steps_per_generation!r}")  # fmt: skip
         for name in ("seeds", "setting_seeds", "ablation_seeds"):
             value = getattr(self, name)
-            if not isinstance(value, tuple) or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in value):
+            if not isinstance(value, tuple) or any(
+                isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in value
+            ):
                 raise ValueError(f"{name} must be a tuple of integers >= 0, got {value!r}")
             if len(set(value)) != len(value):
                 raise ValueError(f"{name} must not repeat a seed, got {value!r}")
@@ -181,8 +226,10 @@ class Profile:
         if self.rollout_arms not in ROLLOUT_ARMS:
             raise ValueError(f"rollout_arms must be one of {tuple(ROLLOUT_ARMS)}, got {self.rollout_arms!r}")
         if 0 < self.train_prompts < self.prompts_per_round or self.rollout_train_prompts < self.prompts_per_round:
-            raise ValueError(f"train_prompts and rollout_train_prompts must hold at least prompts_per_round="
-                             f"{self.prompts_per_round} prompts, got {self.train_prompts!r} and {self.rollout_train_prompts!r}")
+            raise ValueError(
+                f"train_prompts and rollout_train_prompts must hold at least prompts_per_round="
+                f"{self.prompts_per_round} prompts, got {self.train_prompts!r} and {self.rollout_train_prompts!r}"
+            )
         if self.logprob_rows not in ("all", "fed"):
             raise ValueError(f"logprob_rows must be 'all' or 'fed', got {self.logprob_rows!r}")
         if not isinstance(self.extra_tasks, tuple):
@@ -247,8 +294,11 @@ class RunSpec:
     @property
     def setting(self) -> str:
         base = "grpo+zvf" if self.zvf else ("grpo" if self.loss_type == "profile" else self.loss_type)
-        return (base + (f"-{self.budget_scale:g}x-budget" if self.budget_scale != 1.0 else "")
-                + (f"-{self.train_prompts}-prompts" if self.train_prompts else ""))
+        return (
+            base
+            + (f"-{self.budget_scale:g}x-budget" if self.budget_scale != 1.0 else "")
+            + (f"-{self.train_prompts}-prompts" if self.train_prompts else "")
+        )
 
     def scaled(self, profile: Profile) -> Profile:
         """The profile this run trains under: the long group's budget, round cap and evaluations scaled."""
@@ -257,9 +307,12 @@ class RunSpec:
         if self.budget_scale == 1.0:
             return profile
         x = self.budget_scale
-        return dataclasses.replace(profile, token_budget=round(profile.token_budget * x),
-                                   rounds=math.ceil(profile.rounds * x),
-                                   eval_points=math.ceil(profile.eval_points * min(x, 2.0)))  # evaluations cost time
+        return dataclasses.replace(
+            profile,
+            token_budget=round(profile.token_budget * x),
+            rounds=math.ceil(profile.rounds * x),
+            eval_points=math.ceil(profile.eval_points * min(x, 2.0)),
+        )  # evaluations cost time
 
     @property
     def arm(self) -> Arm:
@@ -299,7 +352,9 @@ def run_specs(profile: Profile, methods: list[str] | None = None, groups: tuple[
             specs += [RunSpec(loss, m, s, task=t, loss_type=loss, proxy=x) for m, x in PROXY_ARMS]
         specs.append(RunSpec("proxy", "p_star", s, task=t, proxy="calibrated"))  # beside the headline's p*
     if profile.long_budget:
-        specs += [RunSpec("long", m, s, task=t, budget_scale=profile.long_budget) for s in profile.seeds for m in LONG_ARMS]
+        specs += [
+            RunSpec("long", m, s, task=t, budget_scale=profile.long_budget) for s in profile.seeds for m in LONG_ARMS
+        ]
     for s in profile.ablation_seeds:
         specs += [
             RunSpec("ablation", "p_star", s, task=t, proxy_noise=0.1),
@@ -313,8 +368,11 @@ def run_specs(profile: Profile, methods: list[str] | None = None, groups: tuple[
     if profile.ablation_seeds:  # p* drawing nonzero's rows per step, beside the headline's p* and nonzero: the
         # lead of experiments/row_variance.py (with the pool's noise counted, p* loses by drawing the baseline's rows)
         specs += [RunSpec("support", "p_star", s, task=t, step_budget="support") for s in profile.seeds]
-    specs += [RunSpec("rollout", m, s, task=t, rollout=r, train_prompts=profile.rollout_train_prompts)
-              for s in profile.seeds for m, r in ROLLOUT_ARMS[profile.rollout_arms]]
+    specs += [
+        RunSpec("rollout", m, s, task=t, rollout=r, train_prompts=profile.rollout_train_prompts)
+        for s in profile.seeds
+        for m, r in ROLLOUT_ARMS[profile.rollout_arms]
+    ]
     if profile.second_task:
         specs += headline(profile.second_task)
     for task_id in profile.extra_tasks:
@@ -328,10 +386,29 @@ PROFILES: dict[str, Profile] = {
     # a high LR lets GRPO raise it within the budget, so the report's comparison has a target above the start
     # (the round cap of 20 lets the arms that feed fewer rows per round spend most of the budget too).
     "quick": Profile(
-        hidden_size=32, num_layers=1, max_size=3, sft_steps=150, sft_batch=32, sft_lr=1e-2, rounds=20,
-        prompts_per_round=8, generations=4, pods_keep=2, learning_rate=2e-3, token_budget=3000, eval_points=4,
-        eval_every=2, diagnostics_every=2, eval_prompts=48, validation_prompts=16, eval_k=2, seeds=(0,),
-        lr_sweep=(2.0,), setting_seeds=(0,), warmup_rounds=0, rollout_train_prompts=40,
+        hidden_size=32,
+        num_layers=1,
+        max_size=3,
+        sft_steps=150,
+        sft_batch=32,
+        sft_lr=1e-2,
+        rounds=20,
+        prompts_per_round=8,
+        generations=4,
+        pods_keep=2,
+        learning_rate=2e-3,
+        token_budget=3000,
+        eval_points=4,
+        eval_every=2,
+        diagnostics_every=2,
+        eval_prompts=48,
+        validation_prompts=16,
+        eval_k=2,
+        seeds=(0,),
+        lr_sweep=(2.0,),
+        setting_seeds=(0,),
+        warmup_rounds=0,
+        rollout_train_prompts=40,
     ),  # fmt: skip
     # The headline decomposition on one task, 5 seeds, GRPO run to its plateau: about 10 minutes on 2 cores
     # with the KV rollout engine (the README's runtime paragraph).
@@ -342,6 +419,11 @@ PROFILES: dict[str, Profile] = {
     # responses differ in length within a group (self-checks, rambles to the budget): where p*'s 1/sqrt(c) can
     # choose between a group's responses (the long group stays off: the default's own budget already runs GRPO
     # to its plateau).
-    "full": Profile(second_task="arith", extra_tasks=("sort:9", "sortcheck:7"), setting_seeds=(0, 1, 2), ablation_seeds=(0, 1, 2),
-                    rollout_arms="full"),
+    "full": Profile(
+        second_task="arith",
+        extra_tasks=("sort:9", "sortcheck:7"),
+        setting_seeds=(0, 1, 2),
+        ablation_seeds=(0, 1, 2),
+        rollout_arms="full",
+    ),
 }

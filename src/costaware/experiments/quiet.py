@@ -67,8 +67,10 @@ class WarningLog:
         if not self.first:
             return []
         of = "" if finished is None else f" of {finished}"
-        out = [f"[costaware] warnings from the runs, each condition once ({len(self.first)} condition"
-               f"{'s' if len(self.first) != 1 else ''}):"]
+        out = [
+            f"[costaware] warnings from the runs, each condition once ({len(self.first)} condition"
+            f"{'s' if len(self.first) != 1 else ''}):"
+        ]
         for cond, c in self.first.items():
             runs = self.runs[cond]
             names = ", ".join(runs[:3]) + (", ..." if len(runs) > 3 else "")

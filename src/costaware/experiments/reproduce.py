@@ -49,28 +49,49 @@ def main(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("reproduce", help="The main job: Cost-Aware GRPO against GRPO and its controls.",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "reproduce",
+        help="The main job: Cost-Aware GRPO against GRPO and its controls.",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--profile", choices=sorted(PROFILES), default="default", help="sizes (default: %(default)s)")
     p.add_argument("--quick", dest="profile", action="store_const", const="quick", help="same as --profile quick")
     p.add_argument("--out", default="runs/reproduce", help="output folder (default: %(default)s)")
-    p.add_argument("--jobs", type=int, default=None,
-                   help=f"training processes at a time, one thread each (default: the CPUs this process may use, "
-                        f"{runner.available_cpus()} here)")
-    p.add_argument("--methods", nargs="+", help="headline method ids (default: none nonzero p_star p_smooth pods; "
-                   "p_star runs with centred and raw weights; the baseline none always runs)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help=f"training processes at a time, one thread each (default: the CPUs this process may use, "
+        f"{runner.available_cpus()} here)",
+    )
+    p.add_argument(
+        "--methods",
+        nargs="+",
+        help="headline method ids (default: none nonzero p_star p_smooth pods; "
+        "p_star runs with centred and raw weights; the baseline none always runs)",
+    )
     p.add_argument("--seeds", nargs="+", type=int, help="headline seeds (default: the profile's)")
     p.add_argument("--rounds", type=int, help="generation rounds per run, a cap when there is a token budget")
-    p.add_argument("--token-budget", type=int,
-                   help="PO tokens every run spends (0: stop after --rounds; default: the profile's)")
+    p.add_argument(
+        "--token-budget", type=int, help="PO tokens every run spends (0: stop after --rounds; default: the profile's)"
+    )
     p.add_argument("--learning-rate", type=float, help="GRPO learning rate (default: the profile's)")
     p.add_argument("--loss-type", help="TRL loss_type of the GRPO setting (default: the profile's, grpo)")
     p.add_argument("--task", help="task family of the headline (default: the profile's, sort)")
     p.add_argument("--only", nargs="+", choices=GROUPS, help="run and report only these groups of runs")
-    p.add_argument("--set", nargs="+", metavar="FIELD=VALUE",
-                   help="change any profile field, e.g. --set hidden_size=96 lr_sweep=0.5,2 (see --show-profile); "
-                        "the options above win over --set")
-    p.add_argument("--show-profile", action="store_true", help="print the profile that would run (--profile, --set and the options above applied), field by field with the number of runs, and exit")
+    p.add_argument(
+        "--set",
+        nargs="+",
+        metavar="FIELD=VALUE",
+        help="change any profile field, e.g. --set hidden_size=96 lr_sweep=0.5,2 (see --show-profile); "
+        "the options above win over --set",
+    )
+    p.add_argument(
+        "--show-profile",
+        action="store_true",
+        help="print the profile that would run (--profile, --set and the options above applied), field by field with the number of runs, and exit",
+    )
     p.add_argument("--report-only", action="store_true",
                    help="train nothing: write the report from this profile's runs finished so far (an interrupted "
                         "job), and list the missing ones")  # fmt: skip

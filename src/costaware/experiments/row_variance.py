@@ -330,8 +330,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m costaware.experiments.row_variance", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--profile", choices=sorted(PROFILES), default="default", help="sizes (default: %(default)s)")
-    p.add_argument("--rounds", nargs="+", type=int, default=[0, 20, 50, 100],
-                   help="checkpoints: GRPO rounds after SFT (default: %(default)s)")
+    p.add_argument(
+        "--rounds",
+        nargs="+",
+        type=int,
+        default=[0, 20, 50, 100],
+        help="checkpoints: GRPO rounds after SFT (default: %(default)s)",
+    )
     p.add_argument("--pools", type=int, default=16, help="independent pools per checkpoint (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="GRPO run and pool seed (default: %(default)s)")
     p.add_argument("--out", default="runs/row_variance", help="SFT and checkpoint cache (default: %(default)s)")

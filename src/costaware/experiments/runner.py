@@ -38,8 +38,10 @@ from costaware.experiments.tasks import get_task
 LOCK_NAME = ".lock"
 # The quick profile trains a tiny policy on one seed for a few rounds: enough to exercise every step and the
 # comparison, too little to say anything about the methods. Its report opens with this.
-QUICK_NOTICE = ("Smoke test (--profile quick): a tiny policy, one seed, a few rounds. These figures exercise the "
-                "pipeline and the comparison; they mean nothing about the methods.")
+QUICK_NOTICE = (
+    "Smoke test (--profile quick): a tiny policy, one seed, a few rounds. These figures exercise the "
+    "pipeline and the comparison; they mean nothing about the methods."
+)
 
 
 def available_cpus() -> int:
@@ -68,7 +70,7 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
         kind = cast(str, fields[name].type)  # the annotation, a string: "int", "float", "str", "tuple[int, ...]"
         try:
             if kind.startswith("tuple["):
-                elem = scalars[kind[len("tuple["):].split(",")[0]]
+                elem = scalars[kind[len("tuple[") :].split(",")[0]]
                 out[name] = tuple(elem(v) for v in text.split(",") if v.strip())
             else:
                 out[name] = scalars[kind](text)
@@ -147,8 +149,10 @@ def out_lock(out: Path) -> Iterator[None]:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise ValueError(f"--out {str(out)!r} is in use by another costaware reproduce "
-                             f"(lock {out / LOCK_NAME} held); wait for it or choose another --out") from None
+            raise ValueError(
+                f"--out {str(out)!r} is in use by another costaware reproduce "
+                f"(lock {out / LOCK_NAME} held); wait for it or choose another --out"
+            ) from None
         try:
             handle.seek(0)
             handle.truncate()
@@ -275,19 +279,33 @@ def reproduce(args: argparse.Namespace, *, command: str) -> int:
         with out_lock(out):
             remove_partial(out)
             try:
-                return _reproduce(profile, specs, out, args.jobs, command,
-                                  report_only=bool(getattr(args, "report_only", False)),
-                                  notice=QUICK_NOTICE if args.profile == "quick" else None,
-                                  recorded_generation_cost=PROFILES[args.profile].generation_cost)
+                return _reproduce(
+                    profile,
+                    specs,
+                    out,
+                    args.jobs,
+                    command,
+                    report_only=bool(getattr(args, "report_only", False)),
+                    notice=QUICK_NOTICE if args.profile == "quick" else None,
+                    recorded_generation_cost=PROFILES[args.profile].generation_cost,
+                )
             finally:
                 remove_partial(out)
     finally:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _reproduce(profile: Profile, specs: list[RunSpec], out: Path, jobs: int, command: str, *,
-               report_only: bool = False, notice: str | None = None,
-               recorded_generation_cost: float | None = None) -> int:
+def _reproduce(
+    profile: Profile,
+    specs: list[RunSpec],
+    out: Path,
+    jobs: int,
+    command: str,
+    *,
+    report_only: bool = False,
+    notice: str | None = None,
+    recorded_generation_cost: float | None = None,
+) -> int:
     from costaware.experiments.sft import warm_up
     from costaware.records import RunResult
     from costaware.report import grpo as report
@@ -295,8 +313,11 @@ def _reproduce(profile: Profile, specs: list[RunSpec], out: Path, jobs: int, com
     keyed = profile  # the profile the run files are named by
     if report_only:  # an interrupted job: report what finished, say what did not, train nothing
         files = {spec: run_file(out, spec, profile) for spec in specs}
-        if (not any(f.exists() for f in files.values()) and recorded_generation_cost is not None
-                and profile.generation_cost != recorded_generation_cost):
+        if (
+            not any(f.exists() for f in files.values())
+            and recorded_generation_cost is not None
+            and profile.generation_cost != recorded_generation_cost
+        ):
             # Re-pricing finished runs: generation_cost is in the run key (the cost-aware prompt rules train
             # with it), so the runs are found under the price they ran at and reported at the one given.
             keyed = dataclasses.replace(profile, generation_cost=recorded_generation_cost)

@@ -33,13 +33,22 @@ def run_one(spec_d: dict[str, Any], profile_d: dict[str, Any], sft_dir: str, out
     profile = spec.scaled(profile)
     start = time.perf_counter()
     run = run_control if spec.method == "sft" else run_grpo
-    args: tuple[Any, ...] = (spec, profile, Path(sft_dir)) + (() if spec.method == "sft" else (Path(out_file).with_suffix(""),))
+    args: tuple[Any, ...] = (spec, profile, Path(sft_dir)) + (
+        () if spec.method == "sft" else (Path(out_file).with_suffix(""),)
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("always", RuntimeWarning)
         out = run(*args)
     lr = profile.control_lr if spec.method == "sft" else profile.learning_rate * spec.lr_scale
-    rid = RunId(task=spec.task, seed=spec.seed, learning_rate=lr, loss_type=spec.resolved_loss_type(profile),
-                setting=spec.setting, group=spec.group, **arm_fields(spec))
+    rid = RunId(
+        task=spec.task,
+        seed=spec.seed,
+        learning_rate=lr,
+        loss_type=spec.resolved_loss_type(profile),
+        setting=spec.setting,
+        group=spec.group,
+        **arm_fields(spec),
+    )
     RunResult(id=rid, evals=tuple(out["evals"]), wall_seconds=time.perf_counter() - start, fidelity=out["fidelity"],
               counters=out["counters"], spec=asdict(spec), generation_seconds=out["generation_seconds"],
               eval_seconds=out["eval_seconds"]).save(out_file)  # fmt: skip

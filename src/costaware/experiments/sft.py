@@ -59,9 +59,18 @@ def warm_up(profile: Profile, task_name: str, out: Path) -> Path:
     torch.manual_seed(0)
     tok, model = policy.build_policy(task.alphabet, hidden_size=profile.hidden_size, num_layers=profile.num_layers,
                                      seed=0)  # fmt: skip
-    info = policy.sft(model, tok, task, steps=profile.sft_steps, batch_size=profile.sft_batch, lr=profile.sft_lr,
-                      min_size=profile.min_size, max_size=profile.sizes(task_name)[1], mistake_prob=profile.mistake_prob,
-                      seed=0)
+    info = policy.sft(
+        model,
+        tok,
+        task,
+        steps=profile.sft_steps,
+        batch_size=profile.sft_batch,
+        lr=profile.sft_lr,
+        min_size=profile.min_size,
+        max_size=profile.sizes(task_name)[1],
+        mistake_prob=profile.mistake_prob,
+        seed=0,
+    )
     info.update(_score_sft(tok, model, profile, task_name), parameters=policy.count_parameters(model), config=cfg)
     tmp = out / f".{name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)

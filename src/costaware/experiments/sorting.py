@@ -56,9 +56,7 @@ def _rows_to_str(chars: np.ndarray, lengths: np.ndarray) -> list[str]:
     return np.ascontiguousarray(buf).view(f"S{width}").ravel().astype(str).tolist()
 
 
-def make_tasks(
-    n: int, *, min_size: int = 2, max_size: int = 12, rng: np.random.Generator | None = None
-) -> SortTasks:
+def make_tasks(n: int, *, min_size: int = 2, max_size: int = 12, rng: np.random.Generator | None = None) -> SortTasks:
     """``n`` random lists, ``k ~ U{min_size..max_size}`` digits each, digits ``~ U{0..9}`` (repeats allowed)."""
     if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
         raise ValueError(f"n must be a positive integer, got {n!r}")
@@ -115,9 +113,7 @@ def insertion_steps(
     return out
 
 
-def demonstrations(
-    tasks: SortTasks, *, mistake_prob: float = 0.0, rng: np.random.Generator | None = None
-) -> list[str]:
+def demonstrations(tasks: SortTasks, *, mistake_prob: float = 0.0, rng: np.random.Generator | None = None) -> list[str]:
     """The written trace for every task (no EOS; the tokenizer side adds it)."""
     steps = insertion_steps(tasks, mistake_prob=mistake_prob, rng=rng)
     n, max_size = tasks.digits.shape

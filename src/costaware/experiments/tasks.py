@@ -57,9 +57,7 @@ class TaskFamily(Protocol):
     alphabet: str
     default_sizes: tuple[int, int]  # (min_size, max_size) the demo uses
 
-    def make_tasks(
-        self, n: int, *, min_size: int, max_size: int, rng: np.random.Generator | None = None
-    ) -> Any: ...
+    def make_tasks(self, n: int, *, min_size: int, max_size: int, rng: np.random.Generator | None = None) -> Any: ...
 
     def sizes(self, tasks: Any) -> np.ndarray: ...
 
@@ -172,7 +170,9 @@ def split_task_id(task_id: str) -> tuple[str, int | None]:
     if not sep:
         return family, None
     if not size.isdigit() or int(size) < 1:
-        raise ValueError(f"task id must be 'family' or 'family:max_size' with an integer max_size >= 1, got {task_id!r}")
+        raise ValueError(
+            f"task id must be 'family' or 'family:max_size' with an integer max_size >= 1, got {task_id!r}"
+        )
     return family, int(size)
 
 

@@ -78,6 +78,7 @@ class EvalSchedule:
             return True
         return False
 
+
 # What a worker keeps between its runs (a job trains dozens of runs from one checkpoint, on one held-out
 # set): the checkpoint as read from disk, the evaluation sets with their token ids, and the step-0
 # evaluation, which every run of that checkpoint starts with and which depends on nothing the run chooses.
@@ -118,7 +119,6 @@ def load_checkpoint(sft_dir: Path) -> tuple[Any, Any]:
     return copy.deepcopy(tok), copy.deepcopy(model)
 
 
-
 class Evaluator:
     """Held-out and validation accuracy of a run's model; ``seconds`` adds up the time spent evaluating.
 
@@ -130,15 +130,21 @@ class Evaluator:
         from costaware.experiments import policy
 
         self.task, self.tok, self.seconds = get_task(task_name), tok, 0.0
-        self.kw: dict[str, Any] = dict(max_size=profile.sizes(task_name)[1], k=profile.eval_k, generation=profile.generation)
+        self.kw: dict[str, Any] = dict(
+            max_size=profile.sizes(task_name)[1], k=profile.eval_k, generation=profile.generation
+        )
         self.key = (checkpoint_key(sft_dir), task_name, profile.eval_prompts, profile.validation_prompts,
                     profile.eval_k, profile.sizes(task_name), profile.generation)  # fmt: skip
 
         def make() -> tuple[Any, ...]:
             held, val = eval_sets(profile, task_name)
             encode = policy.encode_prompts
-            return held, val, encode(tok, held.prompts, k=profile.eval_k), (
-                encode(tok, val.prompts, k=profile.eval_k) if len(val) else None)
+            return (
+                held,
+                val,
+                encode(tok, held.prompts, k=profile.eval_k),
+                (encode(tok, val.prompts, k=profile.eval_k) if len(val) else None),
+            )
 
         self.held, self.val, self.held_ids, self.val_ids = _remember(_EVAL_SETS, self.key, make)
 

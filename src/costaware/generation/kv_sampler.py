@@ -119,8 +119,9 @@ def process_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor
         raise ValueError(f"logits must be finite, got {show(logits)}")
     scores = _process_logits(logits, params)
     if torch.isnan(scores).any() or (scores == float("inf")).any():  # float32 scores after the temperature
-        raise ValueError(f"logits / temperature overflow float32 for temperature={params.temperature!r}, "
-                         f"logits {show(logits)}")
+        raise ValueError(
+            f"logits / temperature overflow float32 for temperature={params.temperature!r}, logits {show(logits)}"
+        )
     return scores
 
 
@@ -220,16 +221,23 @@ def kv_generate(
     prompts = _prompt_rows(prompts)
     lengths_list = [len(p) for p in prompts]
     if not prompts or min(lengths_list) < 1:
-        raise ValueError(f"prompts must be a non-empty list of non-empty token-id lists, got lengths {lengths_list[:8]}")
+        raise ValueError(
+            f"prompts must be a non-empty list of non-empty token-id lists, got lengths {lengths_list[:8]}"
+        )
     if len(prompts) > MAX_ROWS or max(lengths_list) > MAX_NEW_TOKENS:
-        raise ValueError(f"prompts must hold at most {MAX_ROWS} rows of at most {MAX_NEW_TOKENS} tokens, "
-                         f"got {len(prompts)} rows, the longest {max(lengths_list)}")
+        raise ValueError(
+            f"prompts must hold at most {MAX_ROWS} rows of at most {MAX_NEW_TOKENS} tokens, "
+            f"got {len(prompts)} rows, the longest {max(lengths_list)}"
+        )
     width, rows = max(lengths_list), len(prompts)
     w = qwen2_weights(model, max_positions=width + max_new_tokens)
     device = w.embed.device
     vocab = w.embed.shape[0]
-    for name, tokens in (("pad_token_id", [pad_token_id]), ("eos_token_ids", eos),
-                         ("prompts", [t for p in prompts for t in p])):
+    for name, tokens in (
+        ("pad_token_id", [pad_token_id]),
+        ("eos_token_ids", eos),
+        ("prompts", [t for p in prompts for t in p]),
+    ):
         if max(tokens) >= vocab:
             raise ValueError(f"{name} holds token id {max(tokens)}, outside the model's vocabulary 0..{vocab - 1}")
     lengths = torch.tensor(lengths_list, device=device)
@@ -246,7 +254,8 @@ def kv_generate(
     unique, inverse = torch.unique(ids, dim=0, return_inverse=True)  # sorted: rows map back through inverse
     if len(unique) < rows:  # the first row holding each distinct prompt gives its positions and padding
         first = torch.full((len(unique),), rows, dtype=torch.long, device=device).scatter_reduce_(
-            0, inverse, torch.arange(rows, device=device), "amin")
+            0, inverse, torch.arange(rows, device=device), "amin"
+        )
     else:
         unique, inverse, first = ids, None, torch.arange(rows, device=device)
     cache = KVCache.empty(w, rows=len(unique), slots=slots)

@@ -100,15 +100,21 @@ def check_model(model: Any) -> Any:
     cfg = model.config
     sliding = [t for t in (getattr(cfg, "layer_types", None) or ()) if t != "full_attention"]
     if getattr(cfg, "use_sliding_window", False) or sliding:
-        raise ValueError(f"model.config: sliding-window attention is not supported (use_sliding_window="
-                         f"{getattr(cfg, 'use_sliding_window', None)!r}, layer_types with {sorted(set(sliding))})")
+        raise ValueError(
+            f"model.config: sliding-window attention is not supported (use_sliding_window="
+            f"{getattr(cfg, 'use_sliding_window', None)!r}, layer_types with {sorted(set(sliding))})"
+        )
     rope_type = getattr(model.model.rotary_emb, "rope_type", "default")
     if rope_type in _LENGTH_DEPENDENT_ROPE:
-        raise ValueError(f"model.config: rope_type={rope_type!r} changes the rotary frequencies with the sequence "
-                         f"length; supported are the fixed-frequency types (not {_LENGTH_DEPENDENT_ROPE})")
+        raise ValueError(
+            f"model.config: rope_type={rope_type!r} changes the rotary frequencies with the sequence "
+            f"length; supported are the fixed-frequency types (not {_LENGTH_DEPENDENT_ROPE})"
+        )
     if model.training and bool(getattr(cfg, "attention_dropout", 0.0)):
-        raise ValueError(f"model.config.attention_dropout={cfg.attention_dropout!r} with the model in training "
-                         "mode: this forward has no dropout; call model.eval() or set attention_dropout=0")
+        raise ValueError(
+            f"model.config.attention_dropout={cfg.attention_dropout!r} with the model in training "
+            "mode: this forward has no dropout; call model.eval() or set attention_dropout=0"
+        )
     return cfg
 
 
@@ -219,7 +225,9 @@ def forward(
         values = values.view(rows * w.kv_heads, -1, d)[:, :end]
         q = qk[:, : w.heads].reshape(rows * w.kv_heads, g * new, d)
         scores = torch.baddbmm(att_bias, q, keys.transpose(1, 2), alpha=w.score_scale)
-        probs = torch.softmax(scores, dim=-1) if x.dtype == torch.float32 else scores.softmax(-1, torch.float32).to(x.dtype)
+        probs = (
+            torch.softmax(scores, dim=-1) if x.dtype == torch.float32 else scores.softmax(-1, torch.float32).to(x.dtype)
+        )
         att = torch.bmm(probs, values).view(rows, w.heads, new, d)
         x = torch.addmm(x, att.transpose(1, 2).reshape(rows * new, q_width), layer.o_weight.t())
         gate, up = torch.nn.functional.linear(_rms_normed(x, w.eps), layer.gate_up_weight).chunk(2, dim=-1)

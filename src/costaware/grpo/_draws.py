@@ -14,8 +14,13 @@ from costaware.alias import draw
 
 
 def draw_until_tokens(
-    table: tuple[np.ndarray, np.ndarray], p: np.ndarray, costs: np.ndarray, budget: int, cap: int,
-    rng: np.random.Generator, min_draws: int = 1,
+    table: tuple[np.ndarray, np.ndarray],
+    p: np.ndarray,
+    costs: np.ndarray,
+    budget: int,
+    cap: int,
+    rng: np.random.Generator,
+    min_draws: int = 1,
 ) -> tuple[np.ndarray, bool]:
     """i.i.d. draws from p until their summed cost first reaches ``budget`` with at least ``min_draws``
     draws (one per mini-batch, so that none is empty), or ``cap`` draws. Still a stopping time."""
@@ -35,8 +40,13 @@ def draw_until_tokens(
 
 
 def draw_until_fed_tokens(
-    table: tuple[np.ndarray, np.ndarray], p: np.ndarray, costs: np.ndarray, budget: int,
-    num_minibatches: int, cap: int, rng: np.random.Generator,
+    table: tuple[np.ndarray, np.ndarray],
+    p: np.ndarray,
+    costs: np.ndarray,
+    budget: int,
+    num_minibatches: int,
+    cap: int,
+    rng: np.random.Generator,
 ) -> tuple[np.ndarray, list[int], bool]:
     """Per mini-batch, i.i.d. draws from p until its *distinct* rows hold ``budget / num_minibatches``
     tokens, or ``cap`` draws.
@@ -74,7 +84,6 @@ def draw_until_fed_tokens(
         capped |= spent < reachable
         sizes.append(taken)
     return np.concatenate(out), sizes, capped
-
 
 
 @njit(cache=True)
@@ -142,7 +151,9 @@ def merge_chunks(draws: np.ndarray, sizes: np.ndarray, n: int):  # pragma: no co
 
 
 @njit(cache=True)
-def gather(rows: np.ndarray, counts: np.ndarray, per_chunk: np.ndarray, w: np.ndarray, costs: np.ndarray):  # pragma: no cover
+def gather(
+    rows: np.ndarray, counts: np.ndarray, per_chunk: np.ndarray, w: np.ndarray, costs: np.ndarray
+):  # pragma: no cover
     """Each merged row's loss weight, w[row]·count in float32, and each chunk's tokens Σ costs[row].
 
     The same values as ``(w[rows] * counts).astype(np.float32)`` and per-chunk sums of ``costs[rows]``

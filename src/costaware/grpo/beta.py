@@ -97,9 +97,7 @@ def fit_beta(abs_adv: Any, grad_norms: Any, costs: Any, *, level: float = 0.95) 
     return fit_from_stats(float(dx @ dx), float(dx @ dy), float(dy @ dy), float(n - 2), n, level)
 
 
-def shrink(
-    fit: BetaFit, prior_beta: float, prior_sd: float, *, bounds: tuple[float, float] = BETA_BOUNDS
-) -> float:
+def shrink(fit: BetaFit, prior_beta: float, prior_sd: float, *, bounds: tuple[float, float] = BETA_BOUNDS) -> float:
     """Normal–normal posterior mean of β, clipped to ``bounds`` (default :data:`BETA_BOUNDS`).
 
     (prior/sd² + β̂/se²) / (1/sd² + 1/se²): an uninformative fit (se = inf) returns the prior, a

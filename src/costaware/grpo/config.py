@@ -59,6 +59,7 @@ MAX_STEPS = 1 << 20
 # (`nonzero`'s count), or until the baseline's tokens are matched.
 BUDGETS = ("rows", "support", "tokens")
 
+
 @dataclass(frozen=True)
 class SamplingConfig:
     """How a pool of rollouts is turned into policy-optimisation mini-batches.
@@ -190,8 +191,9 @@ def plan_seed(seed: int, generation: int, salt: int = 0) -> int:
     >>> plan_seed(0, 3) == plan_seed(0, 3) != plan_seed(0, 4)
     True
     """
-    seed, generation, salt = (integer(v, name, minimum=0) for name, v in
-                              (("seed", seed), ("generation", generation), ("salt", salt)))
+    seed, generation, salt = (
+        integer(v, name, minimum=0) for name, v in (("seed", seed), ("generation", generation), ("salt", salt))
+    )
     return ((seed * 1_000_003 + generation) * 1_009 + salt) % (2**63 - 1)
 
 

@@ -44,8 +44,10 @@ def _finite_norms(norms: torch.Tensor) -> torch.Tensor:
     bad = ~torch.isfinite(norms)
     if bad.any():
         i = int(torch.nonzero(bad)[0])
-        raise ValueError(f"rows give a non-finite gradient norm ({norms[i].item()!r} at row {i}): "
-                         "the loss or its gradient overflows on these inputs")
+        raise ValueError(
+            f"rows give a non-finite gradient norm ({norms[i].item()!r} at row {i}): "
+            "the loss or its gradient overflows on these inputs"
+        )
     return norms
 
 
@@ -115,9 +117,7 @@ def per_sequence_grad_norms(
             return loss_fn(_Bound(params), {key: v.unsqueeze(0) for key, v in zip(keys, row, strict=True)})
 
         detached = {n: p.detach() for n, p in named.items()}
-        grads = vmap(grad(row_loss), in_dims=(None, *([0] * len(keys))))(
-            detached, *(rows[key] for key in keys)
-        )
+        grads = vmap(grad(row_loss), in_dims=(None, *([0] * len(keys))))(detached, *(rows[key] for key in keys))
         sq = sum((g.double() ** 2).flatten(1).sum(dim=1) for g in grads.values())
         return _finite_norms(torch.sqrt(sq))
     raise ValueError(f"method must be 'loop' or 'vmap', got {method!r}")

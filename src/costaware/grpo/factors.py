@@ -41,8 +41,15 @@ from costaware.grpo.config import MAX_STEPS
 from costaware.grpo.plan import MiniBatch
 
 __all__ = [
-    "FAMILIES", "MAX_STEPS", "NORMALISERS", "StepNormaliser", "step_normalisers", "global_tokens", "row_factors",
-    "step_normalisers_kernel", "row_factors_kernel",
+    "FAMILIES",
+    "MAX_STEPS",
+    "NORMALISERS",
+    "StepNormaliser",
+    "step_normalisers",
+    "global_tokens",
+    "row_factors",
+    "step_normalisers_kernel",
+    "row_factors_kernel",
 ]
 
 FAMILIES = ("row_mean", "token_mean", "global_tokens")
@@ -58,8 +65,13 @@ class StepNormaliser:
 
 
 def step_normalisers(
-    minibatches: Sequence[MiniBatch], lengths: torch.Tensor, *, normaliser: str, pool_rows: int,
-    num_steps: int, subset: bool = False,
+    minibatches: Sequence[MiniBatch],
+    lengths: torch.Tensor,
+    *,
+    normaliser: str,
+    pool_rows: int,
+    num_steps: int,
+    subset: bool = False,
 ) -> list[StepNormaliser]:
     """(M_j, T_j) for every step, from the *global* plan and the global per-row completion lengths.
 
@@ -94,7 +106,11 @@ def step_normalisers(
 
 
 def step_normalisers_kernel(
-    minibatches: Sequence[MiniBatch], lengths: torch.Tensor, normaliser: str, pool_rows: int, num_steps: int,
+    minibatches: Sequence[MiniBatch],
+    lengths: torch.Tensor,
+    normaliser: str,
+    pool_rows: int,
+    num_steps: int,
     subset: bool,
 ) -> list[StepNormaliser]:
     """Kernel of :func:`step_normalisers` for checked inputs (a plan's own mini-batches, float64 lengths)."""
@@ -130,7 +146,12 @@ def global_tokens(norms: Sequence[StepNormaliser]) -> float:
 
 
 def row_factors(
-    family: str, weights: torch.Tensor, fed_lengths: torch.Tensor, *, num_ranks: int, draws: float,
+    family: str,
+    weights: torch.Tensor,
+    fed_lengths: torch.Tensor,
+    *,
+    num_ranks: int,
+    draws: float,
     tokens: float,
 ) -> torch.Tensor:
     """Loss factor per fed row of one rank in one step (see the module docstring).
@@ -168,7 +189,9 @@ def row_factors_kernel(
         return w.clone()
     if family == "row_mean":
         # the rank divides by s rows (padding included) and DDP by P; a step with no draws is padding only
-        return _finite_factors(w * (num_ranks * w.numel() / draws), "draws", draws) if draws > 0 else torch.zeros_like(w)
+        return (
+            _finite_factors(w * (num_ranks * w.numel() / draws), "draws", draws) if draws > 0 else torch.zeros_like(w)
+        )
     assert fed is not None  # the token-mean family, the only one left, always has it
     t_fed = max(float(fed.sum()), 1.0)  # TRL clamps at 1
     return _finite_factors(w * (num_ranks * t_fed / tokens), "tokens", tokens) if tokens > 0 else torch.zeros_like(w)

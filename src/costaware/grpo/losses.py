@@ -76,9 +76,7 @@ def _per_token_advantages(advantages: Any, shape: torch.Size) -> torch.Tensor:
     else:
         raise ValueError(f"advantages must be (rows,) or (rows, tokens), got shape {tuple(a.shape)}")
     if not torch.isfinite(a.detach()).all():
-        raise ValueError(
-            f"advantages must be finite, got {a.flatten()[~torch.isfinite(a.flatten())][0].item()}"
-        )
+        raise ValueError(f"advantages must be finite, got {a.flatten()[~torch.isfinite(a.flatten())][0].item()}")
     return a.detach()
 
 
@@ -222,7 +220,9 @@ def aggregate(
         if not denom > 0:
             raise ValueError(f"token-mean needs a positive token count, got num_tokens={float(denom)} (empty mask?)")
         return _finite_loss((w * row_sums).sum() / denom, "num_tokens")
-    denom = (row_tokens > 0).sum() if num_sequences is None else torch.tensor(real_scalar(num_sequences, "num_sequences"))
+    denom = (
+        (row_tokens > 0).sum() if num_sequences is None else torch.tensor(real_scalar(num_sequences, "num_sequences"))
+    )
     if not denom > 0:
         raise ValueError(f"{mode} needs a positive sequence count, got num_sequences={float(denom)} (empty mask?)")
     if mode == "seq-mean-token-mean":

@@ -49,9 +49,29 @@ from costaware.grpo.pods import cost_pods_select_kernel, pods_advantages, pods_s
 from costaware.grpo.proxy import adaptive_alpha_kernel, proxy_probs_kernel
 
 __all__ = [
-    "ALPHA_AUTO_MAX", "METHODS", "REGISTRY", "SamplingMethod", "Drawing", "Subset", "RowPool", "Selection",
-    "Probs", "method_from_name", "method_names", "none", "p_star", "p_smooth", "inv_sqrt_cost", "variance", "uniform",
-    "nonzero", "pods", "cost_pods", "check_alpha", "check_keep", "check_max_weight",
+    "ALPHA_AUTO_MAX",
+    "METHODS",
+    "REGISTRY",
+    "SamplingMethod",
+    "Drawing",
+    "Subset",
+    "RowPool",
+    "Selection",
+    "Probs",
+    "method_from_name",
+    "method_names",
+    "none",
+    "p_star",
+    "p_smooth",
+    "inv_sqrt_cost",
+    "variance",
+    "uniform",
+    "nonzero",
+    "pods",
+    "cost_pods",
+    "check_alpha",
+    "check_keep",
+    "check_max_weight",
 ]
 
 # Adaptive smoothing never mixes in more than this much uniform: beyond it p_smooth is mostly uniform.

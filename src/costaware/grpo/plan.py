@@ -40,6 +40,7 @@ __all__ = ["METHODS", "SamplingConfig", "MiniBatch", "Plan", "plan_minibatches"]
 
 _MAX_COST = 2**53  # costs are summed as int64 token counts; above this float64 loses integers
 
+
 @dataclass(frozen=True)
 class MiniBatch:
     """One optimiser step's rows.
@@ -129,7 +130,12 @@ def _numpy_rng(gen: torch.Generator | None) -> np.random.Generator:
 
 
 def _split_weighted(
-    draws: np.ndarray, w: np.ndarray, costs: np.ndarray, num_minibatches: int, merge: bool, n: int,
+    draws: np.ndarray,
+    w: np.ndarray,
+    costs: np.ndarray,
+    num_minibatches: int,
+    merge: bool,
+    n: int,
     sizes_given: list[int] | None = None,
 ) -> tuple[MiniBatch, ...]:
     """The drawn rows as mini-batches: consecutive chunks of ``draws`` (``sizes_given``, or
@@ -149,8 +155,12 @@ def _split_weighted(
     return tuple(
         MiniBatch(indices=i, weights=wt, counts=c, num_draws=int(m), tokens=int(t))
         for i, wt, c, m, t in zip(
-            torch.from_numpy(rows).split(split), torch.from_numpy(weights).split(split),
-            torch.from_numpy(counts).split(split), sizes.tolist(), tokens, strict=True,
+            torch.from_numpy(rows).split(split),
+            torch.from_numpy(weights).split(split),
+            torch.from_numpy(counts).split(split),
+            sizes.tolist(),
+            tokens,
+            strict=True,
         )
     )
 
@@ -167,7 +177,6 @@ def _split_unweighted(rows: torch.Tensor, costs: torch.Tensor, num_minibatches: 
         for c in rows.tensor_split(num_minibatches)
         if c.numel()
     )
-
 
 
 def plan_minibatches(
@@ -264,8 +273,13 @@ def plan_minibatches(
             rows = torch.randperm(n, generator=generator)
         else:
             rows = sel.rows[torch.randperm(sel.rows.numel(), generator=generator)]
-        return Plan(_split_unweighted(rows, cost_i, num_minibatches), probs=None, advantages=sel.advantages,
-                    skipped=None, **common)
+        return Plan(
+            _split_unweighted(rows, cost_i, num_minibatches),
+            probs=None,
+            advantages=sel.advantages,
+            skipped=None,
+            **common,
+        )
 
     # Drawing methods: p from the proxy |A| (zero below the tolerance, optionally noised) and the costs.
     proxy = np.where(nonzero_np, abs_np, 0.0)
@@ -273,8 +287,7 @@ def plan_minibatches(
         noise = torch.randn(n, generator=generator, dtype=torch.float64) * math.sqrt(config.proxy_noise)
         proxy = (torch.from_numpy(proxy) + noise).clamp(min=0.0).numpy()
         if not (proxy > 0).any() and not keep_zero:
-            return Plan((), probs=None, advantages=adv, skipped="the noised proxy is zero on every row",
-                        **common)
+            return Plan((), probs=None, advantages=adv, skipped="the noised proxy is zero on every row", **common)
     assert isinstance(method, Drawing)  # every weighted method is one
     drawn = method.probs(proxy, cost_np, config.beta)
     p, beta, alpha = drawn.p, drawn.beta, drawn.alpha
@@ -294,13 +307,17 @@ def plan_minibatches(
     elif config.budget == "support":  # `nonzero`'s row count, drawn cost-aware (fixed by the pool: unbiased)
         draws = draw(*table, max(num_minibatches, int(nonzero_np.sum())), rng, validate=False)
     elif config.merge_duplicates:  # match the tokens fed, which merging makes fewer than those drawn
-        draws, sizes, capped = draw_until_fed_tokens(
-            table, p, c_np, common["tokens_plain"], num_minibatches, cap, rng
-        )
+        draws, sizes, capped = draw_until_fed_tokens(table, p, c_np, common["tokens_plain"], num_minibatches, cap, rng)
     else:
         draws, capped = draw_until_tokens(
             table, p, c_np, common["tokens_plain"], cap * num_minibatches, rng, num_minibatches
         )
     mbs = _split_weighted(draws, w, c_np, num_minibatches, config.merge_duplicates, n, sizes)
-    return Plan(mbs, probs=torch.from_numpy(np.asarray(p)).to(torch.float32), advantages=adv, skipped=None,
-                meta={"draw_cap_hit": capped, "proxy": config.proxy, "beta": beta, "alpha": alpha}, **common)
+    return Plan(
+        mbs,
+        probs=torch.from_numpy(np.asarray(p)).to(torch.float32),
+        advantages=adv,
+        skipped=None,
+        meta={"draw_cap_hit": capped, "proxy": config.proxy, "beta": beta, "alpha": alpha},
+        **common,
+    )

@@ -28,7 +28,14 @@ import torch
 from costaware._checks import integer, positive_vector, same_length
 from costaware.grpo.advantages import group_advantages, rewards_vector
 
-__all__ = ["MAX_SUBSETS", "pods_select", "cost_pods_select", "pods_advantages", "pods_select_kernel", "cost_pods_select_kernel"]
+__all__ = [
+    "MAX_SUBSETS",
+    "pods_select",
+    "cost_pods_select",
+    "pods_advantages",
+    "pods_select_kernel",
+    "cost_pods_select_kernel",
+]
 
 # Cost-aware PODS searches every keep-subset of a group: C(M, keep) of them. 2**16 covers every keep
 # for groups of up to 18 rows (C(18, 9) = 48,620); a larger search is refused rather than run for minutes.

@@ -53,7 +53,8 @@ __all__ = [
     "BetaCalibrator",
     "adaptive_alpha",
     "predicted_j_ratios",
-    "proxy_probs_kernel", "adaptive_alpha_kernel",
+    "proxy_probs_kernel",
+    "adaptive_alpha_kernel",
 ]
 
 
@@ -78,9 +79,7 @@ def proxy_probs_kernel(a: np.ndarray, c: np.ndarray, beta: float, alpha: float) 
     return dist.smoothed_kernel(w / w.sum(), alpha)
 
 
-def adaptive_alpha(
-    p: Any, *, max_weight: float = 10.0, alpha_min: float = 0.0, alpha_max: float = 0.5
-) -> float:
+def adaptive_alpha(p: Any, *, max_weight: float = 10.0, alpha_min: float = 0.0, alpha_max: float = 0.5) -> float:
     """The smallest α in [alpha_min, alpha_max] with max_i 1/(n p_α,i) ≤ ``max_weight``.
 
     p_α = (1 − α) p + α/n is the smoothed distribution, and the bound runs over rows with p_i > 0: rows

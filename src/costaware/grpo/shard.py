@@ -81,8 +81,13 @@ def rank_offsets(rank_sizes: Sequence[int]) -> np.ndarray:
 
 
 def shard_minibatches(
-    minibatches: Sequence[MiniBatch], rank_sizes: Sequence[int], num_steps: int,
-    pad_rows: Sequence[int] | None = None, *, equal_steps: bool = False, row_multiple: int = 1,
+    minibatches: Sequence[MiniBatch],
+    rank_sizes: Sequence[int],
+    num_steps: int,
+    pad_rows: Sequence[int] | None = None,
+    *,
+    equal_steps: bool = False,
+    row_multiple: int = 1,
 ) -> list[tuple[ShardStep, ...]]:
     """Split the global plan's mini-batches over ranks: ``out[r][j]`` is rank r's part of step j.
 
@@ -130,7 +135,9 @@ def shard_minibatches(
                     global_rows=torch.cat([g_rows, torch.full((pad,), -1, dtype=torch.int64)]),
                     weights=torch.cat([g_w, torch.zeros(pad, dtype=torch.float64)]),
                     counts=torch.cat([g_c, torch.zeros(pad, dtype=torch.int64)]),
-                    padding=torch.cat([torch.zeros(g_rows.numel(), dtype=torch.bool), torch.ones(pad, dtype=torch.bool)]),
+                    padding=torch.cat(
+                        [torch.zeros(g_rows.numel(), dtype=torch.bool), torch.ones(pad, dtype=torch.bool)]
+                    ),
                     draws=draws,
                     step=j,
                 )

@@ -183,8 +183,9 @@ def plan_round(
         tuple(
             RankStep(
                 shard=s,
-                factors=row_factors_kernel(family, s.weights, lengths[int(offsets[r]) + s.rows].numpy(), procs,
-                                     norm.draws, norm.tokens),  # fmt: skip
+                factors=row_factors_kernel(
+                    family, s.weights, lengths[int(offsets[r]) + s.rows].numpy(), procs, norm.draws, norm.tokens
+                ),  # fmt: skip
                 advantages=torch.where(s.padding, 0.0, plan.advantages[s.global_rows.clamp(min=0)].double()),
             )
             for s, norm in zip(per_rank, norms, strict=True)
@@ -199,8 +200,13 @@ def plan_round(
 
 
 def _counts(
-    plan: Plan, shards: list[tuple[ShardStep, ...]], costs: torch.Tensor, offsets: np.ndarray,
-    pad_rows: tuple[int, ...], epochs: int, equal_steps: bool = False,
+    plan: Plan,
+    shards: list[tuple[ShardStep, ...]],
+    costs: torch.Tensor,
+    offsets: np.ndarray,
+    pad_rows: tuple[int, ...],
+    epochs: int,
+    equal_steps: bool = False,
 ) -> StepCounts:
     """The pool's accounting over every rank, each forward/backward counted once per epoch.
 

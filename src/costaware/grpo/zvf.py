@@ -67,15 +67,11 @@ class FillResult:
 
 def _check_round(batch: Any, rewards: Any, num_groups: int, group_size: int) -> tuple[dict, torch.Tensor]:
     if not isinstance(batch, Mapping):
-        raise ValueError(
-            f"generate must return (dict of per-row tensors, rewards), got batch {type(batch).__name__}"
-        )
+        raise ValueError(f"generate must return (dict of per-row tensors, rewards), got batch {type(batch).__name__}")
     r = rewards_vector(rewards)
     rows = num_groups * group_size
     if r.numel() != rows:
-        raise ValueError(
-            f"generate({num_groups}) returned {r.numel()} rewards, expected {rows} (groups x group_size)"
-        )
+        raise ValueError(f"generate({num_groups}) returned {r.numel()} rewards, expected {rows} (groups x group_size)")
     for key, value in batch.items():
         if not isinstance(value, torch.Tensor) or value.ndim == 0 or value.shape[0] != rows:
             shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
@@ -131,9 +127,7 @@ def fill_batch(
         if keys is None:
             keys = set(batch)
         elif set(batch) != keys:
-            raise ValueError(
-                f"generate returned keys {sorted(batch)} in round {rounds}, expected {sorted(keys)}"
-            )
+            raise ValueError(f"generate returned keys {sorted(batch)} in round {rounds}, expected {sorted(keys)}")
         rounds += 1
         generated += ask
         keep = nonzero_variance_groups(r, group_size)

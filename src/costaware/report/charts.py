@@ -28,25 +28,31 @@ def _sid(ev: E.Evidence) -> Sid:
     return ev.section.task, ev.section.setting
 
 
-def plot_cost_to_target(evs: Sequence[E.Evidence], stats: Mapping[Sid, Mapping[E.Key, Mapping[str, Any]]],
-                        keys: Mapping[Sid, Sequence[E.Key]], path: Path) -> None:
+def plot_cost_to_target(
+    evs: Sequence[E.Evidence],
+    stats: Mapping[Sid, Mapping[E.Key, Mapping[str, Any]]],
+    keys: Mapping[Sid, Sequence[E.Key]],
+    path: Path,
+) -> None:
     """Dot and whisker: each arm's total cost to the section's target (seed-mean curve), 95% CI over seeds."""
     plt = load_pyplot()
     with plt.rc_context(FONT):
         n = max(len(keys[_sid(ev)]) for ev in evs)
         cols = min(2, len(evs))
         rows = math.ceil(len(evs) / cols)
-        fig, grid = plt.subplots(rows, cols, figsize=(5.6 * cols, (1.3 + 0.4 * n) * rows), squeeze=False,
-                                 layout="constrained")
-        for ax in grid.flat[len(evs):]:
+        fig, grid = plt.subplots(
+            rows, cols, figsize=(5.6 * cols, (1.3 + 0.4 * n) * rows), squeeze=False, layout="constrained"
+        )
+        for ax in grid.flat[len(evs) :]:
             ax.set_visible(False)
-        axes = list(grid.flat[:len(evs)])
+        axes = list(grid.flat[: len(evs)])
         for ax, ev in zip(axes, evs, strict=True):
             sec, st = ev.section, stats[_sid(ev)]
             order = list(keys[_sid(ev)])[::-1]  # the first key on top
             finite = [st[k]["total_cost_to_target"] for k in order if np.isfinite(st[k]["total_cost_to_target"])]
-            right = 1.15 * max(finite + [hi for k in order for hi in st[k]["total_cost_to_target_ci"][1:]
-                                         if np.isfinite(hi)] + [1.0])
+            right = 1.15 * max(
+                finite + [hi for k in order for hi in st[k]["total_cost_to_target_ci"][1:] if np.isfinite(hi)] + [1.0]
+            )
             for y, k in enumerate(order):
                 s, v = style(k[0], k[1] / sec.default_lr), st[k]["total_cost_to_target"]
                 lo, hi = st[k]["total_cost_to_target_ci"]
@@ -61,8 +67,10 @@ def plot_cost_to_target(evs: Sequence[E.Evidence], stats: Mapping[Sid, Mapping[E
                 ax.axvline(st[ev.baseline]["total_cost_to_target"], color="k", lw=0.7, ls=":")
             ax.set_xlim(0, right)
             ax.set_ylim(-0.6, len(order) - 0.4)
-            ax.set(title=f"{sec.task} / {sec.setting}: cost to accuracy {ev.target:.3f}",
-                   xlabel="total cost to the target (lower is better)")
+            ax.set(
+                title=f"{sec.task} / {sec.setting}: cost to accuracy {ev.target:.3f}",
+                xlabel="total cost to the target (lower is better)",
+            )
             _eng(ax)
             ax.grid(alpha=0.3, axis="x")
         fig.savefig(path, dpi=DPI)
@@ -82,13 +90,18 @@ def waterfall_steps(ev: E.Evidence) -> tuple[E.Comparison, E.Comparison] | None:
     return None if first is None or second is None else (first, second)
 
 
-def plot_waterfall(evs: Sequence[E.Evidence], stats: Mapping[Sid, Mapping[E.Key, Mapping[str, Any]]],
-                   path: Path) -> bool:
+def plot_waterfall(
+    evs: Sequence[E.Evidence], stats: Mapping[Sid, Mapping[E.Key, Mapping[str, Any]]], path: Path
+) -> bool:
     """The decomposition as a waterfall: GRPO's total cost to the target, the change from dropping the
     zero-advantage rows, the change from cost-aware sampling, p*'s cost. False (nothing drawn) when no
     section has both steps."""
-    drawn = [(ev, steps) for ev in evs if (steps := waterfall_steps(ev)) is not None
-             and all(np.isfinite(stats[_sid(ev)][k]["total_cost_to_target"]) for k in (steps[0].a, steps[0].b, steps[1].b))]
+    drawn = [
+        (ev, steps)
+        for ev in evs
+        if (steps := waterfall_steps(ev)) is not None
+        and all(np.isfinite(stats[_sid(ev)][k]["total_cost_to_target"]) for k in (steps[0].a, steps[0].b, steps[1].b))
+    ]
     if not drawn:
         return False
     plt = load_pyplot()
@@ -103,13 +116,22 @@ def plot_waterfall(evs: Sequence[E.Evidence], stats: Mapping[Sid, Mapping[E.Key,
                 good = to <= frm
                 ax.bar(x, to - frm, bottom=frm, color="#2CA02C" if good else "#D62728", alpha=0.8)
                 text = fmt(comp.savings["total_cost"]).replace(" [", "\n[").replace(" (", "\n(")
-                ax.annotate(text, (x, max(frm, to)), xytext=(0, 3), textcoords="offset points",
-                            ha="center", va="bottom", fontsize=8)
+                ax.annotate(
+                    text,
+                    (x, max(frm, to)),
+                    xytext=(0, 3),
+                    textcoords="offset points",
+                    ha="center",
+                    va="bottom",
+                    fontsize=8,
+                )
                 ax.plot([x - 1.4, x + 0.4], [frm, frm], color="k", lw=0.6, ls=":")
             ax.bar(3, c, color=style(second.b[0]).colour, alpha=0.8)
             ax.set_xticks(range(4), names, fontsize=8)
-            ax.set(title=f"{sec.task} / {sec.setting}: total cost to accuracy {ev.target:.3f}, by effect",
-                   ylabel="total cost to the target")
+            ax.set(
+                title=f"{sec.task} / {sec.setting}: total cost to accuracy {ev.target:.3f}, by effect",
+                ylabel="total cost to the target",
+            )
             from matplotlib.ticker import EngFormatter
 
             ax.yaxis.set_major_formatter(EngFormatter(sep=""))
@@ -120,8 +142,14 @@ def plot_waterfall(evs: Sequence[E.Evidence], stats: Mapping[Sid, Mapping[E.Key,
     return True
 
 
-def plot_price_sweep(panels: Sequence[tuple[E.Evidence, Mapping[E.Key, Sequence[Estimate]]]], prices: Sequence[float],
-                     path: Path, *, cpu_ratio: float | None, gpu_range: tuple[float, float]) -> None:
+def plot_price_sweep(
+    panels: Sequence[tuple[E.Evidence, Mapping[E.Key, Sequence[Estimate]]]],
+    prices: Sequence[float],
+    path: Path,
+    *,
+    cpu_ratio: float | None,
+    gpu_range: tuple[float, float],
+) -> None:
     """Each arm's total-cost saving over the baseline against the price ``g`` of a generated token (symlog: linear
     below 0.1, so g = 0 is on the axis), 95% bands; marks the FLOP ratio 1/3, this machine's measured ratio (CPU)
     and the range of published GPU timings."""
@@ -132,8 +160,12 @@ def plot_price_sweep(panels: Sequence[tuple[E.Evidence, Mapping[E.Key, Sequence[
         fig, axes = figure_grid(len(panels), legend_rows)
         for ax, (ev, curves) in zip(axes, panels, strict=True):
             sec = ev.section
-            ax.axvspan(*gpu_range, color="#999999", alpha=0.15, label=f"GPU, published timings ({gpu_range[0]:.1f}–"
-                       f"{gpu_range[1]:.0f})")
+            ax.axvspan(
+                *gpu_range,
+                color="#999999",
+                alpha=0.15,
+                label=f"GPU, published timings ({gpu_range[0]:.1f}–{gpu_range[1]:.0f})",
+            )
             ax.axvline(DEFAULT_GENERATION_COST, color="k", lw=0.8, ls="--", label="FLOP ratio 1/3")
             if cpu_ratio is not None:
                 ax.axvline(cpu_ratio, color="k", lw=0.8, ls="-.", label=f"measured here, CPU ({cpu_ratio:.2f})")
@@ -141,17 +173,26 @@ def plot_price_sweep(panels: Sequence[tuple[E.Evidence, Mapping[E.Key, Sequence[
             for key, ests in curves.items():
                 s = style(key[0], key[1] / sec.default_lr)
                 v = np.clip([e.value for e in ests], -1, 1)
-                ax.plot(g, 100 * v, color=s.colour, ls=s.linestyle, marker=s.marker, ms=4,
-                        label=f"{sec.name(key)} (n={len(sec.arms[key])})")
+                ax.plot(
+                    g,
+                    100 * v,
+                    color=s.colour,
+                    ls=s.linestyle,
+                    marker=s.marker,
+                    ms=4,
+                    label=f"{sec.name(key)} (n={len(sec.arms[key])})",
+                )
                 if all(e.has_interval for e in ests):
                     lo, hi = (np.clip([getattr(e, b) for e in ests], -1, 1) for b in ("lo", "hi"))
                     ax.fill_between(g, 100 * lo, 100 * hi, color=s.colour, alpha=0.15)
             ax.set_xscale("symlog", linthresh=0.1, linscale=0.5)
             ax.set_xlim(0, max(prices))
             ax.set_xticks([0, 0.1, 1 / 3, 1, 3, 10], ["0", "0.1", "1/3", "1", "3", "10"])
-            ax.set(title=f"{sec.task} / {sec.setting}: saving over {sec.name(ev.baseline)} by price",
-                   xlabel="price of a generated token g, in PO tokens (symlog; linear below 0.1)",
-                   ylabel=f"total-cost saving to {ev.target:.3f} (%)")
+            ax.set(
+                title=f"{sec.task} / {sec.setting}: saving over {sec.name(ev.baseline)} by price",
+                xlabel="price of a generated token g, in PO tokens (symlog; linear below 0.1)",
+                ylabel=f"total-cost saving to {ev.target:.3f} (%)",
+            )
             ax.set_ylim(max(-102, ax.get_ylim()[0]), min(102, ax.get_ylim()[1]))
             ax.grid(alpha=0.3)
             ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.17), ncols=2, frameon=False)

@@ -32,8 +32,14 @@ import numpy as np
 
 from costaware.rollouts.logs import PromptRound, read_prompt_rounds
 
-__all__ = ["CostStructure", "cost_structure", "cost_structure_of_logs", "cost_structure_section", "first_rounds",
-           "runs_cost_structure_section"]
+__all__ = [
+    "CostStructure",
+    "cost_structure",
+    "cost_structure_of_logs",
+    "cost_structure_section",
+    "first_rounds",
+    "runs_cost_structure_section",
+]
 
 # The runs whose logs measure a task's cost structure: their row sampling does not choose rows by cost, and
 # they generate every prompt, so the logged groups are the policy's own, unfiltered.
@@ -121,8 +127,9 @@ def first_rounds(records: Sequence[PromptRound], n: int) -> list[PromptRound]:
     return [r for r in records if r.round in keep]
 
 
-def cost_structure_of_logs(paths: Sequence[str | os.PathLike[str]], *, right_at: float = 0.5,
-                           rounds: int | None = None) -> CostStructure:
+def cost_structure_of_logs(
+    paths: Sequence[str | os.PathLike[str]], *, right_at: float = 0.5, rounds: int | None = None
+) -> CostStructure:
     """:func:`cost_structure` over the records of the per-prompt logs ``paths`` (``rounds``: only each log's
     first that many rounds, e.g. 1 for the starting policy's rollouts)."""
     if isinstance(paths, (str, os.PathLike)):

@@ -16,8 +16,21 @@ import numpy as np
 
 from costaware.records import RunResult
 
-__all__ = ["AXES", "DEFAULT_GENERATION_COST", "MIN_SEEDS_FOR_CI", "SeedCurves", "Estimate", "axis_values", "first_crossing",
-           "first_crossings", "seed_curves", "saving", "gap_at", "area_under_curve", "bootstrap_ci"]
+__all__ = [
+    "AXES",
+    "DEFAULT_GENERATION_COST",
+    "MIN_SEEDS_FOR_CI",
+    "SeedCurves",
+    "Estimate",
+    "axis_values",
+    "first_crossing",
+    "first_crossings",
+    "seed_curves",
+    "saving",
+    "gap_at",
+    "area_under_curve",
+    "bootstrap_ci",
+]
 
 # The headline axis first: total cost (generated tokens × generation_cost + PO tokens); beside it its two
 # parts and the generation rounds. Every verdict is decided on AXES[0].
@@ -94,8 +107,14 @@ class SeedCurves:
         return self.ys[picks].mean(1)
 
 
-def seed_curves(runs: Sequence[RunResult], axis: str, *, generation_cost: float = DEFAULT_GENERATION_COST,
-                points: int = 128, metric: str = "heldout") -> SeedCurves:
+def seed_curves(
+    runs: Sequence[RunResult],
+    axis: str,
+    *,
+    generation_cost: float = DEFAULT_GENERATION_COST,
+    points: int = 128,
+    metric: str = "heldout",
+) -> SeedCurves:
     """Interpolate each run's ``metric`` ("heldout" or "validation") accuracy onto one grid of ``points``."""
     if not runs:
         raise ValueError("runs must not be empty")
@@ -111,8 +130,9 @@ def seed_curves(runs: Sequence[RunResult], axis: str, *, generation_cost: float 
             raise ValueError("metric='validation' needs validation_accuracy on every evaluation")
         ys = [np.array([e.validation_accuracy for e in r.evals], float) for r in runs]
     grid = np.linspace(min(x[0] for x in xs), min(x[-1] for x in xs), points)
-    return SeedCurves(grid, np.stack([np.interp(grid, x, y) for x, y in zip(xs, ys, strict=True)]),
-                      tuple(r.id.seed for r in runs))
+    return SeedCurves(
+        grid, np.stack([np.interp(grid, x, y) for x, y in zip(xs, ys, strict=True)]), tuple(r.id.seed for r in runs)
+    )
 
 
 def _saving(ta: np.ndarray, tb: np.ndarray) -> np.ndarray:
@@ -161,8 +181,9 @@ def _ci(v: np.ndarray, level: float) -> tuple[float, float, float]:
     return float(lo), float(hi), float(1 - ok.mean())
 
 
-def saving(a: SeedCurves, b: SeedCurves, target: float, *, n_boot: int = 2000, level: float = 0.95,
-           seed: int = 0) -> Estimate:
+def saving(
+    a: SeedCurves, b: SeedCurves, target: float, *, n_boot: int = 2000, level: float = 0.95, seed: int = 0
+) -> Estimate:
     """Saving of B over A in x to reach ``target``: 1 − x_B/x_A on the seed-mean curves, bootstrap CI.
 
     Positive: B reaches the target with less. When A and B ran the same seeds, the resample is paired
@@ -185,8 +206,9 @@ def _value_at(grid: np.ndarray, y: np.ndarray, x: float) -> np.ndarray:
     return (1 - w) * y[..., i - 1] + w * y[..., i]
 
 
-def gap_at(a: SeedCurves, b: SeedCurves, x: float | None = None, *, n_boot: int = 2000, level: float = 0.95,
-           seed: int = 0) -> tuple[float, Estimate]:
+def gap_at(
+    a: SeedCurves, b: SeedCurves, x: float | None = None, *, n_boot: int = 2000, level: float = 0.95, seed: int = 0
+) -> tuple[float, Estimate]:
     """Seed-mean accuracy of B minus A at ``x`` (default: the largest x both reached), bootstrap CI.
 
     On the rounds axis this is the comparison at equal rollouts. Returns (x, estimate).

@@ -27,9 +27,29 @@ from costaware.report.md import escape
 from costaware.report.plateau import MIN_GAIN, Plateau, plateau
 from costaware.report.verdicts import RULE, Verdict, fmt, no_interval, pct, verdict
 
-__all__ = ["Section", "Plateau", "MIN_GAIN", "Effect", "Comparison", "Evidence", "sections", "plateau", "evaluate_section",
-           "judge", "compare", "axis_saving", "baseline_key", "HEADLINE_AXIS", "describe", "verdict_line", "verdict_word",
-           "answer_paragraph", "as_arm", "COST_AWARE", "RULE"]
+__all__ = [
+    "Section",
+    "Plateau",
+    "MIN_GAIN",
+    "Effect",
+    "Comparison",
+    "Evidence",
+    "sections",
+    "plateau",
+    "evaluate_section",
+    "judge",
+    "compare",
+    "axis_saving",
+    "baseline_key",
+    "HEADLINE_AXIS",
+    "describe",
+    "verdict_line",
+    "verdict_word",
+    "answer_paragraph",
+    "as_arm",
+    "COST_AWARE",
+    "RULE",
+]
 
 Key = tuple[Arm, float]  # (arm, learning rate)
 # the unbiased methods whose distribution uses the costs (the tuned comparison's "best cost-aware method")
@@ -142,8 +162,9 @@ class Evidence:
         return bool(self.target > self.start)
 
 
-def compare(sec: Section, name: str, effect: Effect, a: Key, b: Key, target: float, cost: float, n_boot: int,
-            seed: int) -> Comparison:
+def compare(
+    sec: Section, name: str, effect: Effect, a: Key, b: Key, target: float, cost: float, n_boot: int, seed: int
+) -> Comparison:
     """The saving of ``b`` over ``a`` to ``target`` on every axis, and their accuracy gap at equal rounds."""
     ra, rb = sec.arms[a], sec.arms[b]
     est = {axis: axis_saving(sec, a, b, axis, target, cost, n_boot, seed) for axis in AXES}
@@ -151,20 +172,38 @@ def compare(sec: Section, name: str, effect: Effect, a: Key, b: Key, target: flo
     return Comparison(name, a, b, est, at, gap, effect)
 
 
-def axis_saving(sec: Section, a: Key, b: Key, axis: str, target: float, cost: float, n_boot: int,
-                seed: int) -> Estimate:
+def axis_saving(
+    sec: Section, a: Key, b: Key, axis: str, target: float, cost: float, n_boot: int, seed: int
+) -> Estimate:
     """The saving of ``b`` over ``a`` on one axis: the one bootstrap every verdict, sweep and figure uses."""
-    return saving(seed_curves(sec.arms[a], axis, generation_cost=cost),
-                  seed_curves(sec.arms[b], axis, generation_cost=cost), target, n_boot=n_boot, seed=seed)
+    return saving(
+        seed_curves(sec.arms[a], axis, generation_cost=cost),
+        seed_curves(sec.arms[b], axis, generation_cost=cost),
+        target,
+        n_boot=n_boot,
+        seed=seed,
+    )
 
 
 Pair = tuple[str, Effect, Key, Key]  # (name, effect, earlier, later): a step of the decomposition
 ClaimPair = tuple[str, "Key | None", Key]  # (claim, earlier, later); earlier None: not run (the tuned note says why)
 
 
-def judge(sec: Section, base: Key, pairs: Sequence[Pair], claim_pairs: Sequence[ClaimPair], *, target_fraction: float,
-          generation_cost: float, n_boot: int, seed: int, tuned: Key | None = None, tuned_note: str = "",
-          best: Key | None = None, best_note: str = "") -> Evidence:
+def judge(
+    sec: Section,
+    base: Key,
+    pairs: Sequence[Pair],
+    claim_pairs: Sequence[ClaimPair],
+    *,
+    target_fraction: float,
+    generation_cost: float,
+    n_boot: int,
+    seed: int,
+    tuned: Key | None = None,
+    tuned_note: str = "",
+    best: Key | None = None,
+    best_note: str = "",
+) -> Evidence:
     """The common target over the arms that ``pairs`` and ``claim_pairs`` name, then each pair's comparison.
 
     The target is ``target_fraction`` × the lowest seed-mean peak among those arms, so that every seed-mean
@@ -191,14 +230,35 @@ def judge(sec: Section, base: Key, pairs: Sequence[Pair], claim_pairs: Sequence[
             claims.append((claim, None, f"{sec.name(other)} was not run"))
         else:
             claims.append((claim, compare(sec, claim, Effect.CLAIM, other, later, *args), ""))
-    return Evidence(sec, base, target, target_fraction, generation_cost, tuned, tuned_note, best, best_note,
-                    decomposition, claims, plateau(sec.arms[base], n_boot=n_boot, seed=seed), peaks, start,
-                    plateau(sec.arms[tuned], n_boot=n_boot, seed=seed) if tuned not in (None, base) else None)
+    return Evidence(
+        sec,
+        base,
+        target,
+        target_fraction,
+        generation_cost,
+        tuned,
+        tuned_note,
+        best,
+        best_note,
+        decomposition,
+        claims,
+        plateau(sec.arms[base], n_boot=n_boot, seed=seed),
+        peaks,
+        start,
+        plateau(sec.arms[tuned], n_boot=n_boot, seed=seed) if tuned not in (None, base) else None,
+    )
 
 
-def evaluate_section(sec: Section, baseline: str | Arm, *, candidate: str | Arm = "p_star", target_fraction: float = 0.95,
-                     generation_cost: float = DEFAULT_GENERATION_COST, n_boot: int = 2000,
-                     seed: int = 0) -> Evidence:
+def evaluate_section(
+    sec: Section,
+    baseline: str | Arm,
+    *,
+    candidate: str | Arm = "p_star",
+    target_fraction: float = 0.95,
+    generation_cost: float = DEFAULT_GENERATION_COST,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> Evidence:
     """Target, tuned baseline, best cost-aware arm, decomposition, claims and plateau of one section.
 
     The common target is ``target_fraction`` × the lowest seed-mean peak among the arms compared, so
@@ -216,20 +276,26 @@ def evaluate_section(sec: Section, baseline: str | Arm, *, candidate: str | Arm 
     else:
         val = {lr: _peak(sec.arms[(baseline, lr)], "validation") for lr in lrs}
         tuned = (baseline, max(lrs, key=lambda lr: (val[lr], -lr)))
-        tuned_note = ("chosen on peak seed-mean validation accuracy: "
-                      + ", ".join(f"lr {lr:g}: {v:.3f}" for lr, v in val.items()))
+        tuned_note = "chosen on peak seed-mean validation accuracy: " + ", ".join(
+            f"lr {lr:g}: {v:.3f}" for lr, v in val.items()
+        )
     ca = [k for k in sec.arms if k[0].method in COST_AWARE and k[0].step_budget == "rows" and k[1] == sec.default_lr]
     best, best_note = None, ""
     if ca:
         metric = "validation" if all(_has_validation(sec.arms[k]) for k in ca) else "heldout"
         best = max(ca, key=lambda k: _peak(sec.arms[k], metric))
-        best_note = ("chosen on peak seed-mean validation accuracy" if metric == "validation" else
-                     "chosen on held-out accuracy (no validation split recorded): an optimistic choice")
+        best_note = (
+            "chosen on peak seed-mean validation accuracy"
+            if metric == "validation"
+            else "chosen on held-out accuracy (no validation split recorded): an optimistic choice"
+        )
     nonzero, cand = (Arm("nonzero"), sec.default_lr), (candidate, sec.default_lr)
     raw = (dataclasses.replace(candidate, weights="raw"), sec.default_lr)
-    pairs: list[Pair] = [("renormalisation", Effect.RENORMALISATION, base, nonzero),
-                         ("cost-aware sampling at a matched step", Effect.MATCHED_STEP, nonzero, cand),
-                         (f"cost-aware sampling at {label(baseline)}'s step", Effect.BASELINE_STEP, base, raw)]
+    pairs: list[Pair] = [
+        ("renormalisation", Effect.RENORMALISATION, base, nonzero),
+        ("cost-aware sampling at a matched step", Effect.MATCHED_STEP, nonzero, cand),
+        (f"cost-aware sampling at {label(baseline)}'s step", Effect.BASELINE_STEP, base, raw),
+    ]
     if tuned is not None and best is not None:
         pairs.append(("tuned baseline → best cost-aware method", Effect.TUNED_BASELINE, tuned, best))
     claim_pairs: list[ClaimPair] = [
@@ -237,23 +303,39 @@ def evaluate_section(sec: Section, baseline: str | Arm, *, candidate: str | Arm 
         (f"nonzero beats {label(baseline)}", base, nonzero),
         (f"{label(candidate)} beats nonzero", nonzero, cand),
         (f"{label(candidate)} beats tuned {label(baseline)}", tuned, cand),
-        (f"{label(candidate)} beats PODS", (Arm("pods"), sec.default_lr), cand)]
+        (f"{label(candidate)} beats PODS", (Arm("pods"), sec.default_lr), cand),
+    ]
     paper, calibrated = ((dataclasses.replace(candidate, proxy=p), sec.default_lr) for p in ("advantage", "calibrated"))
     if paper in sec.arms:  # a token-sum setting: p* ('auto' = calibrated proxy) against the paper's proxy,
         # and the paper's p* against the same controls, so "where the paper's p* did not" is computed too
-        claim_pairs += [(f"{label(candidate)} beats {label(paper[0])}", paper, cand),
-                        (f"{label(paper[0])} beats {label(baseline)}", base, paper),
-                        (f"{label(paper[0])} beats nonzero", nonzero, paper)]
+        claim_pairs += [
+            (f"{label(candidate)} beats {label(paper[0])}", paper, cand),
+            (f"{label(paper[0])} beats {label(baseline)}", base, paper),
+            (f"{label(paper[0])} beats nonzero", nonzero, paper),
+        ]
     if calibrated in sec.arms:  # the headline loss: is the calibrated proxy at least as good as the paper's?
         claim_pairs.append((f"{label(calibrated[0])} beats {label(candidate)}", cand, calibrated))
-    ev = judge(sec, base, pairs, claim_pairs, target_fraction=target_fraction, generation_cost=generation_cost,
-               n_boot=n_boot, seed=seed, tuned=tuned, tuned_note=tuned_note, best=best, best_note=best_note)
+    ev = judge(
+        sec,
+        base,
+        pairs,
+        claim_pairs,
+        target_fraction=target_fraction,
+        generation_cost=generation_cost,
+        n_boot=n_boot,
+        seed=seed,
+        tuned=tuned,
+        tuned_note=tuned_note,
+        best=best,
+        best_note=best_note,
+    )
     support = (dataclasses.replace(candidate, step_budget="support"), sec.default_lr)
     if support in sec.arms and nonzero in sec.arms and ev.informative:  # at the section's target, which it
         # does not set (an arm added after the recorded sections must not move their numbers)
         claim = f"{label(support[0])} beats nonzero"
-        ev.claims.append((claim, compare(sec, claim, Effect.CLAIM, nonzero, support, ev.target, generation_cost,
-                                         n_boot, seed), ""))
+        ev.claims.append(
+            (claim, compare(sec, claim, Effect.CLAIM, nonzero, support, ev.target, generation_cost, n_boot, seed), "")
+        )
     return ev
 
 
@@ -263,13 +345,18 @@ def baseline_key(sec: Section, baseline: Arm, target_fraction: float) -> Key:
         raise ValueError(f"target_fraction must be in (0, 1], got {target_fraction!r}")
     base: Key = (baseline, sec.default_lr)
     if base not in sec.arms:
-        raise ValueError(f"baseline {baseline.key!r} has no runs at the default lr {sec.default_lr:g} in "
-                         f"{sec.task}/{sec.setting}")
+        raise ValueError(
+            f"baseline {baseline.key!r} has no runs at the default lr {sec.default_lr:g} in {sec.task}/{sec.setting}"
+        )
     return base
 
 
-AXIS_WORDS = {"total_cost": "total cost", "po_tokens": "PO tokens", "generated_tokens": "generated tokens",
-              "rounds": "generation rounds"}
+AXIS_WORDS = {
+    "total_cost": "total cost",
+    "po_tokens": "PO tokens",
+    "generated_tokens": "generated tokens",
+    "rounds": "generation rounds",
+}
 HEADLINE_AXIS = AXES[0]  # total cost: every verdict is decided by its CI
 
 
@@ -317,11 +404,21 @@ def verdict_line(claim: str, comp: Comparison | None, absent: str, *, target: fl
     s = comp.savings[HEADLINE_AXIS]
     rest = "; ".join(f"at {AXIS_WORDS[a]}: {describe(comp.savings[a], a)}" for a in AXES if a != HEADLINE_AXIS)
     g = comp.rounds_gap
-    gap = "" if g is None else (
-        f" At equal rounds (round {comp.rounds_at:.0f}) its accuracy differs by {g.value:+.3f} "
-        + (f"[{g.lo:+.3f}, {g.hi:+.3f}], {'CI excludes zero' if g.excludes_zero else 'within noise'}."
-           if g.has_interval else f"({no_interval(g.seeds)})."))
-    return f"- {claim}: {verdict_word(comp)}. To reach {target:.3f}, it needs {describe(s, HEADLINE_AXIS)}; {rest}.{gap}"
+    gap = (
+        ""
+        if g is None
+        else (
+            f" At equal rounds (round {comp.rounds_at:.0f}) its accuracy differs by {g.value:+.3f} "
+            + (
+                f"[{g.lo:+.3f}, {g.hi:+.3f}], {'CI excludes zero' if g.excludes_zero else 'within noise'}."
+                if g.has_interval
+                else f"({no_interval(g.seeds)})."
+            )
+        )
+    )
+    return (
+        f"- {claim}: {verdict_word(comp)}. To reach {target:.3f}, it needs {describe(s, HEADLINE_AXIS)}; {rest}.{gap}"
+    )
 
 
 def answer_paragraph(ev: Evidence, baseline: str | Arm, candidate: str | Arm = "p_star") -> str:
@@ -334,37 +431,59 @@ def answer_paragraph(ev: Evidence, baseline: str | Arm, candidate: str | Arm = "
         return escape(sec.name(key))
 
     seeds = len(sec.arms[ev.baseline])
-    out = [f"**{escape(sec.task)} / {escape(sec.setting)}** ({seeds} seed{'s' if seeds != 1 else ''}; target accuracy {ev.target:.3f}, "
-           f"{100 * ev.target_fraction:.0f}% of the lowest seed-mean peak among the methods compared; "
-           f"a generated token costs {ev.generation_cost:.2g} PO tokens in the total cost)."]
+    out = [
+        f"**{escape(sec.task)} / {escape(sec.setting)}** ({seeds} seed{'s' if seeds != 1 else ''}; target accuracy {ev.target:.3f}, "
+        f"{100 * ev.target_fraction:.0f}% of the lowest seed-mean peak among the methods compared; "
+        f"a generated token costs {ev.generation_cost:.2g} PO tokens in the total cost)."
+    ]
     if not ev.informative:
-        out.append(f"Nothing to compare: the target {ev.target:.3f} is not above the starting accuracy "
-                   f"{ev.start:.3f}, so every method reaches it at once; these runs are too short or too small "
-                   "to say anything about the methods.")
+        out.append(
+            f"Nothing to compare: the target {ev.target:.3f} is not above the starting accuracy "
+            f"{ev.start:.3f}, so every method reaches it at once; these runs are too short or too small "
+            "to say anything about the methods."
+        )
         if not ev.plateau.learning:  # the likeliest reason, said where a reader starts
             out.append(f"The {base_name} baseline **is not learning** (see the plateau check).")
         return " ".join(out)
     first = ev.claims[0][1] if ev.claims else None
     if first is not None:
-        out.append(f"Against {base_name}, {cand_name} needs "
-                   + "; ".join(describe(first.savings[a], a) for a in AXES) + ".")
+        out.append(
+            f"Against {base_name}, {cand_name} needs " + "; ".join(describe(first.savings[a], a) for a in AXES) + "."
+        )
     if ev.decomposition:
-        out.append(f"By effect, in {AXIS_WORDS[HEADLINE_AXIS]}: " + "; ".join(
-            f"{escape(c.name)} ({name(c.a)} → {name(c.b)}): {describe(c.savings[HEADLINE_AXIS], HEADLINE_AXIS)}"
-            for c in ev.decomposition if c.effect is not Effect.TUNED_BASELINE) + ".")
+        out.append(
+            f"By effect, in {AXIS_WORDS[HEADLINE_AXIS]}: "
+            + "; ".join(
+                f"{escape(c.name)} ({name(c.a)} → {name(c.b)}): {describe(c.savings[HEADLINE_AXIS], HEADLINE_AXIS)}"
+                for c in ev.decomposition
+                if c.effect is not Effect.TUNED_BASELINE
+            )
+            + "."
+        )
     if ev.tuned is not None and ev.best is not None:
         tuned = next((c for c in ev.decomposition if c.effect is Effect.TUNED_BASELINE), None)
         if tuned is not None:
-            out.append(f"Against {name(ev.tuned)}, tuned on validation accuracy, the best cost-aware "
-                       f"method ({name(ev.best)}) needs {describe(tuned.savings[HEADLINE_AXIS], HEADLINE_AXIS)}.")
+            out.append(
+                f"Against {name(ev.tuned)}, tuned on validation accuracy, the best cost-aware "
+                f"method ({name(ev.best)}) needs {describe(tuned.savings[HEADLINE_AXIS], HEADLINE_AXIS)}."
+            )
     else:
         out.append(f"No tuned {base_name} baseline: {escape(ev.tuned_note)}.")
 
     def state(p: Plateau) -> str:
-        return ("**is not learning**" if not p.learning else "may or may not have plateaued (too few seeds to say)"
-                if p.undecided else "has plateaued" if p.plateaued else "**has not** plateaued")
+        return (
+            "**is not learning**"
+            if not p.learning
+            else "may or may not have plateaued (too few seeds to say)"
+            if p.undecided
+            else "has plateaued"
+            if p.plateaued
+            else "**has not** plateaued"
+        )
 
-    out.append(f"The {base_name} baseline {state(ev.plateau)}"
-               + ("" if ev.tuned_plateau is None else f", the tuned one {state(ev.tuned_plateau)}")
-               + " (see the plateau check).")
+    out.append(
+        f"The {base_name} baseline {state(ev.plateau)}"
+        + ("" if ev.tuned_plateau is None else f", the tuned one {state(ev.tuned_plateau)}")
+        + " (see the plateau check)."
+    )
     return " ".join(out)

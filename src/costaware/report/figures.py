@@ -22,16 +22,36 @@ from costaware.report import evidence as E
 from costaware.report.curves import MIN_SEEDS_FOR_CI, seed_curves
 from costaware.report.labels import label, style
 
-__all__ = ["AXIS_TITLES", "COLUMNS", "DPI", "PANEL_INCHES", "plot_axis", "plot_ablations", "x_limit", "X_STRETCH", "figure_grid", "load_pyplot"]
+__all__ = [
+    "AXIS_TITLES",
+    "COLUMNS",
+    "DPI",
+    "PANEL_INCHES",
+    "plot_axis",
+    "plot_ablations",
+    "x_limit",
+    "X_STRETCH",
+    "figure_grid",
+    "load_pyplot",
+]
 
-AXIS_TITLES = {"total_cost": "total cost (generated tokens × ratio + PO tokens)",
-               "po_tokens": "cumulative policy-optimisation tokens", "generated_tokens": "cumulative generated tokens",
-               "rounds": "generation rounds"}
+AXIS_TITLES = {
+    "total_cost": "total cost (generated tokens × ratio + PO tokens)",
+    "po_tokens": "cumulative policy-optimisation tokens",
+    "generated_tokens": "cumulative generated tokens",
+    "rounds": "generation rounds",
+}
 COLUMNS = 2  # panels a row
 DPI = 100
 PANEL_INCHES = (5.6, 4.0)  # one panel's axes area, before its legend
-FONT = {"font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "legend.fontsize": 9,
-        "xtick.labelsize": 9, "ytick.labelsize": 9}
+FONT = {
+    "font.size": 10,
+    "axes.titlesize": 11,
+    "axes.labelsize": 10,
+    "legend.fontsize": 9,
+    "xtick.labelsize": 9,
+    "ytick.labelsize": 9,
+}
 
 
 def load_pyplot():
@@ -87,16 +107,29 @@ def x_limit(ends: Sequence[float]) -> float:
 X_STRETCH = 1.25
 
 
-def plot_axis(evs: Sequence[E.Evidence], axis: str, path: Path, sft: Sequence[RunResult],
-              keys: Mapping[tuple[str, str], Sequence[E.Key]] | None = None, *, title: str = "held-out accuracy") -> list[str]:
+def plot_axis(
+    evs: Sequence[E.Evidence],
+    axis: str,
+    path: Path,
+    sft: Sequence[RunResult],
+    keys: Mapping[tuple[str, str], Sequence[E.Key]] | None = None,
+    *,
+    title: str = "held-out accuracy",
+) -> list[str]:
     """Seed-mean held-out accuracy against ``axis`` with a 95% band over seeds (none below 3 seeds), one panel per
     section; ``keys``: the arms to draw per (task, setting) (default: all). Returns the labels of the curves cut
     by the axis limit (:func:`x_limit`)."""
     plt = load_pyplot()
     cut: list[str] = []
     with plt.rc_context(FONT):
-        drawn = {(ev.section.task, ev.section.setting): [k for k in sorted(ev.section.arms)
-                 if keys is None or k in keys.get((ev.section.task, ev.section.setting), ())] for ev in evs}
+        drawn = {
+            (ev.section.task, ev.section.setting): [
+                k
+                for k in sorted(ev.section.arms)
+                if keys is None or k in keys.get((ev.section.task, ev.section.setting), ())
+            ]
+            for ev in evs
+        }
         legend_rows = max(math.ceil((len(v) + 2) / 2) for v in drawn.values())
         fig, axes = figure_grid(len(evs), legend_rows)
         for ax, ev in zip(axes, evs, strict=True):
@@ -106,8 +139,16 @@ def plot_axis(evs: Sequence[E.Evidence], axis: str, path: Path, sft: Sequence[Ru
                 runs = sec.arms[key]
                 st = style(key[0], key[1] / sec.default_lr)
                 c = seed_curves(runs, axis, generation_cost=ev.generation_cost, points=64)
-                ax.plot(c.grid, c.mean, color=st.colour, ls=st.linestyle, marker=st.marker, markevery=8, ms=4,
-                        label=f"{sec.name(key)} (n={len(runs)})")
+                ax.plot(
+                    c.grid,
+                    c.mean,
+                    color=st.colour,
+                    ls=st.linestyle,
+                    marker=st.marker,
+                    markevery=8,
+                    ms=4,
+                    label=f"{sec.name(key)} (n={len(runs)})",
+                )
                 if len(runs) >= MIN_SEEDS_FOR_CI:
                     picks = np.random.default_rng(0).integers(0, len(runs), size=(500, len(runs)))
                     lo, hi = np.quantile(c.boot_means(picks), [0.025, 0.975], axis=0)
@@ -122,8 +163,15 @@ def plot_axis(evs: Sequence[E.Evidence], axis: str, path: Path, sft: Sequence[Ru
                 right = x_limit([e for e, _ in ends])
                 ax.set_xlim(0, right)
                 cut += [f"{sec.task}/{sec.setting}: {n}" for e, n in ends if e > right]
-                ax.annotate(f"target {ev.target:.3f}", (right, ev.target), xytext=(-3, 3), textcoords="offset points",
-                            ha="right", va="bottom", fontsize=8)
+                ax.annotate(
+                    f"target {ev.target:.3f}",
+                    (right, ev.target),
+                    xytext=(-3, 3),
+                    textcoords="offset points",
+                    ha="right",
+                    va="bottom",
+                    fontsize=8,
+                )
             ax.set(title=f"{sec.task} / {sec.setting}: {title}", xlabel=AXIS_TITLES[axis], ylabel="accuracy")
             _tidy(ax)
             _legend_under(ax, len(ax.get_legend_handles_labels()[1]))
@@ -144,10 +192,19 @@ def plot_ablations(runs: Sequence[RunResult], path: Path) -> None:
         for k in sorted(by, key=lambda k: (names[k], k)):  # in the legend, by name
             c = seed_curves(by[k], "po_tokens", points=64)
             st = style(k[2])
-            ax.plot(c.grid, c.mean, color=st.colour, ls=st.linestyle, marker=st.marker, markevery=8, ms=4,
-                    label=f"{names[k]} (n={len(by[k])})")
-        ax.set(title="Ablations (proxy noise, G ≡ 1, α, tokens/step)", xlabel=AXIS_TITLES["po_tokens"],
-               ylabel="accuracy")
+            ax.plot(
+                c.grid,
+                c.mean,
+                color=st.colour,
+                ls=st.linestyle,
+                marker=st.marker,
+                markevery=8,
+                ms=4,
+                label=f"{names[k]} (n={len(by[k])})",
+            )
+        ax.set(
+            title="Ablations (proxy noise, G ≡ 1, α, tokens/step)", xlabel=AXIS_TITLES["po_tokens"], ylabel="accuracy"
+        )
         _tidy(ax)
         _legend_under(ax, len(by))
         fig.savefig(path, dpi=DPI)

@@ -32,8 +32,12 @@ OPTIONS: dict[str, dict[object, str]] = {
     "weights": {"raw": "raw weights"},
     "step_budget": {"tokens": "tokens/step matched", "support": "nonzero's rows/step"},
     "proxy": {"advantage": "paper's proxy |A|", "calibrated": "calibrated proxy", "length_aware": "length-aware proxy"},
-    "rollout": {"greso": "GRESO skip, biased", "cost_aware_skip": "cost-aware skip, biased",
-                "cost_aware": "cost-aware prompts", "dapo": "DAPO dynamic sampling"},
+    "rollout": {
+        "greso": "GRESO skip, biased",
+        "cost_aware_skip": "cost-aware skip, biased",
+        "cost_aware": "cost-aware prompts",
+        "dapo": "DAPO dynamic sampling",
+    },
 }
 
 
@@ -88,8 +92,12 @@ STYLES = {
     "sft": Style("#444444", "x", "--"),
 }
 # A prompt stage or a peer's own sampling changes what the arm is: its own colour, whatever its row method.
-ROLLOUT_STYLES = {"greso": Style("#9467BD", "P"), "dapo": Style("#BCBD22", "X"),
-                  "cost_aware_skip": Style("#D62728", "*"), "cost_aware": Style("#FF7F0E", "*", "--")}
+ROLLOUT_STYLES = {
+    "greso": Style("#9467BD", "P"),
+    "dapo": Style("#BCBD22", "X"),
+    "cost_aware_skip": Style("#D62728", "*"),
+    "cost_aware": Style("#FF7F0E", "*", "--"),
+}
 _ALT_MARKERS = "os^vD<>ph8*PX"
 _ALT_LINES = ("--", "-.", ":")
 

@@ -44,9 +44,14 @@ def rows(evs: Sequence[E.Evidence]) -> list[Row]:
 
 
 def opening_table(rs: Sequence[Row]) -> list[str]:
-    cells = [[r.claim, "–" if r.comparison is None else fmt(r.comparison.savings[HEADLINE_AXIS]),
-              E.verdict_word(r.comparison, bold=False) if r.comparison is not None else f"cannot say ({r.absent})"]
-             for r in rs]
+    cells = [
+        [
+            r.claim,
+            "–" if r.comparison is None else fmt(r.comparison.savings[HEADLINE_AXIS]),
+            E.verdict_word(r.comparison, bold=False) if r.comparison is not None else f"cannot say ({r.absent})",
+        ]
+        for r in rs
+    ]
     return table(["claim", "total-cost saving [95% CI]", "verdict"], cells)
 
 
@@ -68,8 +73,10 @@ def sentences(ev: E.Evidence, baseline: Arm, candidate: Arm, target_text: str = 
     base, nonzero, cand = ev.baseline, (Arm("nonzero"), lr), (candidate, lr)
     bn, cn = escape(sec.name(base)), escape(sec.name(cand))
     if not ev.informative:
-        return (f"Nothing to compare in {escape(sec.task)} / {escape(sec.setting)}: the target {ev.target:.3f} is not "
-                f"above the starting accuracy {ev.start:.3f}; the runs are too short or too small to say anything.")
+        return (
+            f"Nothing to compare in {escape(sec.task)} / {escape(sec.setting)}: the target {ev.target:.3f} is not "
+            f"above the starting accuracy {ev.start:.3f}; the runs are too short or too small to say anything."
+        )
     gain, rows_, aware = _find(ev, base, cand), _find(ev, base, nonzero), _find(ev, nonzero, cand)
     out = []
     if gain is not None:
@@ -78,19 +85,26 @@ def sentences(ev: E.Evidence, baseline: Arm, candidate: Arm, target_text: str = 
         if verdict(s) is Verdict.NO_INTERVAL:
             more = "less" if s.value >= 0 else "more"
             amount = "never reaching it" if math.isinf(s.value) else f"{abs(100 * s.value):.0f}% {more} total cost"
-            out.append(f"With {no_interval(seeds)}, these are point estimates and nothing is decided: {cn} reached "
-                       f"the target accuracy {ev.target:.3f} with {amount} than {bn}.".replace(
-                           "never reaching it than", "never reaching it, unlike"))
+            out.append(
+                f"With {no_interval(seeds)}, these are point estimates and nothing is decided: {cn} reached "
+                f"the target accuracy {ev.target:.3f} with {amount} than {bn}.".replace(
+                    "never reaching it than", "never reaching it, unlike"
+                )
+            )
         else:
-            how = {Verdict.YES: f"reaches the target accuracy {ev.target:.3f} at a lower total cost than {bn}",
-                   Verdict.NO: f"needs a higher total cost than {bn} to reach the target accuracy {ev.target:.3f}",
-                   Verdict.NOT_SHOWN: f"is not shown to reach the target accuracy {ev.target:.3f} at a lower total "
-                                      f"cost than {bn}"}[verdict(s)]
+            how = {
+                Verdict.YES: f"reaches the target accuracy {ev.target:.3f} at a lower total cost than {bn}",
+                Verdict.NO: f"needs a higher total cost than {bn} to reach the target accuracy {ev.target:.3f}",
+                Verdict.NOT_SHOWN: f"is not shown to reach the target accuracy {ev.target:.3f} at a lower total "
+                f"cost than {bn}",
+            }[verdict(s)]
             out.append(f"A user who switches from {bn} to {cn} {how} (saving {fmt(s)}, {seeds} seeds).")
     if rows_ is not None and aware is not None:
         r, a = verdict(rows_.savings[HEADLINE_AXIS]), verdict(aware.savings[HEADLINE_AXIS])
-        parts = (f"dropping the zero-advantage rows (nonzero against {bn}: {_said(rows_)}); cost-awareness "
-                 f"({cn} against nonzero: {_said(aware)})")
+        parts = (
+            f"dropping the zero-advantage rows (nonzero against {bn}: {_said(rows_)}); cost-awareness "
+            f"({cn} against nonzero: {_said(aware)})"
+        )
         if Verdict.NO_INTERVAL in (r, a):
             out.append(f"By effect: {parts}.")
         elif r is Verdict.YES and a is not Verdict.YES:
@@ -104,4 +118,3 @@ def sentences(ev: E.Evidence, baseline: Arm, candidate: Arm, target_text: str = 
     if target_text:
         out.append(target_text)
     return " ".join(out)
-

@@ -54,26 +54,41 @@ class Plateau:
     def text(self, name: str) -> str:
         """The plateau line of the report, in Markdown (``name`` is a plain label)."""
         name = escape(name)
-        where = (f"its peak is at evaluation {self.peak_index + 1} of {self.n_points}"
-                 + (", among the last 20%" if self.peak_late else ", before the last 20%"))
-        ci = (f"[{self.rise.lo:+.3f}, {self.rise.hi:+.3f}] ({self.seeds} seeds)" if self.rise.has_interval
-              else f"({self.seeds} seed{'s' if self.seeds != 1 else ''}: no interval)")
+        where = f"its peak is at evaluation {self.peak_index + 1} of {self.n_points}" + (
+            ", among the last 20%" if self.peak_late else ", before the last 20%"
+        )
+        ci = (
+            f"[{self.rise.lo:+.3f}, {self.rise.hi:+.3f}] ({self.seeds} seeds)"
+            if self.rise.has_interval
+            else f"({self.seeds} seed{'s' if self.seeds != 1 else ''}: no interval)"
+        )
         rise = f"over the last quarter of evaluations it rose by {self.rise.value:+.3f} {ci}"
         if not self.learning:
-            return (f"Plateau check: **{name} is not learning**: its seed-mean accuracy starts at {self.start:.3f} "
-                    f"and its peak, {self.peak:.3f}, is no more than {self.min_gain:.3f} above that; a flat curve "
-                    "that never rose is no plateau, and savings to a target on it say nothing about the methods.")
+            return (
+                f"Plateau check: **{name} is not learning**: its seed-mean accuracy starts at {self.start:.3f} "
+                f"and its peak, {self.peak:.3f}, is no more than {self.min_gain:.3f} above that; a flat curve "
+                "that never rose is no plateau, and savings to a target on it say nothing about the methods."
+            )
         if self.undecided:
             return f"Plateau check: {name}'s peak is late ({where}); {rise}, so whether it has flattened is not shown."
         if self.plateaued:
             return f"Plateau check: {name}'s seed-mean curve has flattened: {where}; {rise}."
-        return (f"Plateau check: **{name}'s seed-mean curve has NOT flattened**: {where}, and {rise}, a CI "
-                "above zero. Its peak is where its budget ran out, so savings to it say how much sooner a "
-                "method gets as far as the baseline did, not that it reaches a higher plateau.")
+        return (
+            f"Plateau check: **{name}'s seed-mean curve has NOT flattened**: {where}, and {rise}, a CI "
+            "above zero. Its peak is where its budget ran out, so savings to it say how much sooner a "
+            "method gets as far as the baseline did, not that it reaches a higher plateau."
+        )
 
 
-def plateau(runs: Sequence[RunResult], *, late: float = 0.2, tail: float = 0.25, n_boot: int = 2000,
-            seed: int = 0, min_gain: float = MIN_GAIN) -> Plateau:
+def plateau(
+    runs: Sequence[RunResult],
+    *,
+    late: float = 0.2,
+    tail: float = 0.25,
+    n_boot: int = 2000,
+    seed: int = 0,
+    min_gain: float = MIN_GAIN,
+) -> Plateau:
     """Plateau check on the PO-token seed-mean curve, at as many points as a run has evaluations.
 
     The peak is "late" if it is among the last ``late`` share of evaluations; the rise is the
@@ -101,5 +116,13 @@ def plateau(runs: Sequence[RunResult], *, late: float = 0.2, tail: float = 0.25,
     picks = np.random.default_rng(seed).integers(0, len(runs), size=(n_boot, len(runs)))
     boot = rises(c.boot_means(picks))
     lo, hi = np.quantile(boot, [0.025, 0.975])
-    return Plateau(k, peak, peak >= k - math.ceil(late * k), Estimate(float(rises(mean)), float(lo), float(hi), seeds=len(runs)),
-                   len(runs), float(mean[0]), float(mean[peak]), min_gain)
+    return Plateau(
+        k,
+        peak,
+        peak >= k - math.ceil(late * k),
+        Estimate(float(rises(mean)), float(lo), float(hi), seeds=len(runs)),
+        len(runs),
+        float(mean[0]),
+        float(mean[peak]),
+        min_gain,
+    )

@@ -76,20 +76,32 @@ class Predictions:
         """One line: which logs the numbers come from, or why there are none."""
         gone = sum(self.missing.values())
         if not self.available:
-            return (f"No prediction: none of the {gone} GRPO and nonzero runs of this section left a readable "
-                    "per-prompt log (runs recorded before the logs existed have none).")
+            return (
+                f"No prediction: none of the {gone} GRPO and nonzero runs of this section left a readable "
+                "per-prompt log (runs recorded before the logs existed have none)."
+            )
         used = ", ".join(f"{n} {'GRPO' if m == 'none' else m}" for m, n in self.runs.items() if n)
-        return (f"Predicted from the per-prompt logs of {used} run{'s' if sum(self.runs.values()) != 1 else ''}"
-                + (f"; {gone} run{'s' if gone != 1 else ''} left no readable log" if gone else "")
-                + "; median [min, max] over runs.")
+        return (
+            f"Predicted from the per-prompt logs of {used} run{'s' if sum(self.runs.values()) != 1 else ''}"
+            + (f"; {gone} run{'s' if gone != 1 else ''} left no readable log" if gone else "")
+            + "; median [min, max] over runs."
+        )
 
     def as_dict(self) -> dict[str, Any]:
-        return {"runs": self.runs, "missing": self.missing, "problems": list(self.problems),
-                "prompt_level": {c: {"kind": self.kinds[c], **{m: s.as_dict() for m, s in by.items()}}
-                                 for c, by in self.prompt_level.items()},
-                "skips": {k: {m: {"tokens_skipped": t.as_dict(), "signal_lost": g.as_dict()} for m, (t, g) in by.items()}
-                          for k, by in self.skips.items()},
-                "row_level": None if self.row_level is None else self.row_level.as_dict()}
+        return {
+            "runs": self.runs,
+            "missing": self.missing,
+            "problems": list(self.problems),
+            "prompt_level": {
+                c: {"kind": self.kinds[c], **{m: s.as_dict() for m, s in by.items()}}
+                for c, by in self.prompt_level.items()
+            },
+            "skips": {
+                k: {m: {"tokens_skipped": t.as_dict(), "signal_lost": g.as_dict()} for m, (t, g) in by.items()}
+                for k, by in self.skips.items()
+            },
+            "row_level": None if self.row_level is None else self.row_level.as_dict(),
+        }
 
 
 def predict(sec: Section, logs: Mapping[RunId, Path] | None, generation_cost: float) -> Predictions:
@@ -110,8 +122,9 @@ def predict(sec: Section, logs: Mapping[RunId, Path] | None, generation_cost: fl
                 continue
             try:
                 with np.errstate(divide="ignore", invalid="ignore"):  # rounds without signal are NaN, and skipped
-                    res = analyse(read_prompt_rounds([path]), AnalysisConfig(generation_cost=generation_cost,
-                                                                              row_method=method))
+                    res = analyse(
+                        read_prompt_rounds([path]), AnalysisConfig(generation_cost=generation_cost, row_method=method)
+                    )
             except (OSError, ValueError) as e:
                 missing[method] += 1
                 problems.append(f"{Path(path).name}: {e}")
@@ -122,12 +135,18 @@ def predict(sec: Section, logs: Mapping[RunId, Path] | None, generation_cost: fl
                 ratios.setdefault(r.name, {}).setdefault(method, []).append(r.overall)
             for s in res.skips:
                 skipped.setdefault(s.name, {}).setdefault(method, []).append(
-                    (s.overall_tokens_skipped, s.overall_signal_lost))
+                    (s.overall_tokens_skipped, s.overall_signal_lost)
+                )
             rows.append(res.row_level.overall)
     prompt_level = {c: {m: sp for m, v in by.items() if (sp := Spread.of(v)) is not None} for c, by in ratios.items()}
-    skips = {k: {m: (t, g) for m, v in by.items()
-                 if (t := Spread.of([a for a, _ in v])) is not None and (g := Spread.of([b for _, b in v])) is not None}
-             for k, by in skipped.items()}
+    skips = {
+        k: {
+            m: (t, g)
+            for m, v in by.items()
+            if (t := Spread.of([a for a, _ in v])) is not None and (g := Spread.of([b for _, b in v])) is not None
+        }
+        for k, by in skipped.items()
+    }
     return Predictions(runs, missing, prompt_level, kinds, skips, Spread.of(rows), tuple(problems))
 
 
@@ -139,11 +158,17 @@ def source(method: str) -> str:
 def prompt_table(pred: Predictions) -> list[str]:
     """The prompt-level J(q)/J(uniform) of every candidate, and the biased skips' expected effect, per log source."""
     methods = [m for m, n in pred.runs.items() if n]
-    rows = [[c, pred.kinds[c], *(by[m].text() if m in by else "–" for m in methods)]
-            for c, by in pred.prompt_level.items()]
-    rows += [[f"{k} (biased skip): share of generated tokens skipped / of Σ|A| lost", "skip",
-              *(f"{by[m][0].text(pct=True)} / {by[m][1].text(pct=True)}" if m in by else "–" for m in methods)]
-             for k, by in pred.skips.items()]
+    rows = [
+        [c, pred.kinds[c], *(by[m].text() if m in by else "–" for m in methods)] for c, by in pred.prompt_level.items()
+    ]
+    rows += [
+        [
+            f"{k} (biased skip): share of generated tokens skipped / of Σ|A| lost",
+            "skip",
+            *(f"{by[m][0].text(pct=True)} / {by[m][1].text(pct=True)}" if m in by else "–" for m in methods),
+        ]
+        for k, by in pred.skips.items()
+    ]
     return table(["candidate", "kind", *(f"J(q)/J(uniform), {source(m)}" for m in methods)], rows)
 
 
@@ -154,11 +179,15 @@ def row_level_line(pred: Predictions, measured: Comparison | None, sec: Section)
     if pred.row_level is None:
         return f"{pred.note()} No round of the logs had a non-zero advantage: no row-level prediction."
     r = pred.row_level
-    head = (f"Row level, predicted beside measured: {escape(ROW_LEVEL)} = {r.text()} ({r.n} log{'s' if r.n != 1 else ''}), "
-            f"a predicted saving of {100 * (1 - r.median):.0f}% of p\\* over nonzero in PO tokens to a given variance")
+    head = (
+        f"Row level, predicted beside measured: {escape(ROW_LEVEL)} = {r.text()} ({r.n} log{'s' if r.n != 1 else ''}), "
+        f"a predicted saving of {100 * (1 - r.median):.0f}% of p\\* over nonzero in PO tokens to a given variance"
+    )
     if measured is None:
         return head + "; measured: not computed (nonzero or p\\* not run, or the target is not above the start)."
     name = f"{escape(sec.name(measured.a))} → {escape(sec.name(measured.b))}"
-    return (f"{head}; measured ({name}): {describe(measured.savings['po_tokens'], 'po_tokens')}, "
-            f"{describe(measured.savings[HEADLINE_AXIS], HEADLINE_AXIS)}. The gap is what J leaves out: the rollouts' "
-            "own sampling noise (J treats the pool as the whole data set), the proxy, Adam, bias, the plateau.")
+    return (
+        f"{head}; measured ({name}): {describe(measured.savings['po_tokens'], 'po_tokens')}, "
+        f"{describe(measured.savings[HEADLINE_AXIS], HEADLINE_AXIS)}. The gap is what J leaves out: the rollouts' "
+        "own sampling noise (J treats the pool as the whole data set), the proxy, Adam, bias, the plateau."
+    )

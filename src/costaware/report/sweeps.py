@@ -19,8 +19,19 @@ from costaware.report import evidence as E
 from costaware.report.curves import Estimate
 from costaware.report.verdicts import Verdict, verdict
 
-__all__ = ["PRICES", "SWEEP", "TARGET_FRACTIONS", "GPU_RATIO", "GPU_SOURCES", "price_savings", "price_claims",
-           "target_claims", "measured_ratio", "PriceRow", "TargetRow"]
+__all__ = [
+    "PRICES",
+    "SWEEP",
+    "TARGET_FRACTIONS",
+    "GPU_RATIO",
+    "GPU_SOURCES",
+    "price_savings",
+    "price_claims",
+    "target_claims",
+    "measured_ratio",
+    "PriceRow",
+    "TargetRow",
+]
 
 PRICES = (1 / 3, 1.0, 3.0)  # the table's prices: the FLOP ratio, parity, and generation three times dearer
 SWEEP = (0.0, 0.02, 0.05, 0.1, 0.2, 1 / 3, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0)  # the figure's prices
@@ -28,15 +39,15 @@ TARGET_FRACTIONS = (0.90, 0.95, 0.98)
 # Generation's share s of an RL step's wall time on GPUs, as published; with every generated token also trained
 # on (PO tokens ≈ generated tokens when responses dominate), the price of a generated token is g ≈ s / (1 − s).
 GPU_SOURCES = (
-    ("RollPacker (Gao et al., 2025, arXiv:2509.21009): the rollout stage takes about 70% of total training time",
-     0.70),
+    ("RollPacker (Gao et al., 2025, arXiv:2509.21009): the rollout stage takes about 70% of total training time", 0.70),
     ("APRIL (Zhou et al., 2025, arXiv:2509.18521): rollout generation takes more than 90% of total runtime", 0.90),
 )
 GPU_RATIO = tuple(s / (1 - s) for _, s in GPU_SOURCES)  # ≈ (2.3, 9)
 
 
-def price_savings(sec: E.Section, a: E.Key, b: E.Key, target: float, prices: Sequence[float], *, n_boot: int = 2000,
-                  seed: int = 0) -> list[Estimate]:
+def price_savings(
+    sec: E.Section, a: E.Key, b: E.Key, target: float, prices: Sequence[float], *, n_boot: int = 2000, seed: int = 0
+) -> list[Estimate]:
     """The total-cost saving of ``b`` over ``a`` to ``target`` at each price ``g`` of a generated token."""
     bad = [g for g in prices if not (np.isfinite(g) and g >= 0)]
     if bad:
@@ -56,13 +67,17 @@ class PriceRow:
         return Verdict.NO_INTERVAL not in vs and len(vs) > 1
 
 
-def price_claims(ev: E.Evidence, *, prices: Sequence[float] = PRICES, n_boot: int = 2000,
-                 seed: int = 0) -> list[PriceRow]:
+def price_claims(
+    ev: E.Evidence, *, prices: Sequence[float] = PRICES, n_boot: int = 2000, seed: int = 0
+) -> list[PriceRow]:
     """Every claim of a section that has a comparison, recomputed at each price."""
     if not ev.informative:
         return []
-    return [PriceRow(claim, tuple(price_savings(ev.section, c.a, c.b, ev.target, prices, n_boot=n_boot, seed=seed)))
-            for claim, c, _ in ev.claims if c is not None]
+    return [
+        PriceRow(claim, tuple(price_savings(ev.section, c.a, c.b, ev.target, prices, n_boot=n_boot, seed=seed)))
+        for claim, c, _ in ev.claims
+        if c is not None
+    ]
 
 
 @dataclass(frozen=True)
@@ -85,8 +100,9 @@ class TargetRow:
         return ""
 
 
-def target_claims(ev: E.Evidence, *, fractions: Sequence[float] = TARGET_FRACTIONS, n_boot: int = 2000,
-                  seed: int = 0) -> list[TargetRow]:
+def target_claims(
+    ev: E.Evidence, *, fractions: Sequence[float] = TARGET_FRACTIONS, n_boot: int = 2000, seed: int = 0
+) -> list[TargetRow]:
     """Every claim of a section at each target: ``fraction`` × the lowest seed-mean peak of the arms compared."""
     if not ev.informative:
         return []
@@ -95,17 +111,32 @@ def target_claims(ev: E.Evidence, *, fractions: Sequence[float] = TARGET_FRACTIO
     for claim, c, _ in ev.claims:
         if c is None:
             continue
-        rows.append(TargetRow(claim, tuple(
-            E.axis_saving(ev.section, c.a, c.b, "total_cost", f * lowest, ev.generation_cost, n_boot, seed)
-            if f * lowest > ev.start else None for f in fractions)))
+        rows.append(
+            TargetRow(
+                claim,
+                tuple(
+                    E.axis_saving(ev.section, c.a, c.b, "total_cost", f * lowest, ev.generation_cost, n_boot, seed)
+                    if f * lowest > ev.start
+                    else None
+                    for f in fractions
+                ),
+            )
+        )
     return rows
 
 
 def measured_ratio(runs: Sequence[RunResult]) -> float | None:
     """Seconds per generated token over seconds per PO token, from the runs' own timings (the machine that ran
     them); None when no run recorded its generation time. Summed over runs: a ratio of totals."""
-    timed = [r for r in runs if r.generation_seconds and r.evals and r.evals[-1].generated_tokens
-             and r.evals[-1].po_seconds > 0 and r.evals[-1].po_tokens > 0]
+    timed = [
+        r
+        for r in runs
+        if r.generation_seconds
+        and r.evals
+        and r.evals[-1].generated_tokens
+        and r.evals[-1].po_seconds > 0
+        and r.evals[-1].po_tokens > 0
+    ]
     if not timed:
         return None
     # `or 0.0` only narrows the type: every run in `timed` has generation_seconds

@@ -52,13 +52,36 @@ def markdown_table(result: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     """The cost table as Markdown, closed-form J ratios beside the measured ones."""
     r = result["closed_form_J_ratios"]
     bias = result.get("bias_limited_sqrtS_C_ratios", {})
-    header = ["ε", "cost uniform", "cost variance", "cost optimal", "optimal/uniform measured", "J ratio",
-              "√S·C ratio", "optimal/variance measured", "J ratio", "√S·C ratio"]
-    lines = table(header, [[f"{row['eps']:.3g}", f"{row['cost_uniform']:.3g}", f"{row['cost_variance']:.3g}",
-                            f"{row['cost_optimal']:.3g}", f"{row['measured_optimal/uniform']:.3f}",
-                            f"{r['optimal/uniform']:.3f}", f"{bias.get('optimal/uniform', float('nan')):.3f}",
-                            f"{row['measured_optimal/variance']:.3f}", f"{r['optimal/variance']:.3f}",
-                            f"{bias.get('optimal/variance', float('nan')):.3f}"] for row in rows])
+    header = [
+        "ε",
+        "cost uniform",
+        "cost variance",
+        "cost optimal",
+        "optimal/uniform measured",
+        "J ratio",
+        "√S·C ratio",
+        "optimal/variance measured",
+        "J ratio",
+        "√S·C ratio",
+    ]
+    lines = table(
+        header,
+        [
+            [
+                f"{row['eps']:.3g}",
+                f"{row['cost_uniform']:.3g}",
+                f"{row['cost_variance']:.3g}",
+                f"{row['cost_optimal']:.3g}",
+                f"{row['measured_optimal/uniform']:.3f}",
+                f"{r['optimal/uniform']:.3f}",
+                f"{bias.get('optimal/uniform', float('nan')):.3f}",
+                f"{row['measured_optimal/variance']:.3f}",
+                f"{r['optimal/variance']:.3f}",
+                f"{bias.get('optimal/variance', float('nan')):.3f}",
+            ]
+            for row in rows
+        ],
+    )
     cfg = result["config"]
     lines += [
         "",

@@ -15,10 +15,12 @@ from costaware.report.curves import MIN_SEEDS_FOR_CI, Estimate
 
 __all__ = ["Verdict", "verdict", "pct", "fmt", "no_interval", "RULE"]
 
-RULE = (f"**Verdict rule.** A claim is **yes** only when the 95% CI of its total-cost saving (a bootstrap over "
-        f"seeds, paired when both arms ran the same seeds) lies above zero, **no, it is worse** when it lies below, "
-        f"and **not shown** when it contains zero. With fewer than {MIN_SEEDS_FOR_CI} seeds there is no interval "
-        "and no verdict: the saving is a point estimate.")
+RULE = (
+    f"**Verdict rule.** A claim is **yes** only when the 95% CI of its total-cost saving (a bootstrap over "
+    f"seeds, paired when both arms ran the same seeds) lies above zero, **no, it is worse** when it lies below, "
+    f"and **not shown** when it contains zero. With fewer than {MIN_SEEDS_FOR_CI} seeds there is no interval "
+    "and no verdict: the saving is a point estimate."
+)
 
 
 class Verdict(enum.Enum):

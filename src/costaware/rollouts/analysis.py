@@ -45,8 +45,16 @@ from costaware.rollouts.prompts import (
 )
 from costaware.rollouts.state import PromptState, StateConfig
 
-__all__ = ["ROW_METHODS", "AnalysisConfig", "Ratios", "SkipEffect", "RolloutAnalysis", "analyse", "format_table",
-           "j_value"]
+__all__ = [
+    "ROW_METHODS",
+    "AnalysisConfig",
+    "Ratios",
+    "SkipEffect",
+    "RolloutAnalysis",
+    "analyse",
+    "format_table",
+    "j_value",
+]
 
 ROW_METHODS = {"none": "all", "nonzero": "nonzero", "p_star": "nonzero"}
 
@@ -157,15 +165,18 @@ def analyse(records: list[PromptRound], config: AnalysisConfig | None = None) ->
     records = list(records)
     bad = next((r for r in records if not isinstance(r, PromptRound)), None)
     if bad is not None:
-        raise TypeError(f"records must hold PromptRound entries (read_prompt_rounds gives them), "
-                        f"got {bad!r} ({type(bad).__name__})")
+        raise TypeError(
+            f"records must hold PromptRound entries (read_prompt_rounds gives them), got {bad!r} ({type(bad).__name__})"
+        )
     rounds, by, G, N = _rounds(records)
     cost = CostModel(cfg.generation_cost, ROW_METHODS[cfg.row_method])
     state = PromptState(StateConfig(G, cfg.prior_pass_rate, cfg.prior_strength, cfg.decay, eps=cfg.eps), N)
     two = {m: TwoStage(first=m, floor=cfg.two_stage_floor, cost=cost) for m in cfg.first if m < G}
     # every registered skip rule, fresh, with this analysis's cost model where it takes one
-    rules = {name: prompt_method_from_name(name, generation_cost=cfg.generation_cost, po_rows=cost.po_rows)
-             for name in REGISTRY}
+    rules = {
+        name: prompt_method_from_name(name, generation_cost=cfg.generation_cost, po_rows=cost.po_rows)
+        for name in REGISTRY
+    }
     skip_rules = {name: rule for name, rule in rules.items() if isinstance(rule, SkipRule)}
     status_sum, status_n = np.zeros(4), np.zeros(4)
     size_g: list[np.ndarray] = []
@@ -211,8 +222,12 @@ def analyse(records: list[PromptRound], config: AnalysisConfig | None = None) ->
             sp, sg = np.concatenate(size_p), np.concatenate(size_g)
             edges = np.quantile(sp, np.linspace(0, 1, cfg.size_bins + 1)[1:-1])
             bins_past, bins_now = np.searchsorted(edges, sp), np.searchsorted(edges, P)
-            g_size = _mean_by(bins_now, np.bincount(bins_past, sg, cfg.size_bins),
-                              np.bincount(bins_past, None, cfg.size_bins).astype(float), past)
+            g_size = _mean_by(
+                bins_now,
+                np.bincount(bins_past, sg, cfg.size_bins),
+                np.bincount(bins_past, None, cfg.size_bins).astype(float),
+                past,
+            )
         else:
             g_size = np.ones(B)
         for name, g_hat in (("last_status", g_status), ("posterior", e["abs_adv_sum"][ids]), ("prompt_size", g_size)):
@@ -230,13 +245,21 @@ def analyse(records: list[PromptRound], config: AnalysisConfig | None = None) ->
             put(f"two_stage(m={m})", "two_stage", var * float((u * (s1 + rho * s2)).sum()))
         # row level: p* against uniform over the non-zero rows
         a_rows, c_rows = absA[absA > 0], rowtok[absA > 0]
-        row_j.append(((a_rows * np.sqrt(c_rows)).sum() ** 2, (a_rows**2).sum() * c_rows.sum()) if a_rows.size else (0.0, 0.0))
+        row_j.append(
+            ((a_rows * np.sqrt(c_rows)).sum() ** 2, (a_rows**2).sum() * c_rows.sum()) if a_rows.size else (0.0, 0.0)
+        )
         # biased skips: expected share of generated tokens skipped and of signal lost
         epoch = groups_before // N
         for name, rule in skip_rules.items():
             keep = rule.keep(state, t)[ids]
-            skip_eff[name].append((float(((1 - keep) * L.sum(axis=1)).sum()), float(L.sum()),
-                                   float(((1 - keep) * g).sum()), float(g.sum())))
+            skip_eff[name].append(
+                (
+                    float(((1 - keep) * L.sum(axis=1)).sum()),
+                    float(L.sum()),
+                    float(((1 - keep) * g).sum()),
+                    float(g.sum()),
+                )
+            )
             rule.observe(R, epoch)  # the log holds every group; a rule that adapts sees the kept ones
         # now learn from round t
         np.add.at(status_sum, state.status[ids], g)
@@ -256,17 +279,27 @@ def analyse(records: list[PromptRound], config: AnalysisConfig | None = None) ->
 
     rj = np.array(row_j)
     rok = rj[:, 1] > 0
-    row = Ratios("p_star_rows", "row", tuple(np.where(rok, rj[:, 0] / np.where(rok, rj[:, 1], 1.0), np.nan).tolist()),
-                 float(rj[rok, 0].sum() / rj[rok, 1].sum()) if rok.any() else float("nan"))
+    row = Ratios(
+        "p_star_rows",
+        "row",
+        tuple(np.where(rok, rj[:, 0] / np.where(rok, rj[:, 1], 1.0), np.nan).tolist()),
+        float(rj[rok, 0].sum() / rj[rok, 1].sum()) if rok.any() else float("nan"),
+    )
     skips = []
     for name, vals in skip_eff.items():
         s = np.array(vals)
-        skips.append(SkipEffect(name, tuple((s[:, 0] / np.maximum(s[:, 1], 1e-12)).tolist()),
-                                tuple(np.where(s[:, 3] > 0, s[:, 2] / np.maximum(s[:, 3], 1e-12), np.nan).tolist()),
-                                float(s[:, 0].sum() / max(s[:, 1].sum(), 1e-12)),
-                                float(s[:, 2].sum() / s[:, 3].sum()) if s[:, 3].sum() > 0 else float("nan")))
-    return RolloutAnalysis(tuple(rounds), N, G, cfg, tuple(ratios(n, k, J[n]) for n, k in names), row,
-                           tuple(skips), tuple(zero_share))
+        skips.append(
+            SkipEffect(
+                name,
+                tuple((s[:, 0] / np.maximum(s[:, 1], 1e-12)).tolist()),
+                tuple(np.where(s[:, 3] > 0, s[:, 2] / np.maximum(s[:, 3], 1e-12), np.nan).tolist()),
+                float(s[:, 0].sum() / max(s[:, 1].sum(), 1e-12)),
+                float(s[:, 2].sum() / s[:, 3].sum()) if s[:, 3].sum() > 0 else float("nan"),
+            )
+        )
+    return RolloutAnalysis(
+        tuple(rounds), N, G, cfg, tuple(ratios(n, k, J[n]) for n, k in names), row, tuple(skips), tuple(zero_share)
+    )
 
 
 def _f(x: float) -> str:
@@ -276,10 +309,12 @@ def _f(x: float) -> str:
 def format_table(result: RolloutAnalysis, per_round: bool = False) -> str:
     """Plain-text tables: overall and per-round spread of every ratio; optionally round by round."""
     cfg = result.config
-    lines = [f"prompt-stage J(q)/J(uniform): {len(result.rounds)} rounds, N={result.num_prompts} prompts, "
-             f"G={result.group_size}, generation_cost={cfg.generation_cost:g}, row method {cfg.row_method!r}, "
-             f"zero-variance groups {np.mean(result.zero_variance_share):.0%}",
-             f"{'candidate':<24}{'overall':>8}{'min':>8}{'median':>8}{'max':>8}"]
+    lines = [
+        f"prompt-stage J(q)/J(uniform): {len(result.rounds)} rounds, N={result.num_prompts} prompts, "
+        f"G={result.group_size}, generation_cost={cfg.generation_cost:g}, row method {cfg.row_method!r}, "
+        f"zero-variance groups {np.mean(result.zero_variance_share):.0%}",
+        f"{'candidate':<24}{'overall':>8}{'min':>8}{'median':>8}{'max':>8}",
+    ]
     for r in (*result.prompt_level, result.row_level):
         v = np.array(r.per_round)
         v = v[np.isfinite(v)]

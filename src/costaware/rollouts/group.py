@@ -139,13 +139,16 @@ def predictive_abs_adv_sum(
     try:
         np.broadcast_shapes(aa.shape, bb.shape, k1.shape)
     except ValueError:
-        raise ValueError(f"a, b and first_correct must have one shape (or broadcast), got shapes "
-                         f"{aa.shape}, {bb.shape}, {k1.shape}") from None
+        raise ValueError(
+            f"a, b and first_correct must have one shape (or broadcast), got shapes {aa.shape}, {bb.shape}, {k1.shape}"
+        ) from None
     with np.errstate(all="ignore"):
         pmf = beta_binomial_pmf(aa + k1, bb + (f - k1), G - f)
     if not np.isfinite(pmf).all():  # betaln's inf − inf at pseudo-counts near the float64 limits
-        raise ValueError(f"a and b are beyond the range the Beta-binomial is computed in (float64), got "
-                         f"a = {show(aa)}, b = {show(bb)}")
+        raise ValueError(
+            f"a and b are beyond the range the Beta-binomial is computed in (float64), got "
+            f"a = {show(aa)}, b = {show(bb)}"
+        )
     return _moment(pmf, k1.astype(np.int64), G, std, eps, m)
 
 

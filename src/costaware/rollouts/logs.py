@@ -60,10 +60,13 @@ class PromptRound:
         if missing:
             raise ValueError(f"{where} is missing {missing}")
         try:
-            return cls(round=int(obj["round"]), prompt_id=int(obj["prompt_id"]),
-                       rewards=tuple(float(r) for r in obj["rewards"]),
-                       completion_lengths=tuple(int(n) for n in obj["completion_lengths"]),
-                       prompt_tokens=int(obj.get("prompt_tokens", 0)))
+            return cls(
+                round=int(obj["round"]),
+                prompt_id=int(obj["prompt_id"]),
+                rewards=tuple(float(r) for r in obj["rewards"]),
+                completion_lengths=tuple(int(n) for n in obj["completion_lengths"]),
+                prompt_tokens=int(obj.get("prompt_tokens", 0)),
+            )
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{where}: {exc}") from None
 
@@ -110,8 +113,13 @@ class RecordingReward:
     two partial records.
     """
 
-    def __init__(self, reward_fn: Callable[..., Any], path: str | os.PathLike[str], group_size: int,
-                 count_prompt_tokens: Callable[[Any], int] | None = None) -> None:
+    def __init__(
+        self,
+        reward_fn: Callable[..., Any],
+        path: str | os.PathLike[str],
+        group_size: int,
+        count_prompt_tokens: Callable[[Any], int] | None = None,
+    ) -> None:
         if not callable(reward_fn):
             raise TypeError(f"reward_fn must be callable, got {type(reward_fn).__name__}")
         self.reward_fn = reward_fn
@@ -121,11 +129,14 @@ class RecordingReward:
         self.calls = 0
         self.__name__ = getattr(reward_fn, "__name__", "reward")  # TRL logs reward functions by name
 
-    def __call__(self, prompts: list[Any], completions: list[Any], completion_ids: list[list[int]] | None = None,
-                 **kwargs: Any) -> list[float | None]:
+    def __call__(
+        self, prompts: list[Any], completions: list[Any], completion_ids: list[list[int]] | None = None, **kwargs: Any
+    ) -> list[float | None]:
         rewards = self.reward_fn(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
         if "prompt_id" not in kwargs:
-            raise ValueError("RecordingReward needs a 'prompt_id' column in the train dataset (TRL passes columns as kwargs)")
+            raise ValueError(
+                "RecordingReward needs a 'prompt_id' column in the train dataset (TRL passes columns as kwargs)"
+            )
         state = kwargs.get("trainer_state")
         rnd = int(getattr(state, "global_step", self.calls))
         self.calls += 1
@@ -143,8 +154,15 @@ class RecordingReward:
             stop = start + 1
             while stop < len(ids) and ids[stop] == ids[start] and stop - start < self.group_size:
                 stop += 1
-            records.append(PromptRound(round=rnd, prompt_id=ids[start], rewards=tuple(r[start:stop].tolist()),
-                                       completion_lengths=tuple(lengths[start:stop]), prompt_tokens=ptok[start]))
+            records.append(
+                PromptRound(
+                    round=rnd,
+                    prompt_id=ids[start],
+                    rewards=tuple(r[start:stop].tolist()),
+                    completion_lengths=tuple(lengths[start:stop]),
+                    prompt_tokens=ptok[start],
+                )
+            )
             start = stop
         write_prompt_rounds(self.path, records)
         return rewards

@@ -202,15 +202,17 @@ class SkipRule(PromptMethod):
 
     def choose(self, r: StageRound) -> tuple[np.ndarray, np.ndarray, int]:
         keep = self.keep(r.state, r.round)
-        ids, examined = fill_prompt_batch(r.candidates, keep, r.batch, self.candidates_per_call(r.batch),
-                                          rng=r.rng(1), max_calls=r.max_calls)
+        ids, examined = fill_prompt_batch(
+            r.candidates, keep, r.batch, self.candidates_per_call(r.batch), rng=r.rng(1), max_calls=r.max_calls
+        )
         if ids.size < r.batch:  # nothing left worth generating: fill from fresh candidates, unskipped
             ids = np.concatenate([ids, r.candidates(r.batch - ids.size)])
         return ids, np.ones(ids.size), examined
 
 
-def iid_draw(proxies: np.ndarray | None, costs: np.ndarray, alpha: float, size: int, seed: int,
-             chunk: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+def iid_draw(
+    proxies: np.ndarray | None, costs: np.ndarray, alpha: float, size: int, seed: int, chunk: int = 4096
+) -> tuple[np.ndarray, np.ndarray]:
     """``size`` i.i.d. ids from p ∝ G/√c mixed with uniform at ``alpha``, and their raw weights 1/(N p).
 
     The stream of :class:`costaware.sampler.CostAwareSampler` (``seed``, epoch 0, rank 0; alias draws in
@@ -222,8 +224,12 @@ def iid_draw(proxies: np.ndarray | None, costs: np.ndarray, alpha: float, size: 
     w = dist.importance_weights(p, mode="raw")
     prob, alias = build_alias(p)
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, 0, 0])))
-    ids = np.concatenate([draw(prob, alias, min(chunk, size - k), rng, validate=False)  # built here: trusted
-                          for k in range(0, size, chunk)])
+    ids = np.concatenate(
+        [
+            draw(prob, alias, min(chunk, size - k), rng, validate=False)  # built here: trusted
+            for k in range(0, size, chunk)
+        ]
+    )
     return ids, w[ids]
 
 
@@ -295,7 +301,9 @@ def uniform_prompts() -> UniformPrompts:
     return UniformPrompts()
 
 
-def cost_aware_prompts(floor: float = 0.1, generation_cost: float = 1.0 / 3.0, po_rows: str = "nonzero") -> CostAwarePrompts:
+def cost_aware_prompts(
+    floor: float = 0.1, generation_cost: float = 1.0 / 3.0, po_rows: str = "nonzero"
+) -> CostAwarePrompts:
     """The paper's rule applied to prompts, q ∝ Ĝ/√ĉ mixed with uniform at ``floor``: unbiased, weighted."""
     return CostAwarePrompts(floor=floor, cost=CostModel(generation_cost, po_rows))
 
@@ -304,8 +312,12 @@ def cost_aware_prompts(floor: float = 0.1, generation_cost: float = 1.0 / 3.0, p
 
 
 def fill_prompt_batch(
-    draw_candidates: Callable[[int], Any], keep_probability: Any, batch_size: int, candidates_per_call: int,
-    rng: Any = None, max_calls: int = 64,
+    draw_candidates: Callable[[int], Any],
+    keep_probability: Any,
+    batch_size: int,
+    candidates_per_call: int,
+    rng: Any = None,
+    max_calls: int = 64,
 ) -> tuple[np.ndarray, int]:
     """Draw candidate batches, keep each candidate j with ``keep_probability[j]``, until ``batch_size`` are kept.
 
@@ -320,8 +332,9 @@ def fill_prompt_batch(
     m = integer(candidates_per_call, "candidates_per_call", minimum=1, maximum=MAX_PROMPTS)
     calls = integer(max_calls, "max_calls", minimum=1, maximum=MAX_CALLS)
     if m * calls > MAX_EXAMINED:
-        raise ValueError(f"candidates_per_call × max_calls must be at most {MAX_EXAMINED} candidates, "
-                         f"got {m} × {calls}")
+        raise ValueError(
+            f"candidates_per_call × max_calls must be at most {MAX_EXAMINED} candidates, got {m} × {calls}"
+        )
     gen = as_generator(rng)
     kept: list[np.ndarray] = []
     seen = have = 0
@@ -365,8 +378,9 @@ class CostAwareSkip(SkipRule):
         return self.keep_probabilities(state, round)
 
 
-def cost_aware_skip(min_keep: float = 0.05, reference: float = 0.5, generation_cost: float = 1.0 / 3.0,
-                    po_rows: str = "nonzero") -> CostAwareSkip:
+def cost_aware_skip(
+    min_keep: float = 0.05, reference: float = 0.5, generation_cost: float = 1.0 / 3.0, po_rows: str = "nonzero"
+) -> CostAwareSkip:
     """The biased cost-aware skip (GRESO-like, scored by Ĝ/√ĉ); labelled ``biased=True``."""
     return CostAwareSkip(min_keep=min_keep, reference=reference, cost=CostModel(generation_cost, po_rows))
 
@@ -447,7 +461,7 @@ class Greso(SkipRule):
     def keep_probabilities(self, state: PromptState, control: GresoControl) -> np.ndarray:
         st = _check_state(state)
         p = np.where(st.status == ALL_CORRECT, control.p_easy, np.where(st.status == ALL_WRONG, control.p_hard, 1.0))
-        return np.where(st.zero_streak > 0, p ** st.zero_streak, 1.0)
+        return np.where(st.zero_streak > 0, p**st.zero_streak, 1.0)
 
     def adapt(self, control: GresoControl, rewards: Any, epoch: int) -> GresoControl:
         """The next control from one step's generated groups' rewards (B, G) at ``epoch`` (0-based)."""
@@ -463,16 +477,36 @@ class Greso(SkipRule):
         def move(p: float, share: float, target: float) -> float:
             return max(p - self.step, self.min_p) if share >= target else min(p + self.step, self.max_p)
 
-        return replace(control, p_easy=move(control.p_easy, easy, self.target * self.easy_split),
-                       p_hard=move(control.p_hard, hard, self.target * (1.0 - self.easy_split)))
+        return replace(
+            control,
+            p_easy=move(control.p_easy, easy, self.target * self.easy_split),
+            p_hard=move(control.p_hard, hard, self.target * (1.0 - self.easy_split)),
+        )
 
 
-def greso(target: float = 0.25, easy_split: float = 1.0 / 3.0, step: float = 0.01, p_easy: float = 0.5,
-          p_hard: float = 0.5, oversample: float = 1.5, min_p: float = 0.05, max_p: float = 0.95) -> Greso:
+def greso(
+    target: float = 0.25,
+    easy_split: float = 1.0 / 3.0,
+    step: float = 0.01,
+    p_easy: float = 0.5,
+    p_hard: float = 0.5,
+    oversample: float = 1.5,
+    min_p: float = 0.05,
+    max_p: float = 0.95,
+) -> Greso:
     """GRESO's probabilistic pre-rollout skip with its adaptive exploration; labelled ``biased=True``."""
-    return Greso(target=target, easy_split=easy_split, step=step, min_p=min_p, max_p=max_p,
-                 oversample=oversample, initial=GresoControl(in_open_unit_interval(p_easy, "p_easy", why=FLOOR_WHY),
-                                         in_open_unit_interval(p_hard, "p_hard", why=FLOOR_WHY)))
+    return Greso(
+        target=target,
+        easy_split=easy_split,
+        step=step,
+        min_p=min_p,
+        max_p=max_p,
+        oversample=oversample,
+        initial=GresoControl(
+            in_open_unit_interval(p_easy, "p_easy", why=FLOOR_WHY),
+            in_open_unit_interval(p_hard, "p_hard", why=FLOOR_WHY),
+        ),
+    )
 
 
 # -- the registry ---------------------------------------------------------------------------------
@@ -539,14 +573,21 @@ class TwoStage:
         integer(self.first, "first", minimum=1)
         in_open_unit_interval(self.floor, "floor", why=FLOOR_WHY)
         if not isinstance(self.base, UniformPrompts):
-            raise TypeError(f"base must be uniform_prompts() or cost_aware_prompts(...), got {type(self.base).__name__}")
+            raise TypeError(
+                f"base must be uniform_prompts() or cost_aware_prompts(...), got {type(self.base).__name__}"
+            )
 
     def probabilities(self, state: PromptState, round: int) -> np.ndarray:
         return self.base.probabilities(state, round)
 
     def continue_probabilities(
-        self, state: PromptState, round: int, prompt_ids: Any, first_rewards: Any,
-        first_lengths: Any | None = None, prompt_factors: Any | None = None,
+        self,
+        state: PromptState,
+        round: int,
+        prompt_ids: Any,
+        first_rewards: Any,
+        first_lengths: Any | None = None,
+        prompt_factors: Any | None = None,
     ) -> np.ndarray:
         """ρ of each drawn prompt given its first m rewards (B, m); 1 where they disagree."""
         st = _check_state(state)
@@ -591,7 +632,12 @@ def _p_informative_given_first(a: np.ndarray, b: np.ndarray, G: int, m: int, k1:
     return np.where(k1 > 0, 1.0 - pmf[..., -1], 1.0 - pmf[..., 0])
 
 
-def two_stage(first: int = 2, floor: float = 0.1, generation_cost: float = 1.0 / 3.0, po_rows: str = "nonzero",
-              base: UniformPrompts | None = None) -> TwoStage:
+def two_stage(
+    first: int = 2,
+    floor: float = 0.1,
+    generation_cost: float = 1.0 / 3.0,
+    po_rows: str = "nonzero",
+    base: UniformPrompts | None = None,
+) -> TwoStage:
     """Two-stage rollout: ``first`` responses each, the rest where they disagree or with ρ_j ≥ ``floor``."""
     return TwoStage(first=first, floor=floor, cost=CostModel(generation_cost, po_rows), base=base or UniformPrompts())

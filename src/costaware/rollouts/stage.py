@@ -92,19 +92,33 @@ class PromptStage:
             round it could not fill is filled from the last candidates examined (never an empty round).
     """
 
-    def __init__(self, method: Any, *, num_prompts: int, group_size: int, prompts_per_round: int, seed: int = 0,
-                 prompt_tokens: Any | None = None, state_config: StateConfig | None = None,
-                 max_candidate_batches: int = 64) -> None:
+    def __init__(
+        self,
+        method: Any,
+        *,
+        num_prompts: int,
+        group_size: int,
+        prompts_per_round: int,
+        seed: int = 0,
+        prompt_tokens: Any | None = None,
+        state_config: StateConfig | None = None,
+        max_candidate_batches: int = 64,
+    ) -> None:
         if not isinstance(method, PromptMethod):
             raise TypeError(f"method must be a PromptMethod (one of {tuple(REGISTRY)}), got {type(method).__name__}")
         self.method = method.start()
         n = integer(num_prompts, "num_prompts", minimum=1)
         g = integer(group_size, "group_size", minimum=2)  # one completion has no group advantage
-        self.batch = integer(prompts_per_round, "prompts_per_round", minimum=1,
-                             maximum=min(n, MAX_PROMPTS) if method.biased else MAX_PROMPTS)
+        self.batch = integer(
+            prompts_per_round,
+            "prompts_per_round",
+            minimum=1,
+            maximum=min(n, MAX_PROMPTS) if method.biased else MAX_PROMPTS,
+        )
         self.seed = integer(seed, "seed", minimum=0)
-        self.max_candidate_batches = integer(max_candidate_batches, "max_candidate_batches", minimum=1,
-                                             maximum=MAX_CALLS)
+        self.max_candidate_batches = integer(
+            max_candidate_batches, "max_candidate_batches", minimum=1, maximum=MAX_CALLS
+        )
         config = state_config or StateConfig(group_size=g)
         if config.group_size != g:
             raise ValueError(f"state_config.group_size must equal group_size={g}, got {config.group_size}")
@@ -127,7 +141,7 @@ class PromptStage:
         while k > 0:
             epoch, pos = divmod(self.cursor, n)
             perm = np.random.default_rng([self.seed, epoch, 7]).permutation(n)
-            take = perm[pos:pos + k]
+            take = perm[pos : pos + k]
             out.append(take)
             self.cursor += take.size
             k -= take.size
@@ -141,8 +155,9 @@ class PromptStage:
             return self.pending
         self._before_draw = (self.cursor, self.examined)  # what a checkpoint taken mid-round saves
         t = self.round
-        ids, factors, examined = self.method.choose(StageRound(self.state, t, self.batch, self._candidates, self._rng,
-                                                               self.max_candidate_batches))
+        ids, factors, examined = self.method.choose(
+            StageRound(self.state, t, self.batch, self._candidates, self._rng, self.max_candidate_batches)
+        )
         self.examined += int(examined)
         self.pending = RoundDraw(round=t, prompt_ids=ids.astype(np.int64), factors=factors, examined=int(examined))
         return self.pending
@@ -153,8 +168,9 @@ class PromptStage:
             raise ValueError("update() needs a draw() first: there is no round in progress")
         ids = as_array(prompt_ids, "prompt_ids").reshape(-1)
         if ids.shape != self.pending.prompt_ids.shape or not (ids == self.pending.prompt_ids).all():
-            raise ValueError(f"prompt_ids must be the drawn round's ids {self.pending.prompt_ids.tolist()}, "
-                             f"got {ids.tolist()}")
+            raise ValueError(
+                f"prompt_ids must be the drawn round's ids {self.pending.prompt_ids.tolist()}, got {ids.tolist()}"
+            )
         self.state.update(ids, rewards, completion_lengths, round=self.round, prompt_tokens=prompt_tokens)
         self.method.observe(as_array(rewards, "rewards"), self.cursor // self.state.num_prompts)
         self.round += 1
@@ -169,9 +185,14 @@ class PromptStage:
         they checkpoint): the resumed stage draws it again, the same prompts from the same candidates.
         """
         cursor, examined = self._before_draw if self.pending is not None else (self.cursor, self.examined)
-        return {"state": self.state.state_dict(), "round": self.round, "cursor": cursor,
-                "examined": examined, "method": self.method.name,
-                "control": self.method.rule_state()}
+        return {
+            "state": self.state.state_dict(),
+            "round": self.round,
+            "cursor": cursor,
+            "examined": examined,
+            "method": self.method.name,
+            "control": self.method.rule_state(),
+        }
 
     def load_state_dict(self, saved: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output; the method must be the same kind."""
@@ -184,8 +205,10 @@ class PromptStage:
             raise ValueError(f"saved holds the state of method {saved['method']!r}, not {self.method.name!r}")
         state = PromptState.from_state_dict(saved["state"])
         if state.num_prompts != self.state.num_prompts or state.config != self.state.config:
-            raise ValueError(f"saved state is for {state.num_prompts} prompts with {state.config}, "
-                             f"not {self.state.num_prompts} with {self.state.config}")
+            raise ValueError(
+                f"saved state is for {state.num_prompts} prompts with {state.config}, "
+                f"not {self.state.num_prompts} with {self.state.config}"
+            )
         self.state = state
         self.round = integer(saved["round"], "saved['round']", minimum=0)
         self.cursor = integer(saved["cursor"], "saved['cursor']", minimum=0)

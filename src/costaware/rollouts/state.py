@@ -99,8 +99,16 @@ class StateConfig:
         return (1.0 - self.prior_pass_rate) * self.prior_strength
 
 
-_ARRAYS = ("successes", "failures", "length_sum", "length_weight", "last_round", "status", "zero_streak",
-           "prompt_tokens")
+_ARRAYS = (
+    "successes",
+    "failures",
+    "length_sum",
+    "length_weight",
+    "last_round",
+    "status",
+    "zero_streak",
+    "prompt_tokens",
+)
 
 
 def _saved_values(arr: np.ndarray, name: str, key: str) -> np.ndarray:
@@ -160,7 +168,9 @@ class PromptState:
         ids = ids.astype(np.int64)
         r = as_array(rewards, "rewards")
         if r.ndim != 2 or r.shape != (ids.size, G):
-            raise ValueError(f"rewards must have shape (len(prompt_ids), group_size) = ({ids.size}, {G}), got {r.shape}")
+            raise ValueError(
+                f"rewards must have shape (len(prompt_ids), group_size) = ({ids.size}, {G}), got {r.shape}"
+            )
         if not (np.isfinite(r).all() and (r >= 0).all() and (r <= 1).all()):
             raise ValueError(f"rewards must lie in [0, 1] (0/1 correctness), got {show(r)}")
         ln = as_array(lengths, "completion_lengths")
@@ -168,8 +178,10 @@ class PromptState:
             raise ValueError(f"completion_lengths must have shape {r.shape}, got {ln.shape}")
         if not (np.isfinite(ln).all() and (ln >= 0).all() and (ln <= MAX_TOKENS).all()):
             bad = ln[~(np.isfinite(ln) & (ln >= 0) & (ln <= MAX_TOKENS))][0]
-            raise ValueError(f"completion_lengths must be finite and >= 0 (a negative length is not one) and at "
-                             f"most {MAX_TOKENS} tokens, got {float(bad)!r}")
+            raise ValueError(
+                f"completion_lengths must be finite and >= 0 (a negative length is not one) and at "
+                f"most {MAX_TOKENS} tokens, got {float(bad)!r}"
+            )
         t = integer(round, "round", minimum=0)
         if t < self.round:
             raise ValueError(f"round must not go back: got {t} after round {self.round}")
@@ -194,7 +206,7 @@ class PromptState:
         G = self.config.group_size
         uniq = np.unique(ids)
         age = np.where(self.last_round[uniq] >= 0, t - self.last_round[uniq], 0)
-        keep = self.config.decay ** age  # age the stored sums to round t before adding
+        keep = self.config.decay**age  # age the stored sums to round t before adding
         for arr in (self.successes, self.failures, self.length_sum, self.length_weight):
             arr[uniq] *= keep
         s = r.sum(axis=1)
@@ -226,7 +238,11 @@ class PromptState:
     # -- queries (at the round about to be drawn) -------------------------------------------
 
     def _ids(self, ids: Any | None) -> np.ndarray:
-        return np.arange(self.num_prompts) if ids is None else index_vector(ids, self.num_prompts, "ids", integral_floats=True)
+        return (
+            np.arange(self.num_prompts)
+            if ids is None
+            else index_vector(ids, self.num_prompts, "ids", integral_floats=True)
+        )
 
     def _aged(self, round: Any, ids: Any | None) -> tuple[np.ndarray, np.ndarray]:
         t = integer(round, "round", minimum=0)
@@ -234,7 +250,7 @@ class PromptState:
             raise ValueError(f"round must be >= the last round updated ({self.round}), got {t}")
         i = self._ids(ids)
         age = np.where(self.last_round[i] >= 0, t - self.last_round[i], 0)
-        return i, self.config.decay ** age
+        return i, self.config.decay**age
 
     def posterior(self, round: int, ids: Any | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(a, b) of each prompt's Beta posterior at ``round`` (observations aged to it)."""
@@ -275,12 +291,19 @@ class PromptState:
 
     def state_dict(self) -> dict[str, Any]:
         """Plain JSON: the config, every array as a list, the counters."""
-        out: dict[str, Any] = {"version": _STATE_VERSION, "config": asdict(self.config),
-                               "num_prompts": self.num_prompts, "round": self.round,
-                               "total_length": self.total_length, "total_completions": self.total_completions}
+        out: dict[str, Any] = {
+            "version": _STATE_VERSION,
+            "config": asdict(self.config),
+            "num_prompts": self.num_prompts,
+            "round": self.round,
+            "total_length": self.total_length,
+            "total_completions": self.total_completions,
+        }
         for name in _ARRAYS:
             arr = getattr(self, name)
-            out[name] = [None if not math.isfinite(v) else v for v in arr.tolist()] if arr.dtype.kind == "f" else arr.tolist()
+            out[name] = (
+                [None if not math.isfinite(v) else v for v in arr.tolist()] if arr.dtype.kind == "f" else arr.tolist()
+            )
         return out
 
     @classmethod

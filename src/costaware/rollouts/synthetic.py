@@ -21,8 +21,17 @@ __all__ = ["simulate_prompt_rounds"]
 
 
 def simulate_prompt_rounds(
-    num_prompts: int = 512, group_size: int = 8, batch_size: int = 64, rounds: int = 40, *, mean_logit: float = -0.5,
-    spread: float = 2.0, drift: float = 0.05, noise: float = 0.1, base_length: float = 60.0, seed: int = 0,
+    num_prompts: int = 512,
+    group_size: int = 8,
+    batch_size: int = 64,
+    rounds: int = 40,
+    *,
+    mean_logit: float = -0.5,
+    spread: float = 2.0,
+    drift: float = 0.05,
+    noise: float = 0.1,
+    base_length: float = 60.0,
+    seed: int = 0,
 ) -> list[PromptRound]:
     N = integer(num_prompts, "num_prompts", minimum=1)
     G = integer(group_size, "group_size", minimum=1)
@@ -41,12 +50,14 @@ def simulate_prompt_rounds(
     for t in range(T):
         if pos + B > N:
             order, pos = rng.permutation(N), 0
-        ids = order[pos:pos + B]
+        ids = order[pos : pos + B]
         pos += B
         pi = 1.0 / (1.0 + np.exp(-theta[ids]))
         r = (rng.random((B, G)) < pi[:, None]).astype(float)
         ln = np.maximum(rng.poisson(base_length * (2.0 - pi)[:, None], (B, G)), 1)
-        out += [PromptRound(t, int(j), tuple(r[b].tolist()), tuple(int(x) for x in ln[b]), int(ptok[j]))
-                for b, j in enumerate(ids)]
+        out += [
+            PromptRound(t, int(j), tuple(r[b].tolist()), tuple(int(x) for x in ln[b]), int(ptok[j]))
+            for b, j in enumerate(ids)
+        ]
         theta = theta + drift + rng.normal(0.0, noise, N)
     return out

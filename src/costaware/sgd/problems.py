@@ -99,9 +99,7 @@ class LeastSquares:
             radius = 2.0 * norm_star if norm_star > 0 else 1.0
         self.radius = positive_scalar(radius, "radius")
         if norm_star > self.radius * (1 + 1e-12):
-            raise ValueError(
-                f"radius must contain the least-squares solution (‖x*‖ = {norm_star:.6g}), got {radius!r}"
-            )
+            raise ValueError(f"radius must contain the least-squares solution (‖x*‖ = {norm_star:.6g}), got {radius!r}")
         self.row_norms = np.linalg.norm(self.A, axis=1)
         self.G = self.row_norms * (self.row_norms * self.radius + np.abs(self.b))
         self.f_star = float(self.f(self.x_star))

@@ -68,12 +68,7 @@ def cost_aware_sgd(
         idx = draw(*build_alias(p), steps, rng)
     else:
         idx = np.asarray(indices)
-        if (
-            idx.shape != (steps,)
-            or not np.issubdtype(idx.dtype, np.integer)
-            or idx.min() < 0
-            or idx.max() >= n
-        ):
+        if idx.shape != (steps,) or not np.issubdtype(idx.dtype, np.integer) or idx.min() < 0 or idx.max() >= n:
             raise ValueError(f"indices must be {steps} integers in [0, {n}), got shape {idx.shape}")
         idx = idx.astype(np.int64)
     w = weight_scale(p, weights) / (n * p[idx])

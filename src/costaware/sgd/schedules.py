@@ -88,9 +88,7 @@ def step_schedule(
             default_avg = "uniform"
         elif step_size == "strongly_convex":
             if mu is None:
-                raise ValueError(
-                    "mu must be given (the strong-convexity constant) for step_size='strongly_convex'"
-                )
+                raise ValueError("mu must be given (the strong-convexity constant) for step_size='strongly_convex'")
             eta = 2.0 / (positive_scalar(mu, "mu") * (t + 1.0)) / scale
             default_avg = "linear"
         else:
@@ -122,9 +120,7 @@ def checked_p(problem: Any, p: Any) -> np.ndarray:
         raise ValueError(f"p must have one entry per component (n = {problem.n}), got {p.size}")
     if ((p == 0) & (problem.G > 0)).any():
         i = int(np.flatnonzero((p == 0) & (problem.G > 0))[0])
-        raise ValueError(
-            f"p must be > 0 wherever G > 0 (else the weighted gradient is biased), got p[{i}] = 0"
-        )
+        raise ValueError(f"p must be > 0 wherever G > 0 (else the weighted gradient is biased), got p[{i}] = 0")
     return p
 
 
@@ -152,7 +148,10 @@ def log_checkpoints(steps: int, count: int = 60) -> np.ndarray:
     >>> log_checkpoints(1000, 5).tolist()
     [1, 6, 32, 178, 1000]
     """
-    steps, count = integer(steps, "steps", minimum=1, maximum=MAX_STEPS), integer(count, "count", minimum=1, maximum=MAX_CHECKPOINTS)
+    steps, count = (
+        integer(steps, "steps", minimum=1, maximum=MAX_STEPS),
+        integer(count, "count", minimum=1, maximum=MAX_CHECKPOINTS),
+    )
     grid = np.unique(np.round(np.geomspace(1, steps, count)).astype(np.int64))
     grid[-1] = steps
     return grid

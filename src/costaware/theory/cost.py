@@ -164,9 +164,7 @@ def _ratio(num: list[np.ndarray], den: list[np.ndarray], powers: tuple[int, ...]
     ``num``/``den`` are arrays of log-terms; the result is formed in log space. Used only when the
     direct formula over- or underflows.
     """
-    log_value = sum(k * log_sum_exp(t) for k, t in zip(powers, num, strict=True)) - sum(
-        log_sum_exp(t) for t in den
-    )
+    log_value = sum(k * log_sum_exp(t) for k, t in zip(powers, num, strict=True)) - sum(log_sum_exp(t) for t in den)
     return float(np.exp(log_value))
 
 

@@ -78,8 +78,11 @@ def suboptimality(p_proxy: Any, G: Any, c: Any) -> float:
         log_P = np.log(p_star) + np.log(cc)
         log_Q = np.log(p) + np.log(cc)
     log_P, log_Q = log_P - log_sum_exp(log_P), log_Q - log_sum_exp(log_Q)
-    total = checked_exp(log_sum_exp(2.0 * log_P[keep] - log_Q[keep]), "suboptimality",
-                 f"p_proxy = {show(p)}, G = {show(G)}, c = {show(cc)}")
+    total = checked_exp(
+        log_sum_exp(2.0 * log_P[keep] - log_Q[keep]),
+        "suboptimality",
+        f"p_proxy = {show(p)}, G = {show(G)}, c = {show(cc)}",
+    )
     return max(total, 1.0)  # Σ P²/Q ≥ 1 (Cauchy–Schwarz); rounding must not take it below
 
 

@@ -17,7 +17,13 @@ from typing import Any
 import torch
 
 __all__ = [
-    "COMPLETION_PAD", "PROMPT_PAD", "MULTIMODAL", "index_rows", "loss_mask", "trim_padding", "concat_batches",
+    "COMPLETION_PAD",
+    "PROMPT_PAD",
+    "MULTIMODAL",
+    "index_rows",
+    "loss_mask",
+    "trim_padding",
+    "concat_batches",
 ]
 
 # Per-row tensors whose second dimension runs over completion tokens (right-padded), with their pad value.
@@ -78,9 +84,7 @@ def trim_padding(batch: dict[str, Any]) -> dict[str, Any]:
 def _pad_cat(parts: list[torch.Tensor], left: bool, value: float | None) -> torch.Tensor:
     width = max(p.shape[1] for p in parts)
     pads = [((width - p.shape[1], 0) if left else (0, width - p.shape[1])) for p in parts]
-    return torch.cat(
-        [torch.nn.functional.pad(p, pad, value=value) for p, pad in zip(parts, pads, strict=True)], 0
-    )
+    return torch.cat([torch.nn.functional.pad(p, pad, value=value) for p, pad in zip(parts, pads, strict=True)], 0)
 
 
 def concat_batches(batches: list[dict[str, Any]], pad_token_id: int) -> dict[str, Any]:

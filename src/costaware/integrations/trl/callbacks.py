@@ -44,6 +44,7 @@ class TokenBudget(TrainerCallback):
                 f"cost_aware_token_budget={budget} reached: {int(counters.tokens)} policy-optimisation tokens "
                 f"(plain GRPO would have fed {int(counters.tokens_plain)}) after {state.global_step} optimiser "
                 f"steps and {int(counters.generations)} generation batches; training stops here"
-                + (f", before max_steps={args.max_steps}" if args.max_steps > state.global_step else ""))
+                + (f", before max_steps={args.max_steps}" if args.max_steps > state.global_step else "")
+            )
             if state.is_world_process_zero:
                 logger.warning(message)

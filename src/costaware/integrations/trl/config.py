@@ -136,8 +136,11 @@ class CostAwareGRPOConfig(GRPOConfig):
         default=True, metadata={"help": "[sampling] Run a row drawn k times into one mini-batch once, weight k·w."}
     )
     cost_aware_budget: str = field(
-        default="rows", metadata={"help": "[sampling] 'rows': the baseline's draws per step; 'support': as many draws per pool as it "
-                  "has rows with A != 0 (nonzero's step size); 'tokens': the baseline's tokens."}
+        default="rows",
+        metadata={
+            "help": "[sampling] 'rows': the baseline's draws per step; 'support': as many draws per pool as it "
+            "has rows with A != 0 (nonzero's step size); 'tokens': the baseline's tokens."
+        },
     )
     cost_aware_pods_keep: int | None = field(
         default=None, metadata={"help": "[sampling] PODS: rows kept per group (default num_generations // 2)."}
@@ -231,8 +234,10 @@ class CostAwareGRPOConfig(GRPOConfig):
     # -- [rollouts] ---------------------------------------------------------------------------------
     cost_aware_rollout: str = field(
         default="all",
-        metadata={"help": f"[rollouts] Which prompts get generated: 'all' (TRL's sampler), {_ROLLOUT_HELP}; "
-                  "see costaware.rollouts."},
+        metadata={
+            "help": f"[rollouts] Which prompts get generated: 'all' (TRL's sampler), {_ROLLOUT_HELP}; "
+            "see costaware.rollouts."
+        },
     )
     cost_aware_rollout_floor: float = field(
         default=0.1, metadata={"help": "[rollouts] 'cost_aware': the uniform share of q, so every weight <= 1/floor."}
@@ -281,8 +286,9 @@ class CostAwareGRPOConfig(GRPOConfig):
         integer(self.cost_aware_calibration_interval, "cost_aware_calibration_interval", minimum=1, strict=True)
         integer(self.cost_aware_calibration_rows, "cost_aware_calibration_rows", minimum=3, strict=True)
         method = sampling.method
-        message = paper_proxy_warning(self.cost_aware_proxy, loss_type=self.loss_type, method=method,
-                                      field="cost_aware_proxy")
+        message = paper_proxy_warning(
+            self.cost_aware_proxy, loss_type=self.loss_type, method=method, field="cost_aware_proxy"
+        )
         if message is not None:  # 'auto' with p*/p_smooth under a token-sum loss: the measured advice
             warnings.warn(message, UserWarning, stacklevel=3)
         drawing = not sampling.rule.plain
@@ -310,21 +316,30 @@ class CostAwareGRPOConfig(GRPOConfig):
 
     def _check_rollout(self) -> None:
         if self.cost_aware_rollout not in ("all", *PROMPT_METHODS):
-            raise ValueError(f"cost_aware_rollout must be 'all' or one of {PROMPT_METHODS}, got {self.cost_aware_rollout!r}")
+            raise ValueError(
+                f"cost_aware_rollout must be 'all' or one of {PROMPT_METHODS}, got {self.cost_aware_rollout!r}"
+            )
         try:  # the floor is checked whatever the method, so a bad value fails before it is used
-            prompt_method("cost_aware", floor=self.cost_aware_rollout_floor,
-                          generation_cost=self.cost_aware_generation_cost)
+            prompt_method(
+                "cost_aware", floor=self.cost_aware_rollout_floor, generation_cost=self.cost_aware_generation_cost
+            )
         except ValueError as exc:
             raise _user_names(exc, _ROLLOUT_NAMES) from None
         if self.cost_aware_rollout != "all" and self.cost_aware_zvf:
-            raise ValueError(f"cost_aware_rollout={self.cost_aware_rollout!r} with cost_aware_zvf=True: ZVF's refills "
-                             "generate prompts the prompt stage did not draw; choose one")
+            raise ValueError(
+                f"cost_aware_rollout={self.cost_aware_rollout!r} with cost_aware_zvf=True: ZVF's refills "
+                "generate prompts the prompt stage did not draw; choose one"
+            )
         if self.cost_aware_rollout == "cost_aware" and self.sampling_config().rule.needs_groups:
-            raise ValueError(f"cost_aware_rollout='cost_aware' with cost_aware_method={self.cost_aware_method!r}: that "
-                             "method recomputes the advantages from the rewards, which would drop the prompt weight")
+            raise ValueError(
+                f"cost_aware_rollout='cost_aware' with cost_aware_method={self.cost_aware_method!r}: that "
+                "method recomputes the advantages from the rewards, which would drop the prompt weight"
+            )
         if self.cost_aware_rollout == "cost_aware" and self.beta != 0.0:
-            raise ValueError(f"cost_aware_rollout='cost_aware' with beta={self.beta!r}: the prompt weight scales the "
-                             "advantages, which the KL term does not see; use beta=0")
+            raise ValueError(
+                f"cost_aware_rollout='cost_aware' with beta={self.beta!r}: the prompt weight scales the "
+                "advantages, which the KL term does not see; use beta=0"
+            )
 
     @property
     def resolved_method(self) -> str:

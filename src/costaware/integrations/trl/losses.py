@@ -32,8 +32,15 @@ SUPPORTED_LOSS_TYPES = tuple(_TRL_LOSSES)
 
 
 def reduce_like_trl(
-    loss_type: str, per_token: torch.Tensor, mask: torch.Tensor, *, max_completion_length: int,
-    grad_accum: float, num_items: torch.Tensor | None, num_processes: int, steps_per_generation: int,
+    loss_type: str,
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    max_completion_length: int,
+    grad_accum: float,
+    num_items: torch.Tensor | None,
+    num_processes: int,
+    steps_per_generation: int,
     training: bool = True,
 ) -> torch.Tensor:
     """TRL's reduction of a per-token loss for ``loss_type``, by :func:`costaware.grpo.losses.aggregate`.

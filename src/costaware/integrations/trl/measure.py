@@ -211,8 +211,12 @@ class Calibration:
         """``folder/CALIBRATOR_FILE``: the calibrator, its seconds and the fit under way (atomic)."""
         if self.calibrator is None:
             return
-        state = {"calibrator": self.calibrator.to_dict(), "seconds": self.seconds, "pending": self.pending,
-                 "collecting": self.collecting}
+        state = {
+            "calibrator": self.calibrator.to_dict(),
+            "seconds": self.seconds,
+            "pending": self.pending,
+            "collecting": self.collecting,
+        }
         write_json_atomic(os.path.join(folder, CALIBRATOR_FILE), state)
 
     def load(self, checkpoint: str) -> None:

@@ -30,7 +30,15 @@ from torch.utils.data import Sampler
 from costaware._io import write_json_atomic
 from costaware.rollouts.stage import PromptStage, prompt_method
 
-__all__ = ["PromptStageSampler", "fold_round", "train_sampler", "build_stage", "round_metrics", "rounds_per_pass", "STATE_FILE"]
+__all__ = [
+    "PromptStageSampler",
+    "fold_round",
+    "train_sampler",
+    "build_stage",
+    "round_metrics",
+    "rounds_per_pass",
+    "STATE_FILE",
+]
 
 STATE_FILE = "cost_aware_prompt_stage.json"  # in every checkpoint folder, beside the counters
 
@@ -63,8 +71,9 @@ class PromptStageSampler(Sampler[int]):
         return self.rounds * self.stage.batch * self.group_size * self.repeat_count
 
 
-def fold_round(stage: PromptStage, rewards: torch.Tensor, lengths: torch.Tensor,
-               costs: torch.Tensor | None = None) -> np.ndarray:
+def fold_round(
+    stage: PromptStage, rewards: torch.Tensor, lengths: torch.Tensor, costs: torch.Tensor | None = None
+) -> np.ndarray:
     """Fold a scored round into the stage; return each global row's prompt factor (rows in draw order).
 
     ``rewards`` and ``lengths`` are the round's gathered per-row rewards (pass/fail, in [0, 1]: the state
@@ -75,11 +84,19 @@ def fold_round(stage: PromptStage, rewards: torch.Tensor, lengths: torch.Tensor,
     g = stage.state.config.group_size
     b = d.prompt_ids.size
     if rewards.numel() != b * g or lengths.numel() != b * g:
-        raise ValueError(f"the round has {rewards.numel()} rewards and {lengths.numel()} lengths, but its "
-                         f"{b} prompts x {g} completions need {b * g} (ZVF or a custom sampler changes the rows)")
-    prompt_tokens = None if costs is None else (costs.double() - lengths.double()).reshape(b, g)[:, 0].clamp(min=0).numpy()
-    stage.update(d.prompt_ids, rewards.double().reshape(b, g).numpy(), lengths.double().reshape(b, g).numpy(),
-                 prompt_tokens=prompt_tokens)
+        raise ValueError(
+            f"the round has {rewards.numel()} rewards and {lengths.numel()} lengths, but its "
+            f"{b} prompts x {g} completions need {b * g} (ZVF or a custom sampler changes the rows)"
+        )
+    prompt_tokens = (
+        None if costs is None else (costs.double() - lengths.double()).reshape(b, g)[:, 0].clamp(min=0).numpy()
+    )
+    stage.update(
+        d.prompt_ids,
+        rewards.double().reshape(b, g).numpy(),
+        lengths.double().reshape(b, g).numpy(),
+        prompt_tokens=prompt_tokens,
+    )
     return np.repeat(d.factors, g)
 
 
@@ -89,20 +106,33 @@ def build_stage(trainer: Any) -> PromptStage | None:
     if args.cost_aware_rollout == "all":
         return None
     if isinstance(trainer.train_dataset, torch.utils.data.IterableDataset) or trainer.train_dataset is None:
-        raise ValueError(f"cost_aware_rollout={args.cost_aware_rollout!r} needs a map-style train_dataset "
-                         "(it draws prompts by index)")
-    method = prompt_method(args.cost_aware_rollout, floor=args.cost_aware_rollout_floor,
-                           generation_cost=args.cost_aware_generation_cost,
-                           po_rows="all" if trainer.sampling.rule.plain else "nonzero")
-    return PromptStage(method, num_prompts=len(trainer.train_dataset), group_size=trainer.num_generations,
-                       prompts_per_round=args.generation_batch_size // trainer.num_generations, seed=int(args.seed))
+        raise ValueError(
+            f"cost_aware_rollout={args.cost_aware_rollout!r} needs a map-style train_dataset "
+            "(it draws prompts by index)"
+        )
+    method = prompt_method(
+        args.cost_aware_rollout,
+        floor=args.cost_aware_rollout_floor,
+        generation_cost=args.cost_aware_generation_cost,
+        po_rows="all" if trainer.sampling.rule.plain else "nonzero",
+    )
+    return PromptStage(
+        method,
+        num_prompts=len(trainer.train_dataset),
+        group_size=trainer.num_generations,
+        prompts_per_round=args.generation_batch_size // trainer.num_generations,
+        seed=int(args.seed),
+    )
 
 
 def train_sampler(trainer: Any) -> PromptStageSampler:
     """The sampler for ``trainer`` (a CostAwareGRPOTrainer with a prompt stage)."""
-    return PromptStageSampler(trainer.prompt_stage, group_size=trainer.num_generations,
-                              repeat_count=trainer.num_iterations * trainer.args.steps_per_generation,
-                              rounds=rounds_per_pass(trainer))
+    return PromptStageSampler(
+        trainer.prompt_stage,
+        group_size=trainer.num_generations,
+        repeat_count=trainer.num_iterations * trainer.args.steps_per_generation,
+        rounds=rounds_per_pass(trainer),
+    )
 
 
 def rounds_per_pass(trainer: Any) -> int:
@@ -146,7 +176,8 @@ def load_stage(stage: PromptStage | None, folder: str, rollout: str) -> None:
         return
     path = os.path.join(folder, STATE_FILE)
     if not os.path.exists(path):
-        raise ValueError(f"checkpoint {folder!r} has no {STATE_FILE}: it was not saved with cost_aware_rollout="
-                         f"{rollout!r}")
+        raise ValueError(
+            f"checkpoint {folder!r} has no {STATE_FILE}: it was not saved with cost_aware_rollout={rollout!r}"
+        )
     with open(path, encoding="utf-8") as fh:
         stage.load_state_dict(json.load(fh))

@@ -149,7 +149,8 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, KVRolloutMixin, GR
         self.per_row_grad_norms = per_sequence_grad_norms
         self.prompt_stage = prompts.build_stage(self)  # None: TRL's sampler, every prompt generated
         self.cost_aware_calibration = measure.Calibration.for_run(
-            self.sampling.proxy, self.loss_type, self.args.cost_aware_calibration_interval)
+            self.sampling.proxy, self.loss_type, self.args.cost_aware_calibration_interval
+        )
         self._ca_grads_pending = False  # a micro-step since the last optimiser step ran a backward
         self.add_callback(_OptimizerTimer(self))
         self.add_callback(TokenBudget(self))
@@ -211,7 +212,11 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, KVRolloutMixin, GR
         adv = batch["advantages"]
         if adv.ndim != 1:
             raise ValueError(f"advantages must be (N,) one per row, got shape {tuple(adv.shape)}")
-        spg, procs, rank = self.args.steps_per_generation, self.accelerator.num_processes, self.accelerator.process_index
+        spg, procs, rank = (
+            self.args.steps_per_generation,
+            self.accelerator.num_processes,
+            self.accelerator.process_index,
+        )
         pool = self._gather_pool(batch, rewards)
         if self.prompt_stage is not None:  # fold the round into the prompt state; weighted: scale A by 1/(N q)
             assert pool.rewards is not None  # _gather_pool gathers every row's reward
@@ -222,7 +227,7 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, KVRolloutMixin, GR
             if self.prompt_stage.method.weighted:
                 offset, n = int(rank_offsets(pool.rank_sizes)[rank]), adv.shape[0]
                 pool = replace(pool, advantages=(pool.advantages.double() * factors).float())
-                batch = {**batch, "advantages": adv * factors[offset:offset + n].to(adv.device, adv.dtype)}
+                batch = {**batch, "advantages": adv * factors[offset : offset + n].to(adv.device, adv.dtype)}
                 adv = batch["advantages"]
         sampling, cal = self.sampling, self.cost_aware_calibration.calibrator
         if cal is not None:  # β from the rounds so far (the same on every process)

@@ -79,9 +79,7 @@ class GenerationMixin(_Trainer):
             return batch, rewards
         g = self.num_generations
         if n % g:
-            raise ValueError(
-                f"cost_aware_zvf needs whole groups on each process: {n} local rows, num_generations={g}"
-            )
+            raise ValueError(f"cost_aware_zvf needs whole groups on each process: {n} local rows, num_generations={g}")
         kept, kept_rewards, have, rounds = [], [], 0, 0
         while True:
             rounds += 1

@@ -285,7 +285,5 @@ def read_trainer_config(config: Any) -> CostAwareConfig | None:
             "drawn into it and biases the weighted update"
         )
     if get_dotted(config, "algorithm.rollout_correction.bypass_mode", False):
-        raise ValueError(
-            f"{CONFIG_KEY} does not support algorithm.rollout_correction.bypass_mode=true, got True"
-        )
+        raise ValueError(f"{CONFIG_KEY} does not support algorithm.rollout_correction.bypass_mode=true, got True")
     return cfg

@@ -76,14 +76,18 @@ def build_sampler(data_config: Any, dataset: Any) -> Any:
     name = _get(_get(data_config, "sampler"), "class_name")
     workers = _get(data_config, "dataloader_num_workers", 8)  # verl ≤ 0.8's default when the key is absent
     if workers != 0:
-        raise ValueError(f"data.dataloader_num_workers must be 0 when {CLASS_PATH_KEY} is set (a worker would "
-                         f"fetch the next round before this one's scored batch reaches update()), got {workers!r}")
+        raise ValueError(
+            f"data.dataloader_num_workers must be 0 when {CLASS_PATH_KEY} is set (a worker would "
+            f"fetch the next round before this one's scored batch reaches update()), got {workers!r}"
+        )
     if not name:
         raise ValueError(f"data.sampler.class_name must name the class in {CLASS_PATH_KEY}={path!r}, got {name!r}")
     warmup = _critic_warmup(data_config)
     if warmup:
-        raise ValueError(f"trainer.critic_warmup must be 0 with {CLASS_PATH_KEY} (verl skips _update_actor, "
-                         f"which feeds the sampler, during the warm-up), got {warmup!r}")
+        raise ValueError(
+            f"trainer.critic_warmup must be 0 with {CLASS_PATH_KEY} (verl skips _update_actor, "
+            f"which feeds the sampler, during the warm-up), got {warmup!r}"
+        )
     assert path is not None  # verl's factory calls this only with the key set
     cls = _load_class(path, str(name))
     if not isinstance(cls, type):
@@ -148,7 +152,8 @@ def patch_sampler_factory_v1(module: Any) -> None:
                 f"{CLASS_PATH_KEY}={path!r} is not supported by verl's trainer v1 (trainer.use_v1=true, the "
                 "default): it draws prompts in gen_batch_size chunks through TransferQueue ahead of their "
                 "rewards, so no scored batch per drawn round reaches the sampler's update(); set "
-                "trainer.use_v1=false (trainer v0) to use a curriculum sampler")
+                "trainer.use_v1=false (trainer v0) to use a curriculum sampler"
+            )
         return original(data_config, dataset)
 
     create_rl_sampler.__costaware_v1__ = True  # type: ignore[attr-defined]  # a marker on the wrapper function

@@ -141,9 +141,7 @@ def _worker_metrics(data: Any, dp_group: Any) -> dict[str, Any]:
     }
 
 
-def weighted_ppo_loss(
-    config: Any, model_output: Any, data: Any, dp_group: Any = None, *, original: Any
-) -> Any:
+def weighted_ppo_loss(config: Any, model_output: Any, data: Any, dp_group: Any = None, *, original: Any) -> Any:
     """verl's ``ppo_loss`` with the entropy and KL terms multiplied per row by the row's factor.
 
     verl multiplies ``rollout_is_weights`` (which carries the factor w_i) into the policy-gradient term
@@ -230,9 +228,7 @@ def _load_state(trainer: Any) -> None:
         if counters is not None:
             trainer.__dict__["_cost_aware_counters"] = counters
             return
-    logger.warning(
-        "costaware: resumed at step %s without %s; counters restart at 0", trainer.global_steps, STATE_FILE
-    )
+    logger.warning("costaware: resumed at step %s without %s; counters restart at 0", trainer.global_steps, STATE_FILE)
 
 
 def _patch_checkpointing(cls: type[Any]) -> None:

@@ -85,8 +85,10 @@ def _refused(name: str) -> str | None:
         return None
     if REGISTRY[name]().plain:
         return f"use verl's own sampler (data.shuffle=true) for {name} prompts"
-    return (f"its prompt factor 1/(N q_j) must multiply every row's loss, but verl gives the sampler no way into "
-            f"the loss; use one of {tuple(_offered())} (no weights), or the TRL integration for {name}")
+    return (
+        f"its prompt factor 1/(N q_j) must multiply every row's loss, but verl gives the sampler no way into "
+        f"the loss; use one of {tuple(_offered())} (no weights), or the TRL integration for {name}"
+    )
 
 
 # name -> factory of the rules verl runs (at import; the options are checked against the registry itself)
@@ -116,8 +118,10 @@ def _group_size(data_config: Any, options: Mapping[str, Any]) -> int:
     except Exception:  # not an OmegaConf node, or one without a parent: fall through to the error
         n = None
     if n is None:
-        raise ValueError(f"{OPTIONS_KEY}.group_size must be set to actor_rollout_ref.rollout.n (the data config "
-                         "does not reach the rollout config), got None")
+        raise ValueError(
+            f"{OPTIONS_KEY}.group_size must be set to actor_rollout_ref.rollout.n (the data config "
+            "does not reach the rollout config), got None"
+        )
     return integer(n, "actor_rollout_ref.rollout.n", minimum=1)
 
 
@@ -125,8 +129,7 @@ def _read_options(data_config: Any, num_prompts: int) -> tuple[Any, dict[str, An
     """(the prompt method, the PromptStage arguments) from ``data.sampler.costaware``, each checked once."""
     node = _get(data_config, "sampler.costaware")
     if node is None:
-        raise ValueError(f"{OPTIONS_KEY} must be set (at least +{OPTIONS_KEY}.method={'|'.join(_offered())}), "
-                         "got None")
+        raise ValueError(f"{OPTIONS_KEY} must be set (at least +{OPTIONS_KEY}.method={'|'.join(_offered())}), got None")
     try:
         options = dict(node.items())
     except AttributeError:
@@ -142,12 +145,16 @@ def _read_options(data_config: Any, num_prompts: int) -> tuple[Any, dict[str, An
     own = tuple(inspect.signature(factory).parameters)
     unknown = sorted(set(options) - set(_COMMON) - set(_STATE) - set(own))
     if unknown:
-        raise ValueError(f"{OPTIONS_KEY} has unknown key(s) {unknown} for method={method!r}; known keys are "
-                         f"{sorted(_COMMON + _STATE + own)}")
+        raise ValueError(
+            f"{OPTIONS_KEY} has unknown key(s) {unknown} for method={method!r}; known keys are "
+            f"{sorted(_COMMON + _STATE + own)}"
+        )
     workers = _get(data_config, "dataloader_num_workers")
     if workers not in (0, None):
-        raise ValueError(f"data.dataloader_num_workers must be 0 with {OPTIONS_KEY} (a worker would fetch the next "
-                         f"round before this one's rewards are folded in), got {workers!r}")
+        raise ValueError(
+            f"data.dataloader_num_workers must be 0 with {OPTIONS_KEY} (a worker would fetch the next "
+            f"round before this one's rewards are folded in), got {workers!r}"
+        )
     batch = _get(data_config, "gen_batch_size") or _get(data_config, "train_batch_size")
     g = _group_size(data_config, options)
     seed = options.get("seed")
@@ -155,11 +162,16 @@ def _read_options(data_config: Any, num_prompts: int) -> tuple[Any, dict[str, An
     try:  # the core checks every value; its message starts with the argument's name
         built = factory(**{k: options[k] for k in own if options.get(k) is not None})
         state = StateConfig(group_size=g, **{k: options[k] for k in _STATE if options.get(k) is not None})
-        args: dict[str, Any] = {"num_prompts": num_prompts, "group_size": g, "state_config": state,
-                "prompts_per_round": integer(batch, "data.train_batch_size", minimum=1, maximum=num_prompts),
-                "seed": integer(0 if seed is None else seed, "seed", minimum=0),
-                "max_candidate_batches": 64 if options.get("max_candidate_batches") is None
-                else options["max_candidate_batches"]}
+        args: dict[str, Any] = {
+            "num_prompts": num_prompts,
+            "group_size": g,
+            "state_config": state,
+            "prompts_per_round": integer(batch, "data.train_batch_size", minimum=1, maximum=num_prompts),
+            "seed": integer(0 if seed is None else seed, "seed", minimum=0),
+            "max_candidate_batches": 64
+            if options.get("max_candidate_batches") is None
+            else options["max_candidate_batches"],
+        }
         PromptStage(built, **args)
     except (TypeError, ValueError) as e:
         text = str(e)
@@ -193,8 +205,10 @@ def dataset_keys(data_source: _Rows, index_key: str = "index") -> np.ndarray:
         raise ValueError(f"{where} must be all integers or all strings, one per row, got dtype {keys.dtype}")
     uniq, counts = np.unique(keys, return_counts=True)
     if uniq.size != keys.size:
-        raise ValueError(f"{where} must be unique per row (a scored row finds its prompt by it), got "
-                         f"{uniq[counts > 1][:5].tolist()} on several rows")
+        raise ValueError(
+            f"{where} must be unique per row (a scored row finds its prompt by it), got "
+            f"{uniq[counts > 1][:5].tolist()} on several rows"
+        )
     return keys
 
 
@@ -215,8 +229,12 @@ def _batch_keys(batch: Any, index_key: str) -> np.ndarray:
     return np.asarray(_rows(batch, index_key, "non_tensor_batch"))
 
 
-def fold_batch(batch: Any, drawn_keys: np.ndarray, group_size: int, index_key: str = "index",
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def fold_batch(
+    batch: Any,
+    drawn_keys: np.ndarray,
+    group_size: int,
+    index_key: str = "index",
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """(rewards, completion lengths, prompt tokens) of a verl batch as (B, G), (B, G), (B,) in draw order.
 
     ``drawn_keys`` (B,) are the drawn prompts' dataset keys in draw order. Rows are grouped by ``uid``;
@@ -235,8 +253,10 @@ def fold_batch(batch: Any, drawn_keys: np.ndarray, group_size: int, index_key: s
     groups, first, group_of = np.unique(uid, return_index=True, return_inverse=True)
     sizes = np.bincount(group_of, minlength=groups.size)
     if groups.size != b or (sizes != g).any():
-        raise ValueError(f"the batch must hold {b} groups (uids) of rollout.n={g} rows each, got group sizes "
-                         f"{np.unique(sizes).tolist()} over {groups.size} groups")
+        raise ValueError(
+            f"the batch must hold {b} groups (uids) of rollout.n={g} rows each, got group sizes "
+            f"{np.unique(sizes).tolist()} over {groups.size} groups"
+        )
     group_key = keys[first]
     if (keys != group_key[group_of]).any():
         raise ValueError(f"rows of one uid carry different {index_key!r} values")
@@ -244,8 +264,10 @@ def fold_batch(batch: Any, drawn_keys: np.ndarray, group_size: int, index_key: s
     by_group = np.lexsort((first, group_key))
     by_slot = np.lexsort((np.arange(b), drawn_keys))
     if (group_key[by_group] != drawn_keys[by_slot]).any():
-        raise ValueError(f"the batch's prompts ({index_key!r} {np.sort(group_key)[:8].tolist()}...) are not the drawn "
-                         f"round's ({np.sort(drawn_keys)[:8].tolist()}...)")
+        raise ValueError(
+            f"the batch's prompts ({index_key!r} {np.sort(group_key)[:8].tolist()}...) are not the drawn "
+            f"round's ({np.sort(drawn_keys)[:8].tolist()}...)"
+        )
     slot_of_group = np.empty(b, dtype=np.int64)
     slot_of_group[by_group] = by_slot
     order = np.lexsort((np.arange(uid.size), slot_of_group[group_of])).reshape(b, g)
@@ -286,7 +308,8 @@ class CostAwarePromptSampler(_Base):
                 raise RuntimeError(
                     f"CostAwarePromptSampler: round {self.stage.round + 1} was asked for before round "
                     f"{self.stage.round}'s scored batch reached update(); on verl 0.9 the costaware plugin calls "
-                    "update() from RayPPOTrainer._update_actor (trainer v0, trainer.critic_warmup=0)")
+                    "update() from RayPPOTrainer._update_actor (trainer v0, trainer.critic_warmup=0)"
+                )
             ids = self.stage.draw().prompt_ids  # drawn when the round's first index is asked for
             self._pass_round = k + 1
             yield from ids.tolist()
@@ -298,13 +321,18 @@ class CostAwarePromptSampler(_Base):
     def update(self, batch: Any) -> None:
         """Fold a scored verl batch (``DataProto``) into the stage: the round drawn last."""
         d = self.stage.draw()  # the round in progress
-        rewards, lengths, tokens = fold_batch(batch, self.keys[d.prompt_ids], self.stage.state.config.group_size,
-                                              self.index_key)
+        rewards, lengths, tokens = fold_batch(
+            batch, self.keys[d.prompt_ids], self.stage.state.config.group_size, self.index_key
+        )
         self.stage.update(d.prompt_ids, rewards, lengths, prompt_tokens=tokens)
 
     def state_dict(self) -> dict[str, Any]:
         """The stage (which saves a round drawn but not folded in as not drawn) and the position in the pass."""
-        return {"stage": self.stage.state_dict(), "pass_round": self._pass_round, "pending": self.stage.pending is not None}
+        return {
+            "stage": self.stage.state_dict(),
+            "pass_round": self._pass_round,
+            "pending": self.stage.pending is not None,
+        }
 
     def load_state_dict(self, saved: dict[str, Any]) -> None:
         if not isinstance(saved, dict) or not {"stage", "pass_round", "pending"} <= set(saved):

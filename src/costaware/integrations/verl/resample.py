@@ -250,8 +250,7 @@ def content_order(tokens: Any) -> torch.Tensor:
     True
     """
     keys = [
-        hashlib.blake2b(r.detach().to(torch.int64).cpu().numpy().tobytes(), digest_size=16).digest()
-        for r in tokens
+        hashlib.blake2b(r.detach().to(torch.int64).cpu().numpy().tobytes(), digest_size=16).digest() for r in tokens
     ]
     return torch.tensor(sorted(range(len(keys)), key=keys.__getitem__), dtype=torch.int64)
 
@@ -315,9 +314,7 @@ def resample_dataproto(
     """
     for key in ("advantages", "response_mask", "attention_mask"):
         if batch.batch is None or key not in batch.batch.keys():
-            raise ValueError(
-                f"the actor batch lacks {key!r}; {CONFIG_KEY} runs after the advantages are computed"
-            )
+            raise ValueError(f"the actor batch lacks {key!r}; {CONFIG_KEY} runs after the advantages are computed")
     td = batch.batch
     advantages = sequence_advantages(td["advantages"], td["response_mask"])
     costs = sequence_costs(td["attention_mask"])

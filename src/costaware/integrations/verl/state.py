@@ -97,7 +97,9 @@ def budget_spent(trainer: Any) -> bool:
         trainer.__dict__["_cost_aware_budget_logged"] = True
         logger.warning(
             "costaware: %s PO tokens reached the token_budget %s at step %s; training stops",
-            cost_aware_counters(trainer).tokens, budget, trainer.global_steps,
+            cost_aware_counters(trainer).tokens,
+            budget,
+            trainer.global_steps,
         )
     return True
 

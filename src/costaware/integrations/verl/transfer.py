@@ -18,9 +18,7 @@ def _jagged_parts(nested: torch.Tensor, name: str) -> tuple[torch.Tensor, torch.
         raise ValueError(f"{name} must be a jagged nested tensor (TransferQueue layout), got a dense tensor")
     values, offsets = nested.values(), nested.offsets()  # type: ignore[attr-defined]  # jagged only: not in torch's stubs
     if values.dim() != 1:
-        raise ValueError(
-            f"{name} must hold one value per response token, got values of shape {tuple(values.shape)}"
-        )
+        raise ValueError(f"{name} must hold one value per response token, got values of shape {tuple(values.shape)}")
     return values, offsets
 
 

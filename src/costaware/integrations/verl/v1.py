@@ -71,7 +71,9 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
         dp_size=dp_size_v1(trainer),
         seed=cfg.seed,  # the core's plan_seed; several triggers per step (separate_async) get their own
         step=trainer.global_steps * 1_000 + getattr(trainer, "local_trigger_step", 0),
-        lengths=nested_row_sums(data["response_mask"]) if order is None else nested_row_sums(data["response_mask"])[order],
+        lengths=nested_row_sums(data["response_mask"])
+        if order is None
+        else nested_row_sums(data["response_mask"])[order],
         loss_agg_mode=mode,
         regularised=regularised,
         epochs=int(trainer.config.actor_rollout_ref.actor.ppo_epochs),
@@ -99,9 +101,7 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
                 source_keys = [f"{batch.keys[i]}#{tag}.0" for i in source_rows]
             rows = tq.kv_batch_get(keys=source_keys, partition_id=pid)
             held |= set(rows.keys())
-            tq.kv_batch_put(
-                keys=target_keys, partition_id=pid, fields=rows, tags=[batch.tags[i] for i in source_rows]
-            )
+            tq.kv_batch_put(keys=target_keys, partition_id=pid, fields=rows, tags=[batch.tags[i] for i in source_rows])
             copied.extend(target_keys)
         if len(rounds) == 1 and deferred:
             metrics.update(_fed_passes(trainer, batch, rounds[0], deferred, metrics, tag, copied, pad_multiple))
@@ -110,9 +110,7 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
         current = tq.kv_batch_get(keys=new_keys, partition_id=pid, select_fields=fields)
         mask = current["response_mask"]
         factors = nested_scaled_weights(None, mask, result.factors)
-        weights = nested_scaled_weights(
-            current["rollout_is_weights"] if has_weights else None, mask, result.factors
-        )
+        weights = nested_scaled_weights(current["rollout_is_weights"] if has_weights else None, mask, result.factors)
         written = {"rollout_is_weights": weights, WEIGHTS_KEY: factors}
         tq.kv_batch_put(keys=new_keys, partition_id=pid, fields=TensorDict(written, batch_size=len(new_keys)))
         extra = {"rollout_is_weights", WEIGHTS_KEY} | fed_fields | held
