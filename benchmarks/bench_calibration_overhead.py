@@ -37,7 +37,8 @@ def rollout(prompts, trainer):
     lengths = torch.randint(1, trainer.args.max_completion_length + 1, (len(prompts),), generator=gen).tolist()
     texts = ["".join("0123456789abcdef"[int(i)] for i in torch.randint(0, 16, (k,), generator=gen)) for k in lengths]
     return {"prompt_ids": [tok(p, add_special_tokens=False)["input_ids"] for p in prompts],
-            "completion_ids": [tok(t, add_special_tokens=False)["input_ids"] for t in texts], "logprobs": None}  # fmt: skip
+            "completion_ids": [tok(t, add_special_tokens=False)["input_ids"] for t in texts],
+            "logprobs": None}  # fmt: skip
 
 
 def ends_in_digit(completions, **_):
@@ -94,7 +95,8 @@ def main() -> None:
     for name, (prompts, steps, rounds) in {"small": (1, 1, a.small_rounds), "large": (32, 2, a.large_rounds)}.items():
         r = run(prompts, steps, rounds, a.interval)
         print(
-            f"{name}: {r['rows']} rows/pool, a fit every {a.interval} pools, {r['rounds']} pools, {r['fits']} fits (first after pool "
+            f"{name}: {r['rows']} rows/pool, a fit every {a.interval} pools, {r['rounds']} pools, "
+            f"{r['fits']} fits (first after pool "
             f"{r['first_fit_round']}, beta {r['beta']:.2f}): calibration {r['calibration_s']:.2f} s, PO "
             f"{r['po_s']:.2f} s; calibration / PO = {r['share_first_fit']:.2f} at the first fit, "
             f"{r['share_end']:.3f} at the end",

@@ -133,7 +133,8 @@ def po_phase(model, opt, pool: Pool, method: str, spg: int, seed: int, clock: di
     t = time.perf_counter()
     n = pool.advantages.numel()
     plan = plan_minibatches(pool.advantages, pool.costs, num_minibatches=spg, minibatch_size=n // spg,
-                            config=SamplingConfig(method=method), generator=torch.Generator().manual_seed(seed))  # fmt: skip
+                            config=SamplingConfig(method=method),
+                            generator=torch.Generator().manual_seed(seed))  # fmt: skip
     t0 = time.perf_counter()
     clock["plan"] += t0 - t
     old = None
@@ -228,7 +229,8 @@ def main() -> None:
     zero = np.mean([float((p.advantages == 0).float().mean()) for p in pools])
     print(f"profile {args.profile}: hidden {prof.hidden_size}, layers {prof.num_layers}, pool N = {n} "
           f"({prof.prompts_per_round} prompts x {prof.generations}), {spg} mini-batches, {task_id} sizes "
-          f"{prof.sizes(task_id)[0]}..{prof.sizes(task_id)[1]}, mistake_prob {prof.mistake_prob}; zero-advantage rows {zero:.2f}; "
+          f"{prof.sizes(task_id)[0]}..{prof.sizes(task_id)[1]}, mistake_prob {prof.mistake_prob}; "
+          f"zero-advantage rows {zero:.2f}; "
           f"threads {args.threads}; old logps {args.old_logps}")  # fmt: skip
     for m in METHODS:  # warm-up: allocator, autograd graph caches, optimiser state
         po_phase(models[m], opts[m], pools[0], m, spg, 0, dict.fromkeys(STAGES, 0.0), args.old_logps)

@@ -151,7 +151,8 @@ def main() -> None:
     try:
         t_vmap = median_seconds(lambda: norms("vmap"), args.repeats)
         print(
-            f"exact grad norms of {args.rows} rows (vmap):      {t_vmap * 1e3:9.2f} ms  = {t_vmap / t_fb:.2f} x baseline"
+            f"exact grad norms of {args.rows} rows (vmap):      {t_vmap * 1e3:9.2f} ms  "
+            f"= {t_vmap / t_fb:.2f} x baseline"
         )
     except Exception as exc:  # vmap does not trace every HF model
         print(f"vmap grad norms unavailable: {type(exc).__name__}: {str(exc)[:120]}")

@@ -86,17 +86,20 @@ def main() -> None:
                         seconds[c, name].append(dt)
                         rates[c, name].append(tokens / dt)
     print(f"{len(prompt_ids)} rows ({args.prompts} prompts x {args.generations}), max_new_tokens={max_new}, "
-          f"sft_steps={args.sft_steps}, torch threads={torch.get_num_threads()}, median of {args.repeats} A B pairs")  # fmt: skip
+          f"sft_steps={args.sft_steps}, torch threads={torch.get_num_threads()}, "
+          f"median of {args.repeats} A B pairs")  # fmt: skip
     print(f"{'clock':<6}{'path':<10}{'seconds':>10}{'tokens/s':>12}")
     for c in clocks:
         for name in paths:
             print(
-                f"{c:<6}{name:<10}{statistics.median(seconds[c, name]):>10.4f}{statistics.median(rates[c, name]):>12.0f}"
+                f"{c:<6}{name:<10}{statistics.median(seconds[c, name]):>10.4f}"
+                f"{statistics.median(rates[c, name]):>12.0f}"
             )
     for c in clocks:
         kv, gen = rates[c, "kv"], rates[c, "generate"]
         pairs = statistics.median(a / b for a, b in zip(kv, gen, strict=True))
-        print(f"kv / generate tokens/s ({c}): {statistics.median(kv) / statistics.median(gen):.2f}x (ratio of medians), "
+        print(f"kv / generate tokens/s ({c}): {statistics.median(kv) / statistics.median(gen):.2f}x "
+              "(ratio of medians), "
               f"{pairs:.2f}x (median of the pairs' ratios)")  # fmt: skip
 
 

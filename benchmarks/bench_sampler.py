@@ -40,7 +40,8 @@ def main() -> None:
     t_numpy = median_seconds(lambda: rng.choice(args.n, size=args.m, p=p), args.repeats)
 
     print(
-        f"n = {args.n:,} items, m = {args.m:,} draws, median of {args.repeats}, torch threads = {torch.get_num_threads()}"
+        f"n = {args.n:,} items, m = {args.m:,} draws, median of {args.repeats}, "
+        f"torch threads = {torch.get_num_threads()}"
     )
     print(f"{'method':<32}{'seconds':>10}{'× alias total':>16}")
     rows = [

@@ -74,7 +74,8 @@ def main() -> None:
     threads = numba.get_num_threads()
     rate = {}
     for dt in ("float32", "float64"):
-        t = median_seconds(lambda dt=dt: run_trials(problem, p, args.steps, args.trials, step_size=eta, dtype=dt), args.repeats)  # fmt: skip
+        t = median_seconds(lambda dt=dt: run_trials(problem, p, args.steps, args.trials, step_size=eta, dtype=dt),
+                           args.repeats)  # fmt: skip
         rate[dt] = args.steps * args.trials / t
     t_slow = median_seconds(lambda: numpy_loop(problem, p, args.baseline_steps, 1, eta, 0), args.repeats)
     slow = args.baseline_steps / t_slow

@@ -93,7 +93,8 @@ def main() -> None:
     if not isinstance(stock, dict):
         raise SystemExit(f"stock verl did not run: {stock}")
     print(
-        f"verl main_ppo on {'CUDA (vLLM)' if args.gpu else 'the CPU (HF server)'}, {args.workers} worker(s), {args.steps} steps, 4 prompts x 8 a step; "
+        f"verl main_ppo on {'CUDA (vLLM)' if args.gpu else 'the CPU (HF server)'}, {args.workers} worker(s), "
+        f"{args.steps} steps, 4 prompts x 8 a step; "
         f"PO s = old_log_prob + ref + update_actor"
     )
     print(

@@ -45,7 +45,8 @@ def main() -> None:
     out = policy.sft(model, tok, task, steps=args.steps, batch_size=args.batch, lr=args.lr, min_size=args.min_size,
                      max_size=args.max_size, mistake_prob=args.mistake_prob, seed=0)  # fmt: skip
     print(f"task {task.name}: SFT {args.steps} steps x {args.batch} in {time.perf_counter() - start:.0f} s, "
-          f"final loss {out['final_loss']:.3f} (hidden {args.hidden}, layers {args.layers}, mistake_prob {args.mistake_prob})")  # fmt: skip
+          f"final loss {out['final_loss']:.3f} (hidden {args.hidden}, layers {args.layers}, "
+          f"mistake_prob {args.mistake_prob})")  # fmt: skip
     rng = np.random.default_rng(10_000)
     print("size  tokens  greedy  sampled")
     for size in range(args.min_size, args.max_size + 1):

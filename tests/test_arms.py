@@ -213,7 +213,8 @@ def test_every_option_has_one_key_part_and_a_label():
 @pytest.mark.parametrize(("kw", "name"), [
     (dict(method="p_star:raw"), "Arm.method"), (dict(method=""), "Arm.method"), (dict(proxy="a:b"), "Arm.proxy"),
     (dict(weights="centered"), "Arm.weights"), (dict(step_budget="steps"), "Arm.step_budget"),
-    (dict(alpha=1.5), "Arm.alpha"), (dict(alpha=float("nan")), "Arm.alpha"), (dict(proxy_noise=-0.1), "Arm.proxy_noise"),
+    (dict(alpha=1.5), "Arm.alpha"), (dict(alpha=float("nan")), "Arm.alpha"),
+    (dict(proxy_noise=-0.1), "Arm.proxy_noise"),
 ])  # fmt: skip
 def test_bad_arm_field_is_one_error_naming_it(kw, name):
     with pytest.raises(ValueError, match=name):

@@ -231,7 +231,8 @@ def test_eval_responses_errors_and_k(tmp_path, capsys, no_model_load):
             "--out", str(tmp_path / "out")]  # fmt: skip
     for extra, needle in (([], "gen.jsonl:2: not valid JSON"), (["--limit", "1", "--k", "3"], "--k must equal"),
                           (["--limit", "1", "--pass-k", "4"], "--pass-k must be at most k (2)"),
-                          (["--limit", "1", "--benchmark", "amc"], "id 'gsm8k-0' is not in the benchmark")):  # fmt: skip
+                          (["--limit", "1", "--benchmark", "amc"],
+                           "id 'gsm8k-0' is not in the benchmark")):  # fmt: skip
         assert main([*base, *extra]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and needle in err[0], err

@@ -150,7 +150,8 @@ def test_trl_and_verl_get_identical_plans_for_the_same_pool_and_seed(method, mer
 
     pool = two_rank_pool(3, sizes=(16, 16))
     trl = CostAwareGRPOConfig(output_dir="unused", cost_aware_method=method, cost_aware_alpha=0.05,
-                              cost_aware_merge_duplicates=merge, loss_type="grpo", use_cpu=True).sampling_config()  # fmt: skip
+                              cost_aware_merge_duplicates=merge, loss_type="grpo",
+                              use_cpu=True).sampling_config()  # fmt: skip
     verl = CostAwareConfig(method=method, alpha=0.05, balance_dp=False, merge_duplicates=merge)
     assert trl == verl.sampling_config("seq-mean-token-mean")  # the same core config from both edges
     rnd = plan_round(pool, trl, seed=4, step=9, family=TRL_LOSS_FAMILY["grpo"], num_steps=4, minibatch_size=8)

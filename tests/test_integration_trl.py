@@ -328,7 +328,8 @@ def test_logprobs_of_the_fed_rows_only_equal_stocks(tmp_path, loss_type, method,
         assert computed["fed"] < computed["all"]
 
 
-@pytest.mark.parametrize("extra", [{}, {"cost_aware_method": "p_star"}, {"cost_aware_method": "p_smooth", "loss_type": "grpo", **KL}],
+@pytest.mark.parametrize("extra", [{}, {"cost_aware_method": "p_star"},
+                                   {"cost_aware_method": "p_smooth", "loss_type": "grpo", **KL}],
                          ids=["old-auto", "old-p_star-calibrated", "old+ref"])  # fmt: skip
 def test_logprob_rows_fed_or_all_train_to_the_same_parameters(tmp_path, extra):
     """Four optimiser steps, two per pool (the second one off-policy; KL on in the second case): the same

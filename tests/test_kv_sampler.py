@@ -62,7 +62,8 @@ def test_every_steps_logits_equal_the_models_full_forward_on_the_prefix(name):
     seen: list[tuple[int, list[int], torch.Tensor]] = []
     out = kv_generate(model, PROMPTS, max_new_tokens=10, eos_token_ids=[EOS, 3], pad_token_id=PAD,
                       generator=torch.Generator().manual_seed(1),
-                      logits_hook=lambda step, rows, logits: seen.append((step, rows.tolist(), logits.clone())))  # fmt: skip
+                      logits_hook=lambda step, rows, logits: seen.append(
+                          (step, rows.tolist(), logits.clone())))  # fmt: skip
     assert len({len(rows) for _, rows, _ in seen}) > 2  # rows finished and left the batch on the way
     worst = 0.0
     for step, rows, logits in seen:

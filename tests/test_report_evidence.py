@@ -121,7 +121,8 @@ def test_pstar_clearly_loses():
 
 
 def test_verdict_is_decided_by_the_ci_not_the_point():
-    """A positive point estimate whose total-cost CI straddles zero is 'not shown': a verdict on the sign alone fails here."""
+    """A positive point estimate whose total-cost CI straddles zero is 'not shown': a verdict on the sign
+    alone fails here."""
     ev = _evidence(headline(pstar_scale=11.0, noise=0.01, seeds=range(3)))
     claim, comp, why = _claim(ev, "p* beats GRPO")
     s = comp.savings["total_cost"]

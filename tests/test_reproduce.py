@@ -30,13 +30,16 @@ def test_profile_is_built_by_keyword_and_checks_every_field():
     for bad, field in [(dict(eval_k=0), "eval_k"), (dict(learning_rate=0.0), "learning_rate"),
                        (dict(learning_rate=float("nan")), "learning_rate"), (dict(token_budget=-5), "token_budget"),
                        (dict(rounds=0), "rounds"), (dict(seeds=(-1,)), "seeds"), (dict(seeds=()), "seeds"),
-                       (dict(seeds=(1, 1)), "seeds"), (dict(max_size=1), "max_size"), (dict(mistake_prob=1.0), "mistake_prob"),
+                       (dict(seeds=(1, 1)), "seeds"), (dict(max_size=1), "max_size"),
+                       (dict(mistake_prob=1.0), "mistake_prob"),
                        (dict(steps_per_generation=3), "steps_per_generation"), (dict(lr_sweep=(0.0,)), "lr_sweep"),
                        (dict(generation_cost=-1.0), "generation_cost"), (dict(sft_steps=True), "sft_steps"),
                        (dict(long_budget=1.0), "long_budget"), (dict(second_max_size=1), "second_max_size"),
                        (dict(extra_tasks=("sort",)), "extra_tasks"), (dict(extra_tasks=("sort:1",)), "extra_tasks"),
-                       (dict(extra_tasks=("sort:x",)), "extra_tasks"), (dict(extra_tasks=("sort:9", "sort:9")), "extra_tasks"),
-                       (dict(extra_tasks="sort:9"), "extra_tasks"), (dict(logprob_rows="some"), "logprob_rows")]:  # fmt: skip
+                       (dict(extra_tasks=("sort:x",)), "extra_tasks"),
+                       (dict(extra_tasks=("sort:9", "sort:9")), "extra_tasks"),
+                       (dict(extra_tasks="sort:9"), "extra_tasks"),
+                       (dict(logprob_rows="some"), "logprob_rows")]:  # fmt: skip
         with pytest.raises(ValueError, match=field):
             Profile(**bad)
     help_ = Profile.help()

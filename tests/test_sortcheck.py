@@ -78,7 +78,8 @@ def test_demonstrations_of_one_prompt_differ_in_length_within_mixed_groups():
     tasks = _tasks(200, 2, 7, seed=5)
     records = []
     for i in range(len(tasks)):  # a group of 8 demonstrations per prompt, as a rollout group is
-        group = sorting.SortTasks(digits=np.repeat(tasks.digits[i : i + 1], 8, axis=0), sizes=np.repeat(tasks.sizes[i], 8),
+        group = sorting.SortTasks(digits=np.repeat(tasks.digits[i : i + 1], 8, axis=0),
+                                  sizes=np.repeat(tasks.sizes[i], 8),
                                   prompts=[tasks.prompts[i]] * 8, answers=np.repeat(tasks.answers[i], 8))  # fmt: skip
         d = demonstrations(group, mistake_prob=0.1, rng=np.random.default_rng(i))
         records.append(PromptRound(0, i, tuple(sortcheck.is_correct(d, group.answers).astype(float).tolist()),

@@ -115,7 +115,9 @@ def test_merged_draws_run_once_with_their_count(trainer, agg, monkeypatch):
         valid_tokens(data["input_ids"], data["attention_mask"])
     )  # the plan is drawn over rows in content order
     plan = plan_minibatches(adv[order].float(), cost[order], num_minibatches=STEPS, minibatch_size=STOCK_ROWS,
-                            config=cfg.sampling_config(agg), generator=torch.Generator().manual_seed(plan_seed(SEED, STEP * (1 if trainer == "v0" else 1000))))  # fmt: skip
+                            config=cfg.sampling_config(agg),
+                            generator=torch.Generator().manual_seed(
+                                plan_seed(SEED, STEP * (1 if trainer == "v0" else 1000))))  # fmt: skip
     beta = 0.0 if agg == "seq-mean-token-mean" else 1.0
     p_star = adv.abs().double() * cost.double() ** (beta - 0.5)
     p = (1 - ALPHA) * p_star / p_star.sum() + ALPHA / len(adv)

@@ -8,8 +8,8 @@ are exact. Each mini-batch's gradient (averaged over ranks, as FSDP does) must e
 sum_i w_i grad(l_i), with l_i the row's own loss (policy gradient with its rollout-correction weight,
 minus entropy, plus low_var_kl) under the mini-batch's normaliser, and w_i = 1/(n p_i) from the formula.
 Rows have unequal prompt and response lengths. The fixtures live in ``verl_fixtures.py``, the stub
-workers in ``verl_workers.py``; this module re-exports both and holds the drivers. Used by ``test_verl_update_actor.py``,
-``test_verl_unbiased.py`` and ``test_verl_logprobs.py``.
+workers in ``verl_workers.py``; this module re-exports both and holds the drivers. Used by
+``test_verl_update_actor.py``, ``test_verl_unbiased.py`` and ``test_verl_logprobs.py``.
 """
 
 from __future__ import annotations

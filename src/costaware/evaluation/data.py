@@ -1,8 +1,9 @@
 """Benchmark loaders: GSM8K, MATH500, AIME 1983–2024, AMC and verl/DAPO parquet, to one record type.
 
 Every loader reads a local file in the benchmark's public format (jsonl, json, parquet or csv, or a
-folder of them, as a hub snapshot has; :mod:`.files` reads them), or the hub through ``datasets.load_dataset`` when a hub can
-be reached. Public formats (field names as published on the Hugging Face hub):
+folder of them, as a hub snapshot has; :mod:`.files` reads them), or the hub through
+``datasets.load_dataset`` when a hub can be reached. Public formats (field names as published on the
+Hugging Face hub):
 
 * ``openai/gsm8k`` (config ``main``, split ``test``): ``question``, ``answer``; the answer is a worked
   solution whose last line is ``#### 42``. The gold answer is the text after ``####``.

@@ -59,15 +59,19 @@ def trainer_args(spec: RunSpec, profile: Profile, workdir: Path) -> Any:
         warnings.filterwarnings("ignore", message="cost_aware_proxy='auto'", category=UserWarning)
         return CostAwareGRPOConfig(
             output_dir=str(workdir), cost_aware_method=spec.method, cost_aware_alpha=spec.alpha,
-            cost_aware_weights=spec.weights, cost_aware_proxy_noise=spec.proxy_noise, cost_aware_zvf=spec.zvf or spec.rollout == "dapo",
-            cost_aware_rollout="all" if spec.rollout == "dapo" else spec.rollout, cost_aware_generation_cost=profile.generation_cost,
-            cost_aware_budget=spec.step_budget, cost_aware_proxy=spec.proxy, cost_aware_pods_keep=min(profile.pods_keep, profile.generations),
+            cost_aware_weights=spec.weights, cost_aware_proxy_noise=spec.proxy_noise,
+            cost_aware_zvf=spec.zvf or spec.rollout == "dapo",
+            cost_aware_rollout="all" if spec.rollout == "dapo" else spec.rollout,
+            cost_aware_generation_cost=profile.generation_cost,
+            cost_aware_budget=spec.step_budget, cost_aware_proxy=spec.proxy,
+            cost_aware_pods_keep=min(profile.pods_keep, profile.generations),
             loss_type=spec.resolved_loss_type(profile), beta=0.0, learning_rate=profile.learning_rate * spec.lr_scale,
             lr_scheduler_type="constant_with_warmup" if profile.warmup_rounds else "constant",
             warmup_steps=profile.warmup_rounds * spg, num_generations=profile.generations,
             per_device_train_batch_size=profile.prompts_per_round * profile.generations // spg,
             steps_per_generation=spg, max_steps=profile.rounds * spg,
-            max_completion_length=get_task(spec.task).max_response_tokens(profile.sizes(spec.task)[1]) + 1, temperature=1.0,
+            max_completion_length=get_task(spec.task).max_response_tokens(profile.sizes(spec.task)[1]) + 1,
+            temperature=1.0,
             seed=spec.seed, data_seed=spec.seed, report_to="none", use_cpu=True, bf16=False, logging_steps=spg,
             save_strategy="no", disable_tqdm=True,
             gradient_checkpointing=False,  # TRL turns it on; a tiny CPU model only pays the recomputation
@@ -166,7 +170,8 @@ def run_grpo(spec: RunSpec, profile: Profile, sft_dir: Path, workdir: Path) -> d
         st = trainer.cost_aware_state
         evals.append(EvalPoint(
             # generation rounds: one per pool, plus every ZVF refill batch (each as large as a pool)
-            rounds=int(st["generations"]) + int(st.get("zvf_refills", 0)), po_tokens=int(st["tokens"]), generated_tokens=int(rollouts["generated_tokens"]),
+            rounds=int(st["generations"]) + int(st.get("zvf_refills", 0)), po_tokens=int(st["tokens"]),
+            generated_tokens=int(rollouts["generated_tokens"]),
             **cast("dict[str, Any]", dict(zip(("heldout_accuracy", "validation_accuracy"),
                        evaluate.start(trainer.model, "grpo") if step == 0 else evaluate(trainer.model), strict=True))),
             step=step, po_seconds=float(st["po_seconds"]), po_tokens_plain=int(st["tokens_plain"]),

@@ -168,7 +168,8 @@ def encode_prompts(tokenizer: Any, prompts: list[str], *, k: int, batch_size: in
         raise ValueError(f"prompts must be non-empty and k, batch_size >= 1, got {len(prompts)}, {k}, {batch_size}")
     expanded = [p for p in prompts for _ in range(k)]
     batches = tuple(dict(tokenizer(expanded[lo : lo + batch_size], return_tensors="pt", padding=True,
-                                   add_special_tokens=False)) for lo in range(0, len(expanded), batch_size))  # fmt: skip
+                                   add_special_tokens=False))
+                    for lo in range(0, len(expanded), batch_size))  # fmt: skip
     return EncodedPrompts(tuple(prompts), k, batches)
 
 
@@ -263,8 +264,8 @@ def evaluate(
     if encoded is not None and list(encoded.prompts) != list(tasks.prompts):
         raise ValueError("encoded must hold the prompts of tasks, in their order")
     responses = sample(
-        model, tokenizer, tasks.prompts if encoded is None else encoded, k=k, max_new_tokens=task.max_response_tokens(max_size), seed=seed,
-        temperature=temperature, generation=generation,
+        model, tokenizer, tasks.prompts if encoded is None else encoded, k=k,
+        max_new_tokens=task.max_response_tokens(max_size), seed=seed, temperature=temperature, generation=generation,
     )  # fmt: skip
     correct = np.asarray(task.is_correct(responses, np.repeat(tasks.answers, k, axis=0))).reshape(len(tasks), k)
     lengths = np.array([len(p) + len(r) + 1 for p, r in zip(np.repeat(tasks.prompts, k), responses, strict=True)])

@@ -173,8 +173,9 @@ class Profile:
     rollout_train_prompts: int = _opt(512, "runs", "the prompt-stage group's finite train set, reused over epochs")
 
     def __post_init__(self) -> None:
-        ints = {"hidden_size": 8, "num_layers": 1, "min_size": 1, "max_size": 1, "second_max_size": 1, "sft_steps": 1, "sft_batch": 1,
-                "rounds": 1, "warmup_rounds": 0, "prompts_per_round": 1, "generations": 2, "steps_per_generation": 1, "pods_keep": 1,
+        ints = {"hidden_size": 8, "num_layers": 1, "min_size": 1, "max_size": 1, "second_max_size": 1, "sft_steps": 1,
+                "sft_batch": 1, "rounds": 1, "warmup_rounds": 0, "prompts_per_round": 1, "generations": 2,
+                "steps_per_generation": 1, "pods_keep": 1,
                 "token_budget": 0, "skipped_warn_rounds": 1, "eval_points": 1, "eval_every": 1, "eval_prompts": 1,
                 "validation_prompts": 0, "eval_k": 1, "diagnostics_rows": 0, "diagnostics_every": 1, "train_prompts": 0,
                 "rollout_train_prompts": 1}  # fmt: skip

@@ -90,7 +90,8 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--show-profile",
         action="store_true",
-        help="print the profile that would run (--profile, --set and the options above applied), field by field with the number of runs, and exit",
+        help="print the profile that would run (--profile, --set and the options above applied), "
+        "field by field with the number of runs, and exit",
     )
     p.add_argument("--report-only", action="store_true",
                    help="train nothing: write the report from this profile's runs finished so far (an interrupted "

@@ -322,7 +322,8 @@ def format_checkpoint(c: CheckpointResult) -> str:
     cols = f"  {'method':<15}{'V_sub/step':>12}{'V_eff/step':>12}{'tokens/step':>13}" \
            f"{'J/J_unif':>10}{'J/J_nz':>9}{'J_eff/J_eff,nz':>17}\n"  # fmt: skip
     body = "".join(f"  {r.method:<15}{r.v_sub:>12.3e}{r.v_eff:>12.3e}{r.tokens:>13.0f}{r.j_vs_uniform:>10.3f}"
-                   f"{r.j_vs_nonzero:>9.3f}{r.j_eff_vs_nonzero:>10.3f} ± {r.j_eff_se:.3f}\n" for r in c.methods)  # fmt: skip
+                   f"{r.j_vs_nonzero:>9.3f}{r.j_eff_vs_nonzero:>10.3f} ± {r.j_eff_se:.3f}\n"
+                   for r in c.methods)  # fmt: skip
     return head + cols + body
 
 

@@ -6,8 +6,9 @@ that stop with their parent, and atomic, resumable results.
   one line with exit status 2. An option given as 0 is never replaced by the profile's value.
 - :func:`out_lock` takes ``fcntl.flock`` on ``--out/.lock``: a second job on the same folder is refused.
 - Workers ignore SIGINT; the parent, on Ctrl-C or SIGTERM, terminates them at once, removes partial
-  files and the work folders of unfinished runs, and exits 130. Each worker also watches its parent (``PR_SET_PDEATHSIG`` on Linux and a thread
-  polling ``os.getppid()``), so a SIGKILLed parent leaves no orphan training on.
+  files and the work folders of unfinished runs, and exits 130. Each worker also watches its parent
+  (``PR_SET_PDEATHSIG`` on Linux and a thread polling ``os.getppid()``), so a SIGKILLed parent leaves
+  no orphan training on.
 - A finished run is one ``runs/<name>.json`` written by tmp + ``os.replace``; a rerun skips it.
 - Workers are spawned (a fresh interpreter each, safe after the parent's multi-threaded SFT) and serve
   many runs: each imports torch, transformers and TRL once, in its initializer, and keeps what does not
@@ -347,6 +348,7 @@ def _reproduce(
     sft_info = json.loads((sft_dirs[profile.task] / "sft.json").read_text()) if profile.task in sft_dirs else None
     paths = report.write_report(results, out, baseline="none", command=command, profile=dataclasses.asdict(profile),
                                 sft=sft_info, generation_cost=profile.generation_cost, notice=notice,
-                                logs={r.id: f.with_suffix(".prompts.jsonl") for r, f in zip(results, files.values(), strict=True)})  # fmt: skip
+                                logs={r.id: f.with_suffix(".prompts.jsonl")
+                                      for r, f in zip(results, files.values(), strict=True)})  # fmt: skip
     print(f"[costaware] report: {paths['markdown']}  {paths['html']}")
     return 0

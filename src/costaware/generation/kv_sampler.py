@@ -3,7 +3,8 @@
 For the tiny policies of `costaware reproduce`, ``generate`` pays per-step overheads (a cache that
 grows by concatenation, masks rebuilt, its processor and stopping machinery) and keeps every row in the
 batch until the longest one ends. :func:`kv_generate` (about 3x its tokens/s on the main job's policy,
-``benchmarks/bench_rollout.py``) runs one forward per step over the rows still running (:mod:`costaware.generation.qwen2`, into a preallocated cache) and draws the next token as
+``benchmarks/bench_rollout.py``) runs one forward per step over the rows still running
+(:mod:`costaware.generation.qwen2`, into a preallocated cache) and draws the next token as
 ``generate`` does with TRL's sampling options:
 
 - :func:`process_logits` is transformers' ``TemperatureLogitsWarper``, ``TopKLogitsWarper`` and

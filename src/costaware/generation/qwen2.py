@@ -2,7 +2,8 @@
 
 :func:`qwen2_weights` takes the current parameters of a ``Qwen2ForCausalLM``, fused into a few
 matrices (q/k/v with their rotated copies, gate/up, the norms' weights folded in) on every call, so
-that weights an optimiser has just updated are the ones sampled from, and checks that the configuration is one this forward reproduces: full causal attention (no
+that weights an optimiser has just updated are the ones sampled from, and checks that the
+configuration is one this forward reproduces: full causal attention (no
 sliding window), a rotary embedding whose frequencies do not depend on the sequence length (any
 ``rope_type`` but ``dynamic`` and ``longrope``; its table is computed by the model's own rotary module, so
 ``rope_theta`` and the scaling types are the model's), grouped-query attention with the q/k/v biases
@@ -153,7 +154,8 @@ def qwen2_weights(model: Any, *, max_positions: int) -> Qwen2Weights:
         gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
         layers.append(LayerWeights(  # each RMSNorm's weight scales the columns of the product it feeds
             qkv_weight=(weight * layer.input_layernorm.weight).detach(), qkv_bias=bias.detach(),
-            o_weight=at.o_proj.weight.detach(), gate_up_weight=(gate_up * layer.post_attention_layernorm.weight).detach(),
+            o_weight=at.o_proj.weight.detach(),
+            gate_up_weight=(gate_up * layer.post_attention_layernorm.weight).detach(),
             down_weight=mlp.down_proj.weight.detach(), act=mlp.act_fn,
         ))  # fmt: skip
     embed = body.embed_tokens.weight.detach()
@@ -164,7 +166,8 @@ def qwen2_weights(model: Any, *, max_positions: int) -> Qwen2Weights:
     return Qwen2Weights(
         embed=embed, layers=tuple(layers), lm_head=(model.lm_head.weight * body.norm.weight).detach(),
         eps=float(body.norm.variance_epsilon), heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-        rotary=torch.cat([cos[0], sin[0]], dim=-1).to(embed.dtype), score_scale=head_dim**-0.5 / _folded_scale(head_dim),
+        rotary=torch.cat([cos[0], sin[0]], dim=-1).to(embed.dtype),
+        score_scale=head_dim**-0.5 / _folded_scale(head_dim),
     )  # fmt: skip
 
 

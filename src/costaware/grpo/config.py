@@ -90,8 +90,9 @@ class SamplingConfig:
             the engine fits online (:class:`costaware.grpo.proxy.BetaCalibrator`) and sets per pool.
         proxy_beta: β for ``"length_aware"``/``"calibrated"`` (required there, within
             :data:`costaware.grpo.proxy.BETA_BOUNDS`); must stay None (or 0) for ``"advantage"``.
-        adaptive_alpha_max_weight: ``p_smooth`` only (its ``adaptive_max_weight``). When set (W > 1), each plan uses the smallest
-            α in [``alpha``, :data:`ALPHA_AUTO_MAX`] for which no row with A ≠ 0 gets a raw weight
+        adaptive_alpha_max_weight: ``p_smooth`` only (its ``adaptive_max_weight``). When set (W > 1),
+            each plan uses the smallest α in [``alpha``, :data:`ALPHA_AUTO_MAX`] for which no row with
+            A ≠ 0 gets a raw weight
             1/(n p_i) above W (:func:`costaware.grpo.proxy.adaptive_alpha`); ``alpha`` is the floor
             (rows with A = 0 get weight 1/α: keep the floor > 0 when a KL term needs them).
             ``Plan.meta["alpha"]`` records the α used. A single huge weight is what makes a
@@ -256,7 +257,8 @@ def paper_proxy_warning(proxy: str, *, loss_type: str, method: str, field: str =
     return (
         f"{field}='auto' with method {method!r} under loss {loss_type!r} (a token-sum loss) picks a length-aware "
         "proxy, p ∝ |A|·c^(β−½); in training (`costaware reproduce --profile full`, sort, dapo, 3 seeds) p* with the "
-        "calibrated one needed 22% [16%, 30%] more policy-optimisation tokens than p* with the paper's proxy and 9% [1%, 25%] "
+        "calibrated one needed 22% [16%, 30%] more policy-optimisation tokens than p* with the paper's proxy and "
+        "9% [1%, 25%] "
         f"more than 'nonzero'; set {field}='advantage' (the paper's |A|) to follow those measurements, or use "
         "method 'nonzero' (what method 'auto' picks for this loss)"
     )

@@ -52,7 +52,8 @@ def _checked(rewards: Any, group_size: Any, keep: Any) -> tuple[torch.Tensor, in
 
 
 def pods_select(rewards: Any, group_size: int, keep: int) -> torch.Tensor:
-    """:func:`pods_select_kernel` on checked arguments (rewards (N,), groups of ``group_size``, 1 <= keep <= group_size)."""
+    """:func:`pods_select_kernel` on checked arguments (rewards (N,), groups of ``group_size``,
+    1 <= keep <= group_size)."""
     return pods_select_kernel(*_checked(rewards, group_size, keep))
 
 

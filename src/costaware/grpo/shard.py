@@ -91,8 +91,9 @@ def shard_minibatches(
 ) -> list[tuple[ShardStep, ...]]:
     """Split the global plan's mini-batches over ranks: ``out[r][j]`` is rank r's part of step j.
 
-    Every rank gets exactly ``num_steps`` steps (at most :data:`~costaware.grpo.config.MAX_STEPS`) and, in step j, the same number of rows s_j =
-    max(1, max_r rows of mini-batch j held by rank r). Rows keep the plan's order within a rank.
+    Every rank gets exactly ``num_steps`` steps (at most :data:`~costaware.grpo.config.MAX_STEPS`) and, in
+    step j, the same number of rows s_j = max(1, max_r rows of mini-batch j held by rank r). Rows keep the
+    plan's order within a rank.
     ``pad_rows[r]`` is the local row rank r feeds as padding (any row is exact; the engines pass
     the rank's cheapest row, so that padding costs the least compute).
 

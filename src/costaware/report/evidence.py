@@ -432,7 +432,8 @@ def answer_paragraph(ev: Evidence, baseline: str | Arm, candidate: str | Arm = "
 
     seeds = len(sec.arms[ev.baseline])
     out = [
-        f"**{escape(sec.task)} / {escape(sec.setting)}** ({seeds} seed{'s' if seeds != 1 else ''}; target accuracy {ev.target:.3f}, "
+        f"**{escape(sec.task)} / {escape(sec.setting)}** ({seeds} seed{'s' if seeds != 1 else ''}; "
+        f"target accuracy {ev.target:.3f}, "
         f"{100 * ev.target_fraction:.0f}% of the lowest seed-mean peak among the methods compared; "
         f"a generated token costs {ev.generation_cost:.2g} PO tokens in the total cost)."
     ]

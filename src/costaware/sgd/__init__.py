@@ -4,8 +4,8 @@ Each step draws i ~ p, pays c_i, and moves along the importance-weighted gradien
 g = w_i ∇f_i(x) with w_i = 1/(n p_i) (``weights="raw"``: E_p[g] = ∇f), then projects onto the ball
 ‖x‖ ≤ R. It starts at x_1 = 0 and returns the average of the points where it queried gradients,
 x̄_T = Σ_t ω_t x_t / Σ_t ω_t (t = 1..T), as the theorems do; the last iterate x_{T+1} is reported too (§F.3).
-``weights="centred"`` uses w_i = 1/(n_supp p_i) (E_p[w] = 1, §G.2); the theory step sizes (:mod:`~costaware.sgd.schedules`) divide
-by the factor n/n_supp, so both give the same trajectory.
+``weights="centred"`` uses w_i = 1/(n_supp p_i) (E_p[w] = 1, §G.2); the theory step sizes
+(:mod:`~costaware.sgd.schedules`) divide by the factor n/n_supp, so both give the same trajectory.
 
 The package: :mod:`~costaware.sgd.problems` (the finite sums), :mod:`~costaware.sgd.schedules` (step
 sizes η_t and averaging weights ω_t, every rule documented there), :mod:`~costaware.sgd.reference` (the

@@ -247,7 +247,8 @@ def maybe_calibrate(trainer: Any, batch: dict[str, Any], plan: Any, pool: Any, o
     k = trainer.args.cost_aware_calibration_rows
     gen = torch.Generator().manual_seed(int(trainer.args.seed) * 7919 + generation + 104_729)
     chosen = choose_rows(plan.advantages, need=k - len(state.pending), group_size=trainer.num_generations,
-                         per_group=math.ceil(k / MIN_GROUPS), zero_tol=trainer.sampling.zero_tol, generator=gen)  # fmt: skip
+                         per_group=math.ceil(k / MIN_GROUPS), zero_tol=trainer.sampling.zero_tol,
+                         generator=gen)  # fmt: skip
     metrics = trainer._metrics["train"]
     if chosen.numel():  # known to every process alike: all join the collectives or none does
         rows = measure_global(trainer, batch, plan, pool, offset, chosen)  # (1, |A|, G, c, p)

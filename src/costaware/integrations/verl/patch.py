@@ -3,8 +3,9 @@ v1 metrics aggregator.
 
 Applied by the import hook (``_hook.TARGETS``); cheap to import (stdlib only, the rest is imported inside
 the functions). The trainer state the wrappers share lives in ``state``, so that this module, ``v1``,
-``resample`` and ``logprobs`` import it and not each other. Each trainer wrapper reads ``algorithm.cost_aware`` once per trainer and calls the
-original unchanged when the key is absent or ``enable=false``.
+``resample`` and ``logprobs`` import it and not each other. Each trainer wrapper reads
+``algorithm.cost_aware`` once per trainer and calls the original unchanged when the key is absent or
+``enable=false``.
 
 Learning-rate schedule: verl's actor worker steps its LR scheduler once per ``update_actor`` call (on the
 last mini-batch). A skipped pool (every advantage zero) makes no optimizer step and so no scheduler
@@ -125,8 +126,8 @@ def _worker_metrics(data: Any, dp_group: Any) -> dict[str, Any]:
     actor's loss metrics under ``actor/``: ``actor/cost_aware/loss/...``).
 
     ``cost_aware/loss/factors_mean``: the mean loss factor of the micro-batch's rows (mean over ranks and
-    micro-batches: the trainer's ``cost_aware/factors/mean`` when every rank ran it); ``.../rank_min`` and ``.../rank_max``: the
-    data-parallel ranks that ran it (0 and world - 1 when every rank did).
+    micro-batches: the trainer's ``cost_aware/factors/mean`` when every rank ran it); ``.../rank_min`` and
+    ``.../rank_max``: the data-parallel ranks that ran it (0 and world - 1 when every rank did).
     """
     import torch.distributed as dist
     from verl.utils.metric import AggregationType, Metric

@@ -285,9 +285,10 @@ class CostAwarePromptSampler(_Base):
     Args (verl passes both by name):
         data_source: the train dataset (its length is N; its rows' keys map scored rows back).
         data_config: verl's ``data`` config; options under ``data.sampler.costaware``: ``method``
-            (a registered rule without weights: ``greso`` | ``cost_aware_skip``), that method's factory arguments, ``seed`` (default
-            ``data.seed``, else 0), ``group_size`` (default ``actor_rollout_ref.rollout.n``), ``index_key``
-            (default ``index``), ``max_candidate_batches`` and the :class:`StateConfig` fields.
+            (a registered rule without weights: ``greso`` | ``cost_aware_skip``), that method's factory
+            arguments, ``seed`` (default ``data.seed``, else 0), ``group_size`` (default
+            ``actor_rollout_ref.rollout.n``), ``index_key`` (default ``index``), ``max_candidate_batches``
+            and the :class:`StateConfig` fields.
     """
 
     def __init__(self, data_source: _Rows, data_config: Any) -> None:
