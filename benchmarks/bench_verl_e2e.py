@@ -7,14 +7,20 @@ own ``file`` logger wrote:
 
 - PO seconds per step: ``timing_s/old_log_prob`` + ``timing_s/ref`` (when a ref model runs) +
   ``timing_s/update_actor``; ``timing_s/gen`` beside it;
-- PO tokens per step: ``cost_aware/step/tokens`` (fed) for a plugin run; for stock, the plugin's own
-  count of the same pool is not there, so stock's tokens are verl's ``perf/total_num_tokens``;
-- saved: 1 − method/stock for time and for tokens (stock run in the same invocation), and the plugin's
-  own ``1 − tokens/tokens_plain`` (fed against every row once, on the same pools).
+- PO tokens per step: ``cost_aware/step/tokens`` for a plugin run, and ``fed`` with the zero-factor
+  padding rows (``cost_aware/step/tokens_padding``) that keep every mini-batch a multiple of
+  dp × ``ppo_micro_batch_size_per_gpu``: the tokens the workers compute on. For stock, verl's
+  ``perf/total_num_tokens``;
+- saved: 1 − method/stock for time and for fed tokens (stock run in the same invocation), and the
+  plugin's own ``1 − tokens/tokens_plain`` (every row once, on the same pools);
+- means over the steps after ``--warmup`` (default 1: the first step compiles numba kernels and starts
+  Ray actors). The time saving can only follow the token saving where the actor's compute, not verl's
+  fixed per-call overhead, is most of ``update_actor``: a micro-batch as large as the mini-batch leaves
+  nothing to save (the padding restores every row).
 
 A method the plugin's config refuses is reported with its error line, and the others still run.
 
-    .venv-verl/bin/python benchmarks/bench_verl_e2e.py --steps 4
+    .venv-verl/bin/python benchmarks/bench_verl_e2e.py             # 16 prompts x 8, 2 mini-batches, micro 8
     python benchmarks/bench_verl_e2e.py --gpu --steps 4     # CUDA GPUs, vLLM rollouts (verl[vllm] installed)
 """
 
@@ -37,16 +43,24 @@ from verl_cpu.run import launch, overrides  # noqa: E402
 PO_KEYS = ("timing_s/old_log_prob", "timing_s/ref", "timing_s/update_actor")
 
 
-def summarise(metrics: list[dict]) -> dict[str, float]:
+def summarise(metrics: list[dict], warmup: int) -> dict[str, float]:
+    """Means per step over the steps after the first ``warmup`` (their numba kernels and Ray actors are
+    compiled and started there). Tokens are prompt + response tokens; ``fed`` adds the zero-factor padding
+    rows a plugin run feeds so that every mini-batch meets verl's fixed micro-batch size."""
+    metrics = metrics[warmup:]
+    if not metrics:
+        raise SystemExit(f"no step after the {warmup} warm-up step(s): raise --steps")
     mean = lambda key: float(np.mean([m.get(key, 0.0) for m in metrics]))  # noqa: E731
     po_s = float(np.mean([sum(m.get(k, 0.0) for k in PO_KEYS) for m in metrics]))
     plugin = "cost_aware/step/tokens" in metrics[0]
+    tokens = mean("cost_aware/step/tokens") if plugin else mean("perf/total_num_tokens")
     return {
         "steps": len(metrics),
         "gen_s": mean("timing_s/gen"),
         "po_s": po_s,
         "update_s": mean("timing_s/update_actor"),
-        "tokens": mean("cost_aware/step/tokens") if plugin else mean("perf/total_num_tokens"),
+        "tokens": tokens,
+        "fed": tokens + (mean("cost_aware/step/tokens_padding") if plugin else 0.0),
         "own_saving": 1 - mean("cost_aware/step/tokens") / mean("cost_aware/step/tokens_plain") if plugin else 0.0,
     }
 
@@ -58,15 +72,25 @@ def refusal(log: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=1, help="first steps left out of the means (JIT, Ray start)")
+    parser.add_argument("--batch", type=int, default=16, help="prompts a step (data.train_batch_size)")
+    parser.add_argument("--mini", type=int, default=8, help="prompts a PPO mini-batch (ppo_mini_batch_size)")
+    parser.add_argument(
+        "--micro", type=int, default=8, help="rows a micro-batch and worker (ppo_micro_batch_size_per_gpu)"
+    )
+    parser.add_argument("-n", type=int, default=8, help="responses a prompt (rollout.n)")
     parser.add_argument("--methods", nargs="+", default=["nonzero", "p_star"])
     parser.add_argument("--alpha", type=float, default=0.01)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--gpu", action="store_true", help="CUDA GPUs with vLLM rollouts instead of the CPU support")
     parser.add_argument("--out", type=Path, default=None, help="working folder (default: a temporary one)")
     args = parser.parse_args()
-    if args.steps < 1:
-        raise ValueError(f"--steps must be >= 1, got {args.steps}")
+    for name in ("steps", "batch", "mini", "micro", "n"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.warmup < 0 or args.warmup >= args.steps:
+        raise SystemExit(f"--warmup must be in [0, --steps), got {args.warmup}")
     root = args.out or Path(tempfile.mkdtemp(prefix="bench_verl_e2e_"))
     root.mkdir(parents=True, exist_ok=True)
     build_model(root)
@@ -81,11 +105,22 @@ def main() -> None:
         try:
             metrics, _ = launch(
                 root,
-                overrides(root, workers=args.workers, steps=args.steps, name=method, gpu=args.gpu) + extra,
+                overrides(
+                    root,
+                    workers=args.workers,
+                    steps=args.steps,
+                    batch=args.batch,
+                    n=args.n,
+                    mini=args.mini,
+                    micro=args.micro,
+                    name=method,
+                    gpu=args.gpu,
+                )
+                + extra,
                 name=method,
                 gpu=args.gpu,
             )
-            results[method] = summarise(metrics)
+            results[method] = summarise(metrics, args.warmup)
         except RuntimeError as err:
             results[method] = f"refused or failed: {refusal(str(err))}"
         print(f"{method}: done", file=sys.stderr, flush=True)
@@ -94,22 +129,24 @@ def main() -> None:
         raise SystemExit(f"stock verl did not run: {stock}")
     print(
         f"verl main_ppo on {'CUDA (vLLM)' if args.gpu else 'the CPU (HF server)'}, {args.workers} worker(s), "
-        f"{args.steps} steps, 4 prompts x 8 a step; "
-        f"PO s = old_log_prob + ref + update_actor"
+        f"{args.steps} steps ({args.warmup} warm-up left out), {args.batch} prompts x {args.n} a step, mini-batches of "
+        f"{args.mini} prompts, micro-batches of {args.micro} rows; PO s = old_log_prob + ref + update_actor; "
+        "tokens = prompt + response, fed = with the zero-factor padding rows"
     )
     print(
-        "| method | PO tokens/step | PO s/step | update_actor s | gen s | time saved vs stock | "
-        "tokens saved vs stock | time saved / tokens saved | tokens saved (own pools) |"
+        "| method | PO tokens/step | fed tokens/step | PO s/step | update_actor s | gen s | time saved vs stock | "
+        "fed tokens saved vs stock | time saved / fed tokens saved | tokens saved (own pools) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for method, r in results.items():
         if isinstance(r, str):
             print(f"| {method} | {r} |")
             continue
-        time_saved, tokens_saved = 1 - r["po_s"] / stock["po_s"], 1 - r["tokens"] / stock["tokens"]
+        time_saved, tokens_saved = 1 - r["po_s"] / stock["po_s"], 1 - r["fed"] / stock["fed"]
         ratio = f"{time_saved / tokens_saved:.2f}" if abs(tokens_saved) > 1e-9 else "-"
         print(
-            f"| {method} | {r['tokens']:.0f} | {r['po_s']:.3f} | {r['update_s']:.3f} | {r['gen_s']:.2f} | "
+            f"| {method} | {r['tokens']:.0f} | {r['fed']:.0f} | {r['po_s']:.3f} | {r['update_s']:.3f} | "
+            f"{r['gen_s']:.2f} | "
             f"{time_saved:+.2f} | {tokens_saved:+.2f} | {ratio} | {r['own_saving']:+.2f} |"
         )
 

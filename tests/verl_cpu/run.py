@@ -31,10 +31,25 @@ def overrides(
     save_freq: int = -1,
     name: str = "run",
     gpu: bool = False,
+    mini: int | None = None,
+    micro: int | None = None,
 ) -> list[str]:
-    """main_ppo's overrides; ``gpu=True``: the same run on CUDA GPUs with vLLM rollouts (no CPU lines)."""
+    """main_ppo's overrides; ``gpu=True``: the same run on CUDA GPUs with vLLM rollouts (no CPU lines).
+
+    ``mini``: prompts per PPO mini-batch (default ``batch``: one optimiser step a batch); ``micro``: the
+    actor's rows per micro-batch and GPU (default the whole mini-batch's share of one worker).
+    """
     args = _common(
-        root, workers=workers, steps=steps, batch=batch, n=n, trainer_v1=trainer_v1, save_freq=save_freq, name=name
+        root,
+        workers=workers,
+        steps=steps,
+        batch=batch,
+        n=n,
+        trainer_v1=trainer_v1,
+        save_freq=save_freq,
+        name=name,
+        mini=mini or batch,
+        micro=micro,
     )
     if gpu:
         return args + [
@@ -60,7 +75,17 @@ def overrides(
 
 
 def _common(
-    root: Path, *, workers: int, steps: int, batch: int, n: int, trainer_v1: bool, save_freq: int, name: str
+    root: Path,
+    *,
+    workers: int,
+    steps: int,
+    batch: int,
+    n: int,
+    trainer_v1: bool,
+    save_freq: int,
+    name: str,
+    mini: int,
+    micro: int | None,
 ) -> list[str]:
     model = root / "model"
     return [
@@ -75,8 +100,8 @@ def _common(
         f"actor_rollout_ref.model.path={model}",
         "actor_rollout_ref.model.enable_gradient_checkpointing=false",
         "actor_rollout_ref.actor.optim.lr=1e-4",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={batch}",
-        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={batch * n // workers}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={mini}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro or mini * n // workers}",
         "actor_rollout_ref.actor.ppo_epochs=1",
         "actor_rollout_ref.actor.shuffle=false",
         "actor_rollout_ref.actor.use_kl_loss=false",
