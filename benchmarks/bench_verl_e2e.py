@@ -80,6 +80,10 @@ def main() -> None:
         "--micro", type=int, default=8, help="rows a micro-batch and worker (ppo_micro_batch_size_per_gpu)"
     )
     parser.add_argument("-n", type=int, default=8, help="responses a prompt (rollout.n)")
+    parser.add_argument("--trainer", choices=["v1", "v0"], default="v1", help="verl's trainer (v1 is its default)")
+    parser.add_argument(
+        "--set", nargs="*", default=[], metavar="KEY=VALUE", help="more main_ppo overrides, for every arm alike"
+    )
     parser.add_argument("--methods", nargs="+", default=["nonzero", "p_star"])
     parser.add_argument("--alpha", type=float, default=0.01)
     parser.add_argument("--workers", type=int, default=1)
@@ -113,9 +117,11 @@ def main() -> None:
                     n=args.n,
                     mini=args.mini,
                     micro=args.micro,
+                    trainer_v1=args.trainer == "v1",
                     name=method,
                     gpu=args.gpu,
                 )
+                + list(args.set)
                 + extra,
                 name=method,
                 gpu=args.gpu,
@@ -128,7 +134,8 @@ def main() -> None:
     if not isinstance(stock, dict):
         raise SystemExit(f"stock verl did not run: {stock}")
     print(
-        f"verl main_ppo on {'CUDA (vLLM)' if args.gpu else 'the CPU (HF server)'}, {args.workers} worker(s), "
+        f"verl main_ppo (trainer {args.trainer}{', ' + ' '.join(args.set) if args.set else ''}) on "
+        f"{'CUDA (vLLM)' if args.gpu else 'the CPU (HF server)'}, {args.workers} worker(s), "
         f"{args.steps} steps ({args.warmup} warm-up left out), {args.batch} prompts x {args.n} a step, mini-batches of "
         f"{args.mini} prompts, micro-batches of {args.micro} rows; PO s = old_log_prob + ref + update_actor; "
         "tokens = prompt + response, fed = with the zero-factor padding rows"
