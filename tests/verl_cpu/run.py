@@ -36,8 +36,8 @@ def overrides(
 ) -> list[str]:
     """main_ppo's overrides; ``gpu=True``: the same run on CUDA GPUs with vLLM rollouts (no CPU lines).
 
-    ``mini``: prompts per PPO mini-batch (default ``batch``: one optimiser step a batch); ``micro``: the
-    actor's rows per micro-batch and GPU (default the whole mini-batch's share of one worker).
+    ``mini``: prompts per PPO mini-batch (default ``batch``: one optimiser step a batch); ``micro``: rows per
+    micro-batch and GPU of the actor and the log-prob passes (default: a worker's whole share, one micro-batch).
     """
     args = _common(
         root,
@@ -106,8 +106,8 @@ def _common(
         "actor_rollout_ref.actor.shuffle=false",
         "actor_rollout_ref.actor.use_kl_loss=false",
         "actor_rollout_ref.actor.entropy_coeff=0",
-        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={batch * n // workers}",
-        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={batch * n // workers}",
+        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro or batch * n // workers}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro or batch * n // workers}",
         f"actor_rollout_ref.rollout.n={n}",
         "actor_rollout_ref.rollout.full_determinism=true",  # stable request ids: same seed, same rollouts
         "actor_rollout_ref.rollout.agent.num_workers=1",

@@ -84,6 +84,8 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
         metrics.update(record_pool(trainer, result, time.perf_counter() - start))
         return batch
 
+    # where the plugin's time goes (TransferQueue copies, the update itself): cost_aware/timing/*
+    marks = {"plan": time.perf_counter()}
     if order is not None:
         result = replace(result, indices=order[result.indices])
     assert result.indices is not None and result.factors is not None  # set whenever the step is not skipped
@@ -105,6 +107,7 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
             copied.extend(target_keys)
         if len(rounds) == 1 and deferred:
             metrics.update(_fed_passes(trainer, batch, rounds[0], deferred, metrics, tag, copied, pad_multiple))
+        marks["copy"] = time.perf_counter()  # with deferred passes, they ran inside this phase
         has_weights = "rollout_is_weights" in held  # what the rows hold (a meta's field list may be None)
         fields = ["response_mask"] + (["rollout_is_weights"] if has_weights else [])
         current = tq.kv_batch_get(keys=new_keys, partition_id=pid, select_fields=fields)
@@ -121,12 +124,16 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
             fields=sorted(set(batch.fields or []) | extra) if batch.fields else None,
             extra_info=dict(batch.extra_info or {}),
         )
+        marks["weights"] = time.perf_counter()
         with fed_minibatch_size(trainer.actor_rollout_wg, result.minibatch_size, trainer_minibatch_size(trainer)):
             original(trainer, resampled, metrics)
+        marks["update"] = time.perf_counter()
     finally:
         if copied:
             tq.kv_clear(keys=copied, partition_id=pid)
+    marks["clear"] = time.perf_counter()
     metrics.update(record_pool(trainer, result, time.perf_counter() - start))
+    metrics.update(phase_seconds(start, marks))
     if budget_spent(trainer):  # v1's loop runs while global_steps <= total_training_steps
         trainer.total_training_steps = trainer.global_steps
     return batch
@@ -171,3 +178,12 @@ def _fed_passes(
         "cost_aware/step/logprob_tokens": float(tokens),
         "cost_aware/step/logprob_rows_padding": float(pad),
     }
+
+
+def phase_seconds(start: float, marks: dict[str, float]) -> dict[str, float]:
+    """``cost_aware/timing/<phase>_s``: seconds from the previous mark (``start`` for the first) to each."""
+    out, last = {}, start
+    for name, t in marks.items():
+        out[f"cost_aware/timing/{name}_s"] = t - last
+        last = t
+    return out
