@@ -14,6 +14,7 @@ pytest.importorskip("trl", reason="the 'trl' extra is not installed")
 datasets = pytest.importorskip("datasets")
 
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+from trl_fixtures import tiny_run  # noqa: E402
 
 from costaware.grpo.advantages import sequence_costs_from_masks  # noqa: E402
 from costaware.grpo.config import plan_seed  # noqa: E402
@@ -77,26 +78,7 @@ def _dataset():
 
 
 def _kwargs(tmp_path, **over):
-    kw = dict(
-        output_dir=str(tmp_path),
-        max_completion_length=8,
-        num_generations=4,
-        per_device_train_batch_size=4,
-        steps_per_generation=2,
-        max_steps=4,
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        logging_steps=1,
-        save_strategy="no",
-        seed=0,
-        beta=0.0,
-        loss_type="dapo",
-        learning_rate=1e-3,
-        disable_tqdm=True,
-    )
-    kw.update(over)
-    return kw
+    return tiny_run(tmp_path, **over)
 
 
 def _trainer(tmp_path, cls=CostAwareGRPOTrainer, cfg=CostAwareGRPOConfig, reward=digit_reward, **over):

@@ -16,37 +16,16 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("trl", reason="the 'trl' extra is not installed")
 datasets = pytest.importorskip("datasets")
 
+from trl_fixtures import has_digit, tiny_run  # noqa: E402
+
 from costaware.integrations.trl import CostAwareGRPOConfig, CostAwareGRPOTrainer  # noqa: E402
 from costaware.tiny import char_tokenizer, tiny_qwen2  # noqa: E402
 
 TOK = char_tokenizer()
 
 
-def has_digit(completions, **kwargs):
-    return [float(any(ch.isdigit() for ch in c)) for c in completions]
-
-
 def _trainer(tmp_path, n=8, **over):
-    kw = dict(
-        output_dir=str(tmp_path),
-        max_completion_length=4,
-        num_generations=4,
-        per_device_train_batch_size=4,
-        steps_per_generation=2,
-        max_steps=4,
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        logging_steps=1,
-        save_strategy="no",
-        seed=0,
-        beta=0.0,
-        loss_type="grpo",
-        learning_rate=1e-3,
-        disable_tqdm=True,
-        cost_aware_method="nonzero",
-    )
-    kw.update(over)
+    kw = tiny_run(tmp_path, **{"max_completion_length": 4, "loss_type": "grpo", "cost_aware_method": "nonzero", **over})
     torch.manual_seed(0)
     data = datasets.Dataset.from_dict({"prompt": [f"{i}+{i}=" * (1 + i % 3) for i in range(n)]})
     return CostAwareGRPOTrainer(

@@ -12,6 +12,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("trl", reason="the 'trl' extra is not installed")
 datasets = pytest.importorskip("datasets")
 
+from trl_fixtures import has_digit, tiny_run  # noqa: E402
+
 from costaware.integrations.trl import CostAwareGRPOConfig, CostAwareGRPOTrainer  # noqa: E402
 from costaware.integrations.trl.prompts import STATE_FILE, PromptStageSampler, fold_round  # noqa: E402
 from costaware.rollouts.prompts import greso  # noqa: E402
@@ -22,10 +24,6 @@ TOK = char_tokenizer()
 N = 24
 
 
-def has_digit(completions, **kwargs):  # 0/1, so some groups are constant as with verifiable rewards
-    return [float(any(ch.isdigit() for ch in c)) for c in completions]
-
-
 def _trainer(tmp_path, seen=None, **over):
     def reward(completions, prompt_id, **kwargs):
         if seen is not None:
@@ -33,27 +31,8 @@ def _trainer(tmp_path, seen=None, **over):
         return has_digit(completions)
 
     reward.__name__ = "has_digit"
-    kw = dict(
-        output_dir=str(tmp_path),
-        max_completion_length=6,
-        num_generations=4,
-        per_device_train_batch_size=4,
-        steps_per_generation=2,
-        max_steps=6,
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        logging_steps=1,
-        save_strategy="no",
-        seed=0,
-        beta=0.0,
-        loss_type="grpo",
-        learning_rate=1e-3,
-        disable_tqdm=True,
-        cost_aware_method="nonzero",
-        cost_aware_rollout="greso",
-    )
-    kw.update(over)
+    mine = dict(max_completion_length=6, max_steps=6, loss_type="grpo", cost_aware_method="nonzero")
+    kw = tiny_run(tmp_path, **{**mine, "cost_aware_rollout": "greso", **over})
     torch.manual_seed(0)
     data = datasets.Dataset.from_dict(
         {"prompt": [f"{i}+{i}=" * (1 + i % 3) for i in range(N)], "prompt_id": list(range(N))}
