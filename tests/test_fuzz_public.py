@@ -292,6 +292,27 @@ FUZZ: dict[str, tuple] = {
         ["first", "floor", "generation_cost", "po_rows"],
     ),
     "costaware.rollouts.uniform_prompts": (lambda: ro.uniform_prompts().name, (), []),
+    "costaware.rollouts.prompt_method_from_name": (
+        lambda name, opts: ro.prompt_method_from_name(name, **opts).name,
+        (
+            st.sampled_from(["uniform", "greso", "cost_aware_skip", "cost_aware", "two_stage", "x", None, 3]),
+            st.sampled_from(
+                [
+                    {},
+                    {"floor": 0.2},
+                    {"floor": np.float32(0.2)},
+                    {"floor": float("nan")},
+                    {"p_easy": 0.0},
+                    {"target": 2.0},
+                    {"min_keep": 0.1},
+                    {"generation_cost": -1.0},
+                    {"po_rows": 2**70},
+                    {"zzz": 1},
+                ]
+            ),
+        ),
+        ["method", "options", "floor", "p_easy", "target", "min_keep", "generation_cost", "po_rows"],
+    ),
     "costaware.rollouts.PromptState": (
         _state_session,
         (
@@ -583,6 +604,7 @@ TYPES = {  # annotations and bases: nothing to call with data
     "costaware.sgd.FiniteSum",
     "costaware.sgd.Loss",
     "costaware.grpo.SamplingMethod",
+    "costaware.rollouts.PromptMethod",
 }
 KERNELS = {  # kernels on checked inputs (numba, or named *_kernel) -> their public edge, fuzzed in tests/test_fuzz.py
     "costaware.alias.alias_draw": "draw",
