@@ -31,6 +31,7 @@ import re
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -43,7 +44,7 @@ from verl_cpu.run import launch, overrides  # noqa: E402
 PO_KEYS = ("timing_s/old_log_prob", "timing_s/ref", "timing_s/update_actor")
 
 
-def summarise(metrics: list[dict], warmup: int) -> dict[str, float]:
+def summarise(metrics: list[dict], warmup: int) -> dict[str, Any]:
     """Means per step over the steps after the first ``warmup`` (their numba kernels and Ray actors are
     compiled and started there). Tokens are prompt + response tokens; ``fed`` adds the zero-factor padding
     rows a plugin run feeds so that every mini-batch meets verl's fixed micro-batch size."""
@@ -62,6 +63,11 @@ def summarise(metrics: list[dict], warmup: int) -> dict[str, float]:
         "tokens": tokens,
         "fed": tokens + (mean("cost_aware/step/tokens_padding") if plugin else 0.0),
         "own_saving": 1 - mean("cost_aware/step/tokens") / mean("cost_aware/step/tokens_plain") if plugin else 0.0,
+        "phases": {
+            key.removeprefix("cost_aware/timing/").removesuffix("_s"): mean(key)
+            for key in metrics[0]
+            if key.startswith("cost_aware/timing/")
+        },
     }
 
 
@@ -145,6 +151,11 @@ def main() -> None:
         "fed tokens saved vs stock | time saved / fed tokens saved | tokens saved (own pools) |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
+    table_rows(results, stock)
+    phases(results)
+
+
+def table_rows(results: dict[str, dict | str], stock: dict) -> None:
     for method, r in results.items():
         if isinstance(r, str):
             print(f"| {method} | {r} |")
@@ -156,6 +167,16 @@ def main() -> None:
             f"{r['gen_s']:.2f} | "
             f"{time_saved:+.2f} | {tokens_saved:+.2f} | {ratio} | {r['own_saving']:+.2f} |"
         )
+
+
+def phases(results: dict[str, dict | str]) -> None:
+    """Trainer v1's ``cost_aware/timing/*_s`` means: where a plugin run's ``update_actor`` time went."""
+    for method, r in results.items():
+        if isinstance(r, dict) and r.get("phases"):
+            print(
+                f"{method} update_actor phases (s/step): "
+                + ", ".join(f"{name} {sec:.3f}" for name, sec in r["phases"].items())
+            )
 
 
 if __name__ == "__main__":

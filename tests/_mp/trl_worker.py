@@ -24,6 +24,9 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared tiny-run arguments
+from trl_fixtures import tiny_run  # noqa: E402
+
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 NUM_GENERATIONS = 4
@@ -112,27 +115,14 @@ def run_case(case: dict, out: Path, global_rows: int) -> None:
             for p in model.parameters():
                 p.add_(0.3 * torch.randn(p.shape, generator=gen))
     ga = int(over.pop("gradient_accumulation_steps", 1))
-    kw = dict(
-        output_dir=str(work),
-        max_completion_length=8,
+    mine = dict(
         num_generations=NUM_GENERATIONS,
         per_device_train_batch_size=global_rows // world,
         gradient_accumulation_steps=ga,
-        steps_per_generation=2,
-        max_steps=4,
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        logging_steps=1,
-        save_strategy="no",
-        seed=0,
-        beta=0.0,
-        loss_type="dapo",
         learning_rate=1e-2,
-        disable_tqdm=True,
         ddp_timeout=60,  # a collective without a partner raises after 60 s instead of hanging
     )
-    kw.update(over)
+    kw = tiny_run(work, **{**mine, **over})
     cls, cfg = (GRPOTrainer, GRPOConfig) if stock else (CostAwareGRPOTrainer, CostAwareGRPOConfig)
     if stock:
         kw = {k: v for k, v in kw.items() if not k.startswith("cost_aware_")}
