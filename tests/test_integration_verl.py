@@ -556,13 +556,10 @@ def test_duplicate_keys_and_nested_weights():
     keys = [f"k{i}" for i in range(5)]
     idx = torch.tensor([4, 1, 4, 4, 0, 1])
     new_keys, rounds = duplicate_key_plan(keys, idx, tag="s")
-    assert new_keys == ["k4#s.0", "k1#s.0", "k4#s.1", "k4#s.2", "k0#s.0", "k1#s.1"]
-    assert len(set(new_keys)) == len(new_keys) and not set(new_keys) & set(keys)  # the caller's keys: never
-    assert rounds == [
-        (["k4", "k1", "k0"], ["k4#s.0", "k1#s.0", "k0#s.0"], [4, 1, 0]),
-        (["k4", "k1"], ["k4#s.1", "k1#s.1"], [4, 1]),
-        (["k4"], ["k4#s.2"], [4]),
-    ]
+    assert new_keys == ["k4", "k1", "k4#s.1", "k4#s.2", "k0", "k1#s.1"]
+    assert len(set(new_keys)) == len(new_keys)  # TransferQueue keys are unique per batch
+    assert rounds == [(["k4", "k1"], ["k4#s.1", "k1#s.1"], [4, 1]), (["k4"], ["k4#s.2"], [4])]  # repeats only
+    assert duplicate_key_plan(keys, torch.tensor([3, 0, 2]), tag="s") == (["k3", "k0", "k2"], [])
     lengths = [3, 1, 4]
     mask = torch.nested.as_nested_tensor(
         [torch.tensor([1, 1, 0]), torch.tensor([1]), torch.ones(4, dtype=torch.long)], layout=torch.jagged

@@ -230,9 +230,15 @@ def test_v1_fed_rows_only_and_the_same_update_as_stocks_passes(dp, monkeypatch):
         (ranks,) = worker.logprob_rows
         assert len({r.numel() for r in ranks}) == 1
         assert set(torch.cat(ranks).tolist()) == set(fed.tolist()) and torch.cat(ranks).numel() - fed.numel() < dp
-    assert sorted(k for _, k in store.rows) == sorted(keys)  # fresh and padding keys cleared
-    for key in keys:  # nothing written to the caller's rows, not even verl's own fields
-        assert sorted(store.rows[("train", key)]) == sorted(rows)
+    assert sorted(k for _, k in store.rows) == sorted(keys)  # repeat and padding keys cleared
+    held = {k: set(store.rows[("train", k)]) for k in keys}
+    assert len({frozenset(f) for f in held.values()}) == 1, "one field set on every caller row"
+    assert set(rows) | {"cost_aware_weights", "rollout_is_weights", OLD, REF} <= held[keys[0]]
+    for i, key in enumerate(keys):  # the log-probs only where a pass ran
+        stored = store.rows[("train", key)]
+        assert bool(torch.isnan(stored[OLD]).all()) == (i not in set(fed.tolist()))
+        for name in set(rows):  # the caller's own values again
+            torch.testing.assert_close(stored[name], rows[name][i], rtol=0, atol=0)
     assert metrics["cost_aware/step/logprob_rows"] == float(torch.cat(wg.logprob_rows[0]).numel())
     assert "actor/entropy" in metrics
 
@@ -270,20 +276,14 @@ def test_v1_an_odd_number_of_fed_rows_gets_padding_keys(monkeypatch):
 
     trainer, meta, store, keys, rows = setup_v1(monkeypatch, 2)
     fed = [9, 3, 14, 0, 6]
-    fresh = [f"{keys[i]}#t.0" for i in fed]
-    store.kv_batch_put(
-        fresh, "train", store.kv_batch_get([keys[i] for i in fed], "train"), tags=[meta.tags[i] for i in fed]
-    )
-    copied, metrics = list(fresh), {}
-    out = v1._fed_passes(
-        trainer, meta, ([keys[i] for i in fed], fresh, fed), {OLD, REF}, metrics, "t", copied, pad_multiple
-    )
+    copied, metrics = [], {}
+    out = v1._fed_passes(trainer, meta, fed, {OLD, REF}, metrics, "t", copied, pad_multiple)
     cheapest = min(fed, key=lambda i: meta.tags[i]["seq_len"])
-    assert copied[len(fresh) :] == [f"{keys[cheapest]}#t.pad0"] and out["cost_aware/step/logprob_rows_padding"] == 1.0
+    assert copied == [f"{keys[cheapest]}#t.pad0"] and out["cost_aware/step/logprob_rows_padding"] == 1.0
     for worker in (trainer.actor_rollout_wg, trainer.ref_policy_wg):
         (ranks,) = worker.logprob_rows
         assert [r.numel() for r in ranks] == [3, 3] and sorted(torch.cat(ranks).tolist()) == sorted(fed + [cheapest])
-    assert all({OLD, REF} <= set(store.rows[("train", k)]) for k in fresh) and "actor/entropy" in metrics
+    assert all({OLD, REF} <= set(store.rows[("train", keys[i])]) for i in fed) and "actor/entropy" in metrics
 
 
 @pytest.mark.parametrize("dp", [1, 2])

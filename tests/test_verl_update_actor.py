@@ -62,13 +62,16 @@ def test_v1_minibatch_gradient_is_weighted_sum_with_kl_and_entropy(agg, with_is_
     assert returned is meta
     drawn_rows = torch.cat(wg.row_ids)
     assert len(torch.unique(drawn_rows)) < len(drawn_rows), "the fixture must draw some row twice"
-    # every draw ran under a fresh key, cleared afterwards; the caller's rows are never written
+    # first draws ran under the caller's keys, repeats under fresh keys cleared afterwards; after the update
+    # the caller's rows hold their own values again, and every row the same fields (the added ones neutral)
     assert sorted(k for _, k in store.rows) == sorted(meta.keys)
+    added = {"cost_aware_weights"} | ({"rollout_is_weights"} - set(rows))
     for i, key in enumerate(meta.keys):
         stored = store.rows[("train", key)]
-        assert sorted(stored) == sorted(rows), "no field added to (or removed from) the caller's row"
+        assert sorted(stored) == sorted(set(rows) | added), "one field set on every caller row"
         for name, value in stored.items():
-            torch.testing.assert_close(value, rows[name][i], rtol=0, atol=0)
+            want = rows[name][i] if name in rows else torch.ones_like(value)
+            torch.testing.assert_close(value, want, rtol=0, atol=0)
     tokens = float(data["attention_mask"].sum(-1)[drawn_rows].sum())
     assert metrics["cost_aware/total/tokens"] == tokens
 

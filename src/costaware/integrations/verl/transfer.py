@@ -2,10 +2,10 @@
 
 >>> import torch
 >>> keys, rounds = duplicate_key_plan(["a", "b", "c"], torch.tensor([2, 0, 2, 2]), tag="s1")
->>> keys
-['c#s1.0', 'a#s1.0', 'c#s1.1', 'c#s1.2']
+>>> keys   # a row's first draw runs under its own key; only repeats are copied
+['c', 'a', 'c#s1.1', 'c#s1.2']
 >>> [(src, dst) for src, dst, _ in rounds]
-[(['c', 'a'], ['c#s1.0', 'a#s1.0']), (['c'], ['c#s1.1']), (['c'], ['c#s1.2'])]
+[(['c'], ['c#s1.1']), (['c'], ['c#s1.2'])]
 """
 
 from __future__ import annotations
@@ -67,11 +67,11 @@ def nested_scaled_weights(
 def duplicate_key_plan(
     keys: list[str], indices: torch.Tensor, tag: str
 ) -> tuple[list[str], list[tuple[list[str], list[str], list[int]]]]:
-    """Fresh unique keys for a draw list that repeats rows (the caller's keys are never written).
-
-    The r-th draw of a row (r = 0, 1, ...) gets ``f"{key}#{tag}.{r}"``. Returns the key of every draw (in
-    draw order) and, per round r, (source keys, new keys, source rows) to copy: within one round every
-    source key is distinct, so one batched get/put copies it.
+    """The key each draw runs under: a row's first draw under its own key, the r-th repeat (r = 1, 2, ...)
+    under a fresh ``f"{key}#{tag}.{r}"`` (TransferQueue keys are unique per batch, so a row fed twice needs a
+    second key). Returns the key of every draw (in draw order) and, per repeat round r >= 1, (source keys,
+    new keys, source rows) to copy: within one round every source key is distinct, so one batched get/put
+    copies it. Without repeats (merged duplicates in a single mini-batch) nothing is copied.
     """
     idx = indices.to(torch.int64)
     if idx.dim() != 1 or (idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= len(keys))):
@@ -86,10 +86,24 @@ def duplicate_key_plan(
     occurrence = torch.empty_like(idx)
     occurrence[order] = position - start_of_run
     rows, occ = idx.tolist(), occurrence.tolist()
-    new_keys = [f"{keys[i]}#{tag}.{r}" for i, r in zip(rows, occ, strict=True)]
+    new_keys = [keys[i] if r == 0 else f"{keys[i]}#{tag}.{r}" for i, r in zip(rows, occ, strict=True)]
     rounds = []
-    for r in range(int(occurrence.max()) + 1 if occurrence.numel() else 0):
+    for r in range(1, int(occurrence.max()) + 1 if occurrence.numel() else 0):
         draws = torch.nonzero(occurrence == r).flatten().tolist()
         sources = [rows[d] for d in draws]
         rounds.append(([keys[i] for i in sources], [new_keys[d] for d in draws], sources))
     return new_keys, rounds
+
+
+def nested_select(nested: torch.Tensor, rows: list[int]) -> torch.Tensor:
+    """The jagged rows ``rows`` of ``nested``, in that order."""
+    values, offsets = _jagged_parts(nested, "nested")
+    parts = [values[int(offsets[i]) : int(offsets[i + 1])] for i in rows]
+    return torch.nested.as_nested_tensor(parts, layout=torch.jagged)
+
+
+def nested_filled(response_mask: torch.Tensor, value: float, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A jagged tensor shaped like ``response_mask`` holding ``value`` on every token."""
+    _, offsets = _jagged_parts(response_mask, "response_mask")
+    total = int(offsets[-1])
+    return torch.nested.nested_tensor_from_jagged(torch.full((total,), value, dtype=dtype), offsets=offsets)
