@@ -17,10 +17,11 @@ and verl's debug metrics (a batch that holds ``rollout_log_probs``), ``actor.cal
 (advantage estimators and metrics that read it), router replay, and method ``none`` (it feeds every row).
 The entropy metric ``actor/entropy`` is then the fed rows' (logged by ``_update_actor``).
 
-Trainer v1 (TransferQueue) does the same in ``v1.py``: its passes write nothing to the caller's rows
+Trainer v1 (TransferQueue) does the same in ``v1.py``: its passes write nothing before the plan
 (TransferQueue's ``select_fields`` drops a field no row holds, so ``_compute_advantage`` reads none), and
-``_update_actor`` runs verl's own passes on the fresh keys of the fed rows (and padding keys) before the
-update; a batch with ``rollout.calculate_log_probs`` keeps stock's passes.
+``_update_actor`` runs verl's own passes on the fed rows' keys (and padding keys) before the update; the
+other rows then get NaN (no value) in those fields, so every row holds the same fields. A batch with
+``rollout.calculate_log_probs`` keeps stock's passes.
 """
 
 from __future__ import annotations
