@@ -1,4 +1,4 @@
-"""The report of `costaware reproduce`, built from :class:`~costaware.records.RunResult` records.
+"""The report of `costaware reproduce`, built from :class:`~costaware.experiments.records.RunResult` records.
 
 It opens with one table of the headline claims and a few sentences generated from the same comparisons
 (``report.opening``), the verdict rule (``report.verdicts``), the cost to target per arm and the
@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from costaware.arms import Arm
-from costaware.records import RunId, RunResult
+from costaware.experiments.arms import Arm
+from costaware.experiments.records import RunId, RunResult
 from costaware.report import evidence as E
 from costaware.report import opening as O
 from costaware.report import predicted as P

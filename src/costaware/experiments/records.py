@@ -1,8 +1,10 @@
 """Typed records of one training run: what every experiment emits and the report reads.
 
-These records sit below both the experiments, which write them, and the report, which reads them. A run is
+They belong to the main job (``costaware.experiments``) but sit below both the experiments, which write them,
+and the report, which reads them: with :mod:`~costaware.experiments.arms`, they are all the report imports
+from the package (``tests/test_import_graph.py`` holds the layers). A run is
 identified by a :class:`RunId` (task, registry method name, weights mode, setting, learning rate, seed, ...).
-The report groups runs by ``RunId.arm``, a typed :class:`~costaware.arms.Arm`, and never by display labels.
+The report groups runs by ``RunId.arm``, a typed :class:`~costaware.experiments.arms.Arm`, and never by display labels.
 Every count in an :class:`EvalPoint` is cumulative since the start of the run, so that one curve can be read
 against each of the report's x-axes: policy-optimisation tokens, generation rounds, and total cost.
 
@@ -34,7 +36,7 @@ from costaware._checks import (
     value_error,
 )
 from costaware._io import write_json_atomic
-from costaware.arms import DEFAULT_ALPHA, Arm, check_arm_fields
+from costaware.experiments.arms import DEFAULT_ALPHA, Arm, check_arm_fields
 
 __all__ = ["SCHEMA_VERSION", "RunId", "EvalPoint", "ProxyFidelityPoint", "RunResult"]
 
@@ -46,7 +48,7 @@ class RunId:
     """Identity of one run. ``arm`` is what the report groups and names baselines by.
 
     The fields stay flat, as recorded files hold them: ``to_json`` writes and ``from_json`` reads the same
-    schema as before :class:`~costaware.arms.Arm` existed.
+    schema as before :class:`~costaware.experiments.arms.Arm` existed.
     """
 
     task: str
@@ -61,7 +63,7 @@ class RunId:
     proxy_noise: float = 0.0
     step_budget: str = "rows"
     proxy: str = "auto"  # the gradient-norm proxy behind p*: "auto" resolves by the loss family
-    rollout: str = "all"  # the prompt stage (costaware.arms.ROLLOUTS); records before it read as "all"
+    rollout: str = "all"  # the prompt stage (costaware.experiments.arms.ROLLOUTS); records before it read as "all"
 
     def __post_init__(self) -> None:
         for name in ("task", "loss_type", "setting", "group"):
