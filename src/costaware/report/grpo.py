@@ -16,7 +16,6 @@ run specifications are in ``summary.json`` and a collapsed block of the HTML). T
 from __future__ import annotations
 
 import base64
-import dataclasses
 import json
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -819,8 +818,7 @@ def write_report(
         "profile": profile,
         "sft": sft,
         "runs": [
-            {"id": dataclasses.asdict(r.id), "arm": r.id.arm.key, "spec": r.spec, "wall_seconds": r.wall_seconds}
-            for r in results
+            {"id": r.id.as_dict(), "arm": r.id.arm.key, "spec": r.spec, "wall_seconds": r.wall_seconds} for r in results
         ],
     }
     paths = {"markdown": out / "report.md", "html": out / "report.html", "summary": out / "summary.json"}
