@@ -24,8 +24,8 @@ from _timing import median_seconds
 from numba import njit, prange
 
 from costaware import distributions as dist
-from costaware.experiments.synthetic import make_problem
 from costaware.sgd import run_trials, step_schedule
+from costaware.sgd.figure import make_problem
 
 
 def numpy_loop(problem, p, steps: int, trials: int, eta: float, seed: int) -> np.ndarray:

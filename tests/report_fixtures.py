@@ -6,7 +6,7 @@ import zlib
 
 import numpy as np
 
-from costaware.records import EvalPoint, ProxyFidelityPoint, RunId, RunResult
+from costaware.experiments.records import EvalPoint, ProxyFidelityPoint, RunId, RunResult
 
 LR = 1e-4
 

@@ -125,12 +125,12 @@ def test_debug_shows_the_traceback(tmp_path):
 
 
 def test_library_value_error_inside_a_job_is_one_line(monkeypatch, capsys, tmp_path):
-    from costaware.experiments import synthetic
+    from costaware.sgd import figure
 
     def boom(**_):
         raise ValueError("n must be a positive integer, got -3")
 
-    monkeypatch.setattr(synthetic, "run", boom)
+    monkeypatch.setattr(figure, "run", boom)
     assert main(["synthetic", "--quick", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["costaware synthetic: error: n must be a positive integer, got -3"]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from costaware import arms
+from costaware.experiments import arms
 from costaware.integrations.verl.prompts import CostAwarePromptSampler
 from costaware.rollouts.analysis import analyse
 from costaware.rollouts.prompts import (

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from costaware import records
-from costaware.records import EvalPoint, ProxyFidelityPoint, RunId, RunResult
+from costaware.experiments import records
+from costaware.experiments.records import EvalPoint, ProxyFidelityPoint, RunId, RunResult
 
 
 def _rid(**kw):

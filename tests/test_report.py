@@ -8,7 +8,7 @@ import pytest
 from report_fixtures import LR, headline, make_runs
 from report_html import Page
 
-from costaware.arms import Arm
+from costaware.experiments.arms import Arm
 from costaware.report import grpo, labels
 
 
@@ -128,7 +128,7 @@ def test_fidelity_summary_on_records():
 
 def test_arm_stats_against_hand_computed_values():
     """Two seeds on the same x: the seed-mean curve is the plain mean; its crossing and peak are read off it."""
-    from costaware.records import EvalPoint, RunId, RunResult
+    from costaware.experiments.records import EvalPoint, RunId, RunResult
 
     def run(acc, seed):
         rid = RunId(task="t", method="none", seed=seed, learning_rate=LR, loss_type="grpo")

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from report_fixtures import LR, headline, make_runs
 
-from costaware.arms import Arm
-from costaware.records import EvalPoint, RunId, RunResult
+from costaware.experiments.arms import Arm
+from costaware.experiments.records import EvalPoint, RunId, RunResult
 from costaware.report import curves, evidence, labels
 from costaware.report.curves import Estimate, first_crossing, first_crossings, saving, seed_curves
 from costaware.report.evidence import evaluate_section, plateau, sections

@@ -13,8 +13,8 @@ import pytest
 from report_fixtures import headline, make_runs, rollout_runs
 from report_html import Page, chromium, layout, markdown_tables, save_artefact, screenshot
 
-from costaware.arms import Arm
-from costaware.records import RunResult
+from costaware.experiments.arms import Arm
+from costaware.experiments.records import RunResult
 from costaware.report import evidence as E
 from costaware.report import grpo, labels, opening, sweeps
 from costaware.report.curves import Estimate

@@ -10,7 +10,7 @@ import pytest
 from report_fixtures import LR, ROLLOUT_COSTS, ROLLOUT_SETTING, hand_logs, headline, make_runs, rollout_runs
 from report_html import Page
 
-from costaware.arms import Arm
+from costaware.experiments.arms import Arm
 from costaware.report import grpo, predicted
 from costaware.report import rollout as R
 from costaware.report.evidence import Effect, sections

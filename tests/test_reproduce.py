@@ -277,8 +277,8 @@ def sft_dir(tmp_path_factory):
 
 
 def _record(spec: RunSpec, profile: Profile, sft: Path, out: Path):
+    from costaware.experiments.records import RunResult
     from costaware.experiments.runs import run_one
-    from costaware.records import RunResult
 
     run_one(dataclasses.asdict(spec), dataclasses.asdict(profile), str(sft), str(out))
     assert not list(out.parent.glob("*.tmp"))
@@ -411,7 +411,7 @@ def _assert_gone(pgid: int, within: float) -> None:
 
 
 def _assert_nothing_partial(out: Path) -> None:
-    from costaware.records import RunResult
+    from costaware.experiments.records import RunResult
 
     assert not [p for p in out.rglob("*") if ".tmp" in p.name]
     assert not [p for p in (out / "runs").iterdir() if p.is_dir()]  # no work folder of an unfinished run

@@ -8,7 +8,6 @@ import pytest
 
 from costaware import distributions as dist
 from costaware import theory
-from costaware.experiments.synthetic import make_problem
 from costaware.report.synthetic import cost_to_reach
 from costaware.sgd import (
     FiniteSum,
@@ -21,6 +20,7 @@ from costaware.sgd import (
     runner_indices,
     step_schedule,
 )
+from costaware.sgd.figure import make_problem
 
 
 def _problem(n: int = 200, d: int = 6, seed: int = 0, radius_factor: float | None = None) -> LeastSquares:

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from costaware.cli import main
-from costaware.experiments.synthetic import STRATEGIES, make_problem
 from costaware.report.synthetic import cost_table, cost_to_reach
+from costaware.sgd.figure import STRATEGIES, make_problem
 
 
 @pytest.fixture(scope="module")

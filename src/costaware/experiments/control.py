@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from costaware.experiments.profile import Profile, RunSpec
+from costaware.experiments.records import EvalPoint
 from costaware.experiments.tasks import get_task
 from costaware.experiments.worker import EvalSchedule, Evaluator, load_checkpoint
-from costaware.records import EvalPoint
 
 __all__ = ["run_control"]
 

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any, cast
 
 from costaware.experiments.profile import Profile, RunSpec
+from costaware.experiments.records import EvalPoint, ProxyFidelityPoint
 from costaware.experiments.tasks import get_task
 from costaware.experiments.worker import EvalSchedule, Evaluator, load_checkpoint
-from costaware.records import EvalPoint, ProxyFidelityPoint
 from costaware.rollouts.logs import RecordingReward
 
 __all__ = ["TRAIN_SEED", "SkipWatch", "run_grpo", "trainer_args", "prompt_log"]

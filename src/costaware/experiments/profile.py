@@ -3,7 +3,8 @@
 A profile's fields come in groups (``Profile.help()`` prints them); the named profiles ``quick``,
 ``default`` and ``full`` are keyword constructions over the defaults, so a reader sees only what
 differs. :func:`run_specs` turns a profile into the list of :class:`RunSpec` to train, each of which
-maps one to one onto a :class:`costaware.records.RunId`, and whose sampling is one :class:`costaware.arms.Arm`.
+maps one to one onto a :class:`~costaware.experiments.records.RunId`, and whose sampling is one
+:class:`~costaware.experiments.arms.Arm`.
 
 >>> p = Profile(seeds=(0, 1), token_budget=1000)
 >>> [s.slug for s in run_specs(p) if s.seed == 0]
@@ -18,10 +19,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
-from costaware.arms import DEFAULT_ALPHA, Arm
+from costaware.experiments.arms import Arm, ArmOptions
 from costaware.experiments.tasks import split_task_id
 
 # The headline methods, by registry id (grpo.plan.METHODS): GRPO, nonzero (GRPO's rows with A != 0,
@@ -273,23 +274,19 @@ class Profile:
 
 
 @dataclass(frozen=True)
-class RunSpec:
-    """One run. ``lr_scale`` multiplies the profile's learning rate (the GRPO LR sweep)."""
+class RunSpec(ArmOptions):
+    """One run. ``lr_scale`` multiplies the profile's learning rate (the GRPO LR sweep). The arm's options
+    (``weights``, ``alpha``, ...) come from :class:`~costaware.experiments.arms.ArmOptions`, keyword-only."""
 
     group: str  # one of GROUPS
     method: str  # a grpo.plan method id, or "sft" for the SFT-continuation control
     seed: int
     task: str = "arith"
-    weights: str = "centred"
+    _: KW_ONLY  # a fifth positional argument was ``weights``: an error now, never another field
     lr_scale: float = 1.0
     loss_type: str = "profile"  # "profile": the profile's loss_type; "cispo"/"dapo" for those settings
     zvf: bool = False
-    alpha: float = DEFAULT_ALPHA
-    proxy_noise: float = 0.0
-    step_budget: str = "rows"  # "tokens": each step draws until it holds the baseline's tokens
-    proxy: str = "auto"  # the TRL adapter's cost_aware_proxy ("auto": by the loss family)
     budget_scale: float = 1.0  # the "long" group: token budget, round cap and evaluations x this
-    rollout: str = "all"  # the prompt stage (costaware.arms.ROLLOUTS)
     train_prompts: int = 0  # the "rollout" group: a finite train set of this many prompts (0: the profile's)
 
     @property

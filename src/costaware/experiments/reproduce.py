@@ -13,7 +13,7 @@ confounders (see docs/design.md, "Evidence: controls and confounders"):
    (chosen on a validation split disjoint from the held-out set), nonzero, p* (centred and raw weights),
    p*_smooth(0.01), PODS; each until it has spent the profile's PO-token budget (rounds are a cap),
    evaluated at equal token spacing on the held-out set and on the validation split;
-5. write the report (``report.grpo``) from the typed records (``costaware.records.RunResult``).
+5. write the report (``report.grpo``) from the typed records (``costaware.experiments.records.RunResult``).
 
 Every evaluation records PO tokens, generation rounds and generated tokens, so the report can draw
 accuracy against PO tokens, against rounds (equal rollouts) and against total cost

@@ -307,8 +307,8 @@ def _reproduce(
     notice: str | None = None,
     recorded_generation_cost: float | None = None,
 ) -> int:
+    from costaware.experiments.records import RunResult
     from costaware.experiments.sft import warm_up
-    from costaware.records import RunResult
     from costaware.report import grpo as report
 
     keyed = profile  # the profile the run files are named by

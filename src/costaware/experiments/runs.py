@@ -1,5 +1,5 @@
 """One run of the main job, in a worker: the SFT-continuation control or a GRPO run, its
-:class:`costaware.records.RunResult` written atomically to its file (``keys.run_file``)."""
+:class:`costaware.experiments.records.RunResult` written atomically to its file (``keys.run_file``)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from costaware.arms import arm_fields
+from costaware.experiments.arms import arm_fields
 from costaware.experiments.control import run_control
 from costaware.experiments.grpo_run import prompt_log, run_grpo
 from costaware.experiments.profile import Profile, RunSpec
 from costaware.experiments.quiet import Caught, quiet_libraries, run_recording
-from costaware.records import RunId, RunResult
+from costaware.experiments.records import RunId, RunResult
 
 __all__ = ["run_one", "run_one_recorded"]
 

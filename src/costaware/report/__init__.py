@@ -1,4 +1,5 @@
-"""Reports built from typed run records (:mod:`costaware.records`, below both the experiments and the report).
+"""The main job's report, built from its typed run records (:mod:`costaware.experiments.records`, which sit
+below the report: the experiments write them, the report reads them); and the figure of `costaware synthetic`.
 
 - ``curves``: accuracy against an x-axis (total cost first, then PO tokens, generated tokens, generation
   rounds), seed means, the one first-crossing helper, savings and gaps with bootstrap CIs over seeds.
@@ -11,8 +12,8 @@
 - ``opening``: the report's opening table of claims and its sentences, from the claims' own comparisons.
 - ``sweeps``: the verdicts across the price of a generated token and across targets, same bootstrap.
 - ``charts``: cost to target per arm, the decomposition as a waterfall, the saving against the price.
-- ``labels``: the one table of display names, derived from a typed ``costaware.arms.Arm``; nothing keys on a
-  label; and the one fixed colour and marker per method.
+- ``labels``: the one table of display names, derived from a typed ``costaware.experiments.arms.Arm``; nothing
+  keys on a label; and the one fixed colour and marker per method.
 - ``md``: the one Markdown escape; every table (``md.table``) and every label in a sentence goes through it.
 - ``figures``: the report's figures, one panel per task and setting, two a row.
 - ``grpo``: the `costaware reproduce` report (Markdown, HTML, JSON, figures).

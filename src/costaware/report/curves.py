@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from costaware.records import RunResult
+from costaware.experiments.records import RunResult
 
 __all__ = [
     "AXES",

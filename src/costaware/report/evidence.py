@@ -6,7 +6,7 @@ docs/design.md, "Evidence: controls and confounders": GRPO → nonzero isolates 
 nonzero → p* (centred) and GRPO → p* (raw) isolate cost-aware sampling at a matched expected step,
 and a baseline at its validation-tuned learning rate guards against a weak baseline. Every sentence
 here is generated from the numbers; no label string is ever looked up or compared: runs are grouped by
-their typed :class:`~costaware.arms.Arm` (``RunId.arm``), and each comparison carries its :class:`Effect`.
+their typed :class:`~costaware.experiments.arms.Arm` (``RunId.arm``), and each comparison carries its :class:`Effect`.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from costaware.arms import Arm
+from costaware.experiments.arms import Arm
+from costaware.experiments.records import RunResult
 from costaware.grpo.methods import method_names
-from costaware.records import RunResult
 from costaware.report.curves import AXES, DEFAULT_GENERATION_COST, Estimate, gap_at, saving, seed_curves
 from costaware.report.labels import label
 from costaware.report.md import escape

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from costaware.arms import Arm
-from costaware.records import RunResult
+from costaware.experiments.arms import Arm
+from costaware.experiments.records import RunResult
 from costaware.report import evidence as E
 from costaware.report.curves import MIN_SEEDS_FOR_CI, seed_curves
 from costaware.report.labels import label, style

@@ -1,4 +1,4 @@
-"""The report of `costaware reproduce`, built from :class:`~costaware.records.RunResult` records.
+"""The report of `costaware reproduce`, built from :class:`~costaware.experiments.records.RunResult` records.
 
 It opens with one table of the headline claims and a few sentences generated from the same comparisons
 (``report.opening``), the verdict rule (``report.verdicts``), the cost to target per arm and the
@@ -16,7 +16,6 @@ run specifications are in ``summary.json`` and a collapsed block of the HTML). T
 from __future__ import annotations
 
 import base64
-import dataclasses
 import json
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -25,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from costaware.arms import Arm
-from costaware.records import RunId, RunResult
+from costaware.experiments.arms import Arm
+from costaware.experiments.records import RunId, RunResult
 from costaware.report import evidence as E
 from costaware.report import opening as O
 from costaware.report import predicted as P
@@ -819,8 +818,7 @@ def write_report(
         "profile": profile,
         "sft": sft,
         "runs": [
-            {"id": dataclasses.asdict(r.id), "arm": r.id.arm.key, "spec": r.spec, "wall_seconds": r.wall_seconds}
-            for r in results
+            {"id": r.id.as_dict(), "arm": r.id.arm.key, "spec": r.spec, "wall_seconds": r.wall_seconds} for r in results
         ],
     }
     paths = {"markdown": out / "report.md", "html": out / "report.html", "summary": out / "summary.json"}

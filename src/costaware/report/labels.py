@@ -1,5 +1,5 @@
-"""Display names: the one place that turns an :class:`~costaware.arms.Arm` into a label. The report never
-keys on a label; a label is derived from the arm's typed fields, never from its key.
+"""Display names: the one place that turns an :class:`~costaware.experiments.arms.Arm` into a label. The report
+never keys on a label; a label is derived from the arm's typed fields, never from its key.
 
 A new method is one line in :data:`LABELS`; a new option value is one line in :data:`OPTIONS`.
 The figures draw a method in one fixed colour and marker (:data:`STYLES`, :func:`style`), whatever else a
@@ -11,7 +11,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
-from costaware.arms import Arm
+from costaware.experiments.arms import Arm
 
 __all__ = ["LABELS", "OPTIONS", "STYLES", "Style", "label", "style"]
 
@@ -54,7 +54,7 @@ def label(arm: Arm, *, learning_rate: float | None = None, default_lr: float | N
     'GRPO (lr ×4)'
     """
     if not isinstance(arm, Arm):
-        raise TypeError(f"arm must be an Arm (costaware.arms), got {arm!r}")
+        raise TypeError(f"arm must be an Arm (costaware.experiments.arms), got {arm!r}")
     name, extra = LABELS.get(arm.method, arm.method), []
     for field, value in arm.options():
         if field == "alpha":  # the method's own parameter: in its name
@@ -112,7 +112,7 @@ def style(arm: Arm, lr_multiple: float = 1.0) -> Style:
     True
     """
     if not isinstance(arm, Arm):
-        raise TypeError(f"arm must be an Arm (costaware.arms), got {arm!r}")
+        raise TypeError(f"arm must be an Arm (costaware.experiments.arms), got {arm!r}")
     base = ROLLOUT_STYLES.get(arm.rollout) or STYLES.get(arm.method)
     if base is None:  # a method with no entry: a colour fixed by its name
         h = zlib.crc32(arm.method.encode())

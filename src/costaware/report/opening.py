@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from costaware.arms import Arm
+from costaware.experiments.arms import Arm
 from costaware.report import evidence as E
 from costaware.report.evidence import HEADLINE_AXIS, Comparison
 from costaware.report.md import escape, table

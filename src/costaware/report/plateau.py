@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costaware.records import RunResult
+from costaware.experiments.records import RunResult
 from costaware.report.curves import Estimate, seed_curves
 from costaware.report.md import escape
 

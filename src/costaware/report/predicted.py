@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from costaware.arms import Arm
-from costaware.records import RunId
+from costaware.experiments.arms import Arm
+from costaware.experiments.records import RunId
 from costaware.report.evidence import HEADLINE_AXIS, Comparison, Section, describe
 from costaware.report.md import escape, table
 from costaware.rollouts.analysis import AnalysisConfig, analyse

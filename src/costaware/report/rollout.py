@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from costaware.arms import Arm
+from costaware.experiments.arms import Arm
 from costaware.report import evidence as E
 from costaware.report.curves import DEFAULT_GENERATION_COST, Estimate
 from costaware.report.evidence import HEADLINE_AXIS, Comparison, Effect, Key, Section

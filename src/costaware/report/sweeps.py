@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costaware.records import RunResult
+from costaware.experiments.records import RunResult
 from costaware.report import evidence as E
 from costaware.report.curves import Estimate
 from costaware.report.verdicts import Verdict, verdict

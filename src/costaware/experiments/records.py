@@ -1,8 +1,10 @@
 """Typed records of one training run: what every experiment emits and the report reads.
 
-These records sit below both the experiments, which write them, and the report, which reads them. A run is
+They belong to the main job (``costaware.experiments``) but sit below both the experiments, which write them,
+and the report, which reads them: with :mod:`~costaware.experiments.arms`, they are all the report imports
+from the package (``tests/test_import_graph.py`` holds the layers). A run is
 identified by a :class:`RunId` (task, registry method name, weights mode, setting, learning rate, seed, ...).
-The report groups runs by ``RunId.arm``, a typed :class:`~costaware.arms.Arm`, and never by display labels.
+The report groups runs by ``RunId.arm``, a typed :class:`~costaware.experiments.arms.Arm`, and never by display labels.
 Every count in an :class:`EvalPoint` is cumulative since the start of the run, so that one curve can be read
 against each of the report's x-axes: policy-optimisation tokens, generation rounds, and total cost.
 
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,19 +36,24 @@ from costaware._checks import (
     value_error,
 )
 from costaware._io import write_json_atomic
-from costaware.arms import DEFAULT_ALPHA, Arm, check_arm_fields
+from costaware.experiments.arms import Arm, ArmOptions
 
-__all__ = ["SCHEMA_VERSION", "RunId", "EvalPoint", "ProxyFidelityPoint", "RunResult"]
+__all__ = ["ID_ORDER", "SCHEMA_VERSION", "RunId", "EvalPoint", "ProxyFidelityPoint", "RunResult"]
 
 SCHEMA_VERSION = 1
+# The order of a run id's fields in a record's file: the order RunId declared them in before its arm's
+# options came from ArmOptions (a dataclass puts a base's fields first), so that a file is written as before.
+ID_ORDER = ("task", "method", "seed", "learning_rate", "loss_type", "weights", "setting", "group", "alpha",
+            "proxy_noise", "step_budget", "proxy", "rollout")  # fmt: skip
 
 
 @dataclass(frozen=True)
-class RunId:
+class RunId(ArmOptions):
     """Identity of one run. ``arm`` is what the report groups and names baselines by.
 
     The fields stay flat, as recorded files hold them: ``to_json`` writes and ``from_json`` reads the same
-    schema as before :class:`~costaware.arms.Arm` existed.
+    schema as before :class:`~costaware.experiments.arms.Arm` existed. The arm's options (``weights``,
+    ``alpha``, ...) come from :class:`~costaware.experiments.arms.ArmOptions`, keyword-only.
     """
 
     task: str
@@ -54,14 +61,9 @@ class RunId:
     seed: int
     learning_rate: float
     loss_type: str
-    weights: str = "centred"
+    _: KW_ONLY  # a sixth positional argument was ``weights``: an error now, never another field
     setting: str = "grpo"
     group: str = "headline"
-    alpha: float = DEFAULT_ALPHA
-    proxy_noise: float = 0.0
-    step_budget: str = "rows"
-    proxy: str = "auto"  # the gradient-norm proxy behind p*: "auto" resolves by the loss family
-    rollout: str = "all"  # the prompt stage (costaware.arms.ROLLOUTS); records before it read as "all"
 
     def __post_init__(self) -> None:
         for name in ("task", "loss_type", "setting", "group"):
@@ -70,7 +72,11 @@ class RunId:
             raise value_error("RunId.loss_type", self.loss_type, "must be the resolved TRL loss_type")
         integer(self.seed, "RunId.seed", minimum=0, strict=True)
         positive_scalar(self.learning_rate, "RunId.learning_rate", strict=True)
-        check_arm_fields("RunId", self)
+        super().__post_init__()
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields, in the order a record's file holds them (:data:`ID_ORDER`)."""
+        return {name: getattr(self, name) for name in ID_ORDER}
 
     @property
     def arm(self) -> Arm:
@@ -168,6 +174,7 @@ class RunResult:
     def to_json(self) -> dict[str, Any]:
         """A JSON-serialisable dict with the schema version; :meth:`from_json` inverts it."""
         d = dataclasses.asdict(self)
+        d["id"] = self.id.as_dict()
         d["evals"], d["fidelity"] = list(d["evals"]), list(d["fidelity"])
         if d["id"]["rollout"] == "all":  # added later: at its default a record is written as before it existed
             del d["id"]["rollout"]

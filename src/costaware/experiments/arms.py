@@ -6,12 +6,15 @@ built here only, and nothing reads it back.
 
 A key is the method id followed by each option that is not at its default, in :data:`KEY_PARTS` order. An
 option added later with a default therefore leaves every earlier key, and every recorded run file named
-after one, unchanged. The prompt stage (which prompts get generated) adds its component as one field
-here and one ``KEY_PARTS`` line, e.g. ``rollout: str = "all"`` and ``("rollout", str)``, plus the same field
-with the same default on ``RunSpec`` (listed in ``experiments.keys.SPEC_FIELDS_ADDED``) and on ``RunId``
-(records without it read as the default); :func:`arm_fields` then carries it from spec to record. Each arm
-after that (a GRESO-style skip, DAPO's dynamic sampling, a cost-aware skip, ...) is one value of it: one line
-in ``report.labels.OPTIONS``, and a new row-level method (a cost-aware PODS) one line in ``report.labels.LABELS``.
+after one, unchanged. The options are declared once, with their defaults and their check, in
+:class:`ArmOptions`, which :class:`Arm`, the run's spec (``experiments.profile.RunSpec``) and its record
+(``experiments.records.RunId``) inherit. The prompt stage (which prompts get generated) added its component
+as one field there and one ``KEY_PARTS`` line, ``rollout: str = "all"`` and ``("rollout", str)``, its name in
+``experiments.keys.SPEC_FIELDS_ADDED`` (so that recorded runs keep their keys) and in the order of a record's
+file (``experiments.records``; records without it read as the default); :func:`arm_fields` carries it from
+spec to record. Each arm after that (a GRESO-style skip, DAPO's dynamic sampling, a cost-aware skip, ...) is
+one value of it: one line in ``report.labels.OPTIONS``, and a new row-level method (a cost-aware PODS) one line
+in ``report.labels.LABELS``.
 
 >>> Arm("p_star", weights="raw").key
 'p_star:raw'
@@ -31,21 +34,20 @@ import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from costaware._checks import in_unit_interval, positive_scalar, value_error
 from costaware.rollouts.stage import PROMPT_METHODS
 
 __all__ = [
     "Arm",
-    "ArmFields",
+    "ArmOptions",
     "DEFAULT_ALPHA",
     "KEY_PARTS",
     "ROLLOUTS",
     "STEP_BUDGETS",
     "WEIGHT_MODES",
     "arm_fields",
-    "check_arm_fields",
 ]
 
 DEFAULT_ALPHA = 0.01
@@ -71,72 +73,61 @@ KEY_PARTS: tuple[tuple[str, Callable[[Any], str]], ...] = (
 ROLLOUTS = ("all", *PROMPT_METHODS, "dapo")
 
 
-class ArmFields(Protocol):
-    """What :meth:`Arm.of` reads: a run's spec (``experiments.profile.RunSpec``) and its record (``RunId``).
+@dataclass(frozen=True, kw_only=True)
+class ArmOptions:
+    """An arm's options, declared once with their defaults and their check: :class:`Arm`, a run's spec
+    (``experiments.profile.RunSpec``) and its record (``experiments.records.RunId``) inherit them.
 
-    Read-only members (properties), so that frozen dataclasses satisfy it.
+    Keyword-only, so that each class keeps its own positional fields (``Arm("p_star")``,
+    ``RunSpec("headline", "p_star", 0)``); each declares ``method`` itself, where those put it.
     """
 
-    @property
-    def method(self) -> str: ...
-    @property
-    def weights(self) -> str: ...
-    @property
-    def alpha(self) -> float: ...
-    @property
-    def proxy_noise(self) -> float: ...
-    @property
-    def step_budget(self) -> str: ...
-    @property
-    def proxy(self) -> str: ...
-    @property
-    def rollout(self) -> str: ...
+    weights: str = "centred"  # WEIGHT_MODES
+    alpha: float = DEFAULT_ALPHA  # part of the arm for ALPHA_METHODS alone
+    proxy_noise: float = 0.0
+    step_budget: str = "rows"  # STEP_BUDGETS
+    proxy: str = "auto"  # the gradient-norm proxy behind p* (TRL's cost_aware_proxy); "auto": by the loss family
+    rollout: str = "all"  # the prompt stage (ROLLOUTS); records from before it read as "all"
+
+    def __post_init__(self) -> None:
+        """The one check of an arm's fields, each named ``Class.field`` (``method`` is each subclass's)."""
+        owner = type(self).__name__
+        for name in ("method", "proxy"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value or ":" in value:
+                raise value_error(f"{owner}.{name}", value, f"must be a {name} id without ':' (options are fields)")
+        if self.weights not in WEIGHT_MODES:
+            raise value_error(f"{owner}.weights", self.weights, f"must be one of {WEIGHT_MODES}")
+        if self.step_budget not in STEP_BUDGETS:
+            raise value_error(f"{owner}.step_budget", self.step_budget, f"must be one of {STEP_BUDGETS}")
+        if self.rollout not in ROLLOUTS:
+            raise value_error(f"{owner}.rollout", self.rollout, f"must be one of {ROLLOUTS}")
+        in_unit_interval(self.alpha, f"{owner}.alpha", strict=True)
+        positive_scalar(self.proxy_noise, f"{owner}.proxy_noise", allow_zero=True, strict=True)
 
 
-def arm_fields(run: ArmFields) -> dict[str, Any]:
+def arm_fields(run: ArmOptions) -> dict[str, Any]:
     """The arm's fields of a spec or record, as they are (a run's record copies them from its spec)."""
     return {f.name: getattr(run, f.name) for f in dataclasses.fields(Arm)}
 
 
-def check_arm_fields(owner: str, run: ArmFields) -> None:
-    """The one check of an arm's fields, on an :class:`Arm` or a record that carries them (named ``owner.field``)."""
-    for name in ("method", "proxy"):
-        value = getattr(run, name)
-        if not isinstance(value, str) or not value or ":" in value:
-            raise value_error(f"{owner}.{name}", value, f"must be a {name} id without ':' (options are fields)")
-    if run.weights not in WEIGHT_MODES:
-        raise value_error(f"{owner}.weights", run.weights, f"must be one of {WEIGHT_MODES}")
-    if run.step_budget not in STEP_BUDGETS:
-        raise value_error(f"{owner}.step_budget", run.step_budget, f"must be one of {STEP_BUDGETS}")
-    if run.rollout not in ROLLOUTS:
-        raise value_error(f"{owner}.rollout", run.rollout, f"must be one of {ROLLOUTS}")
-    in_unit_interval(run.alpha, f"{owner}.alpha", strict=True)
-    positive_scalar(run.proxy_noise, f"{owner}.proxy_noise", allow_zero=True, strict=True)
-
-
 @functools.total_ordering
-@dataclass(frozen=True)
-class Arm:
+@dataclass(frozen=True, repr=False)
+class Arm(ArmOptions):
     """Which sampling a run used: the method id and its options (``alpha`` only for :data:`ALPHA_METHODS`).
 
     Arms order as their keys do, so that tables sorted by arm keep the order they had as strings.
     """
 
     method: str
-    weights: str = "centred"
-    alpha: float = DEFAULT_ALPHA
-    proxy_noise: float = 0.0
-    step_budget: str = "rows"
-    proxy: str = "auto"
-    rollout: str = "all"
 
     def __post_init__(self) -> None:
-        check_arm_fields("Arm", self)
+        super().__post_init__()
         if self.method not in ALPHA_METHODS:  # not part of this arm: equal keys, equal arms
             object.__setattr__(self, "alpha", DEFAULT_ALPHA)
 
     @classmethod
-    def of(cls, run: ArmFields) -> Arm:
+    def of(cls, run: ArmOptions) -> Arm:
         """The arm of a run's spec or record: the one constructor from their fields."""
         return cls(**arm_fields(run))
 
@@ -149,6 +140,10 @@ class Arm:
     def key(self) -> str:
         """The arm's id in run file names, logs and summaries, e.g. ``p_star``, ``p_star:raw``, ``p_smooth:a0.05``."""
         return ":".join((self.method, *(_TEXT[name](value) for name, value in self.options())))
+
+    def __repr__(self) -> str:  # the method first, as it is written: Arm("p_star", ...)
+        fields = ("method", *(f.name for f in dataclasses.fields(ArmOptions)))
+        return f"Arm({', '.join(f'{name}={getattr(self, name)!r}' for name in fields)})"
 
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, Arm):

@@ -1,5 +1,7 @@
 """`costaware synthetic`: the paper's Figure 2 (§4.4), uniform vs variance vs optimal sampling.
 
+A job on top of Cost-Aware SGD (:mod:`costaware.sgd`), drawn with :mod:`costaware.report.synthetic`.
+
 Instance. Least squares, N = 3000 points in d = 50. Rows a_i = L·u_i·dir_i with dir_i uniform on
 the sphere and u_i ~ U(0.1, 1), so ‖a_i‖ ∈ [1, 10] = [L/10, L] varies across points;
 b = A x_true + N(0, 1) with x_true ~ N(0, I/d). Costs c_i ~ U[1, 1000]. Projection ball
