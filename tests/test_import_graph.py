@@ -34,6 +34,7 @@ CORE = (
     "costaware.evaluation",
     "costaware.records",
     "costaware.arms",
+    "costaware.sampling_options",
     "costaware.alias",
     "costaware.distributions",
     "costaware.sampler",
