@@ -9,7 +9,14 @@ calibration), ``[budget]`` (when training stops), ``[generation]``
 Defaults differ from ``GRPOConfig`` in two places. ``bf16`` left unset is True only where a GPU (or
 XLA device) supports it and ``use_cpu`` is False, so a bare ``CostAwareGRPOConfig()`` runs on a CPU
 (stock TRL sets it True and then refuses a CPU). ``cost_aware_method="auto"`` resolves per loss type
-to the method the project's own measurements favour (:func:`resolve_method`).
+to the method the project's own measurements favour (:func:`resolve_method`, the core's function, which
+verl's ``algorithm.cost_aware.method=auto`` calls too).
+
+>>> from costaware.grpo import config as core
+>>> resolve_method is core.resolve_method and AUTO_METHOD is core.AUTO_METHOD
+True
+>>> resolve_method("auto", loss_type="dapo", names={"method": "cost_aware_method"})
+'nonzero'
 """
 
 from __future__ import annotations
