@@ -188,3 +188,17 @@ def test_an_option_a_config_lacks_is_reported_with_its_name():
     assert mismatches(SamplingConfig, default="core_default", options=(*SAMPLING_OPTIONS, extra)) == [
         "new_option: SamplingConfig has no field new_option"
     ]
+
+
+def test_an_unresolved_auto_config_answers_what_the_verl_plugin_asks_of_its_rule():
+    from costaware.grpo.methods import method_from_name
+
+    picks = [method_from_name(m) for m in AUTO_METHOD.values()]
+    for flag in ("needs_groups", "plain", "full_support"):
+        assert len({getattr(rule, flag) for rule in picks}) == 1, flag
+    assert CostAwareConfig().rule == method_from_name(AUTO_METHOD["sequence_mean"])
+    # the options are checked where "auto" reads the most of them; the actor's loss decides later
+    length_aware = CostAwareConfig(proxy="length_aware")
+    assert length_aware.resolved("seq-mean-token-mean").method == "p_star"
+    with pytest.raises(ValueError, match="proxy='length_aware' with method='nonzero'"):
+        length_aware.resolved("token-mean")

@@ -24,6 +24,8 @@ from costaware.sampling_options import SAMPLING_OPTIONS, verl_field
 CONFIG_KEY = "algorithm.cost_aware"
 # verl's default actor.loss_agg_mode: a token sum over the global token count
 DEFAULT_LOSS_AGG_MODE = "token-mean"
+# a sequence-mean mode, where method "auto" picks p_star: a config's options are checked there before the loss is known
+AUTO_CHECK_LOSS_AGG_MODE = "seq-mean-token-mean"
 VERL_PROXIES = ("auto", "advantage", "length_aware")
 # verl loss_agg_mode -> the normaliser family of costaware.grpo.factors. verl's normalisers are global
 # (the whole mini-batch, summed over data-parallel ranks), so each is that family with one rank.
@@ -87,8 +89,8 @@ class CostAwareConfig:
         optimisation, ``cost_aware/total/tokens``) reach this many; 0 turns it off. The update that
         crosses it runs in full; no later update or generation does (TRL: ``cost_aware_token_budget``).
 
-    A config built by hand and never resolved answers :attr:`rule` and :meth:`sampling_config` for
-    ``loss_agg_mode`` without a KL or entropy term (``method="auto"`` resolved there).
+    A config built by hand and never resolved answers :meth:`sampling_config` for a ``loss_agg_mode``
+    without a KL or entropy term (``method="auto"`` resolved there).
     """
 
     enable: bool = True
@@ -125,7 +127,11 @@ class CostAwareConfig:
             )
         if not isinstance(self.proxy, str) or self.proxy not in VERL_PROXIES:
             raise ValueError(f"{CONFIG_KEY}.proxy must be one of {VERL_PROXIES}, got {self.proxy!r}")
-        rule = self.sampling_config().rule  # the core checks method, alpha, noise, weights, proxy options
+        # The core checks method, alpha, noise, weights and the proxy options. "auto" is checked where it picks
+        # p_star (a sequence-mean loss), the method that reads the most options; read_trainer_config checks
+        # the config again once the actor's loss is known.
+        mode = AUTO_CHECK_LOSS_AGG_MODE if self.method == "auto" else DEFAULT_LOSS_AGG_MODE
+        rule = self.sampling_config(mode).rule
         object.__setattr__(self, "_rule", rule)  # not a field: equality and repr unchanged
 
     def resolved(
@@ -159,7 +165,12 @@ class CostAwareConfig:
 
     @property
     def rule(self) -> Any:
-        """The core's method object (:mod:`costaware.grpo.methods`) ``method`` names."""
+        """The core's method object (:mod:`costaware.grpo.methods`) ``method`` names.
+
+        For ``method="auto"`` not yet resolved, the one it picks under a sequence-mean loss (``p_star``):
+        its ``needs_groups``, ``plain`` and ``full_support``, which the plugin reads, are those of every
+        method ``auto`` picks (``tests/test_option_spec.py``).
+        """
         return self._rule  # type: ignore[attr-defined]
 
     @property
