@@ -202,3 +202,12 @@ def test_an_unresolved_auto_config_answers_what_the_verl_plugin_asks_of_its_rule
     assert length_aware.resolved("seq-mean-token-mean").method == "p_star"
     with pytest.raises(ValueError, match="proxy='length_aware' with method='nonzero'"):
         length_aware.resolved("token-mean")
+
+
+def test_the_trl_guides_table_quotes_the_spec():
+    from pathlib import Path
+
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "trl.md").read_text()
+    for o in SAMPLING_OPTIONS:
+        row = f"| `cost_aware_{o.name}` | `{o.default!r}` | {o.help.replace('|', chr(92) + '|')} |"
+        assert row in guide.splitlines(), f"{o.name}: docs/trl.md's row differs from the spec: {row}"
