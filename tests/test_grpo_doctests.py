@@ -20,6 +20,7 @@ MODULES = [
     "costaware.grpo.shard",
     "costaware.grpo.factors",
     "costaware.grpo.accounting",
+    "costaware.sampling_options",
 ]
 
 

@@ -125,7 +125,8 @@ def test_proxy_options_pass_through_to_the_core():
         1.0,
         8.0,
     )
-    assert CostAwareConfig(proxy="length_aware").sampling_config("seq-mean-token-mean").proxy_beta == 0.0  # prior
+    prior = CostAwareConfig(method="p_star", proxy="length_aware").sampling_config("seq-mean-token-mean")
+    assert prior.proxy_beta == 0.0  # the loss family's prior
     paper = CostAwareConfig(proxy="advantage").sampling_config()
     assert (paper.proxy, paper.beta) == ("advantage", 0.0)
 
@@ -227,7 +228,7 @@ def test_every_listed_method_is_accepted_and_the_unknown_method_error_lists_them
     """The list an unknown method's error gives is what verl accepts: each entry builds a config."""
     from costaware.integrations.verl.config import verl_methods
 
-    with pytest.raises(ValueError, match="algorithm.cost_aware.method must be one of") as info:
+    with pytest.raises(ValueError, match="algorithm.cost_aware.method must be 'auto' or one of") as info:
         CostAwareConfig.from_mapping({"method": "bogus"})
     assert str(verl_methods()) in str(info.value)
     for method in verl_methods():

@@ -38,6 +38,7 @@ from typing import Any
 
 from costaware._checks import in_unit_interval, positive_scalar, value_error
 from costaware.rollouts.stage import PROMPT_METHODS
+from costaware.sampling_options import option
 
 __all__ = [
     "Arm",
@@ -50,7 +51,7 @@ __all__ = [
     "arm_fields",
 ]
 
-DEFAULT_ALPHA = 0.01
+DEFAULT_ALPHA: float = option("alpha").default
 WEIGHT_MODES = ("centred", "raw")
 STEP_BUDGETS = ("rows", "support", "tokens")
 ALPHA_METHODS = ("p_smooth",)  # the methods that alpha parameterises: elsewhere it is not part of the arm

@@ -22,6 +22,7 @@ Pods(keep=3)
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from costaware._checks import integer, is_real_number, real_scalar
@@ -35,37 +36,38 @@ from costaware.grpo.methods import (
     method_from_name,
     method_names,
 )
+from costaware.sampling_options import AUTO_METHOD, BUDGETS, PROXIES, WEIGHTS, core_field
 
 __all__ = [
     "METHODS",
+    "AUTO_METHOD",
     "SamplingConfig",
     "plan_seed",
     "PROXIES",
     "ALPHA_AUTO_MAX",
     "MAX_STEPS",
+    "resolve_method",
     "resolve_proxy",
     "paper_proxy_warning",
 ]
 
-# Gradient-norm proxies G_i ≈ |A_i| · c_i^β (costaware.grpo.proxy): "advantage" is the paper's (β = 0),
-# "length_aware" a fixed β, "calibrated" a β the engine fits online and passes in as proxy_beta.
-PROXIES = ("advantage", "length_aware", "calibrated")
 # The most optimiser steps (mini-batches) one pool may be split into: a bound on the arrays and loops
 # sized by a step count (10**30 would otherwise run for ever); real runs use a handful per pool.
 MAX_STEPS = 1 << 20
-
-
-# How many rows a drawing method draws per pool: the baseline's, as many as the pool has rows with A != 0
-# (`nonzero`'s count), or until the baseline's tokens are matched.
-BUDGETS = ("rows", "support", "tokens")
 
 
 @dataclass(frozen=True)
 class SamplingConfig:
     """How a pool of rollouts is turned into policy-optimisation mini-batches.
 
+    Its fields, defaults and one-line help come from :data:`costaware.sampling_options.SAMPLING_OPTIONS`,
+    the records TRL's and verl's configs are built from too. It takes resolved values: where the engines
+    default to ``"auto"`` (``method``, ``proxy``), the default here is what ``"auto"`` gives for a
+    sequence-mean loss (``p_star`` with the paper's proxy, ``advantage``; :func:`resolve_method`,
+    :func:`resolve_proxy`).
+
     Attributes:
-        method: one of :data:`METHODS`. ``none`` is plain GRPO; ``p_star`` the paper's method.
+        method: one of :data:`METHODS`. ``none`` is plain GRPO; ``p_star`` the paper's method (the default).
         alpha: ``p_smooth`` mixing weight, (1−α)p* + α·uniform.
         proxy_noise: σ² of zero-mean Gaussian noise added to |A| before p is formed (ablation).
         weights: ``"centred"`` (1/(n_supp p_i), E_p[w] = 1) or ``"raw"`` (1/(n p_i)).
@@ -104,24 +106,25 @@ class SamplingConfig:
             when it happened.
     """
 
-    method: str = "p_star"
-    alpha: float = 0.01
-    proxy_noise: float = 0.0
-    weights: str = "centred"
-    merge_duplicates: bool = True
-    budget: str = "rows"
-    pods_keep: int | None = None
-    zero_tol: float = 1e-6
-    max_draws_factor: float = 64.0
-    proxy: str = "advantage"
-    proxy_beta: float | None = None
-    adaptive_alpha_max_weight: float | None = None
+    # defaults and one-line help: costaware.sampling_options (the engines' configs read the same records)
+    method: str = core_field("method")
+    alpha: float = core_field("alpha")
+    proxy_noise: float = core_field("proxy_noise")
+    weights: str = core_field("weights")
+    merge_duplicates: bool = core_field("merge_duplicates")
+    budget: str = core_field("budget")
+    pods_keep: int | None = core_field("pods_keep")
+    zero_tol: float = core_field("zero_tol")
+    max_draws_factor: float = core_field("max_draws_factor")
+    proxy: str = core_field("proxy")
+    proxy_beta: float | None = core_field("proxy_beta")
+    adaptive_alpha_max_weight: float | None = core_field("adaptive_alpha_max_weight")
 
     def __post_init__(self) -> None:
         check_alpha(self.alpha)  # every method's options are checked, whichever method uses them
         if not is_real_number(self.proxy_noise) or self.proxy_noise < 0:
             raise ValueError(f"proxy_noise must be a finite variance >= 0, got {self.proxy_noise!r}")
-        if self.weights not in ("centred", "raw"):
+        if self.weights not in WEIGHTS:
             raise ValueError(f"weights must be 'centred' or 'raw', got {self.weights!r}")
         if not isinstance(self.merge_duplicates, bool):
             raise ValueError(f"merge_duplicates must be a bool, got {self.merge_duplicates!r}")
@@ -196,6 +199,41 @@ def plan_seed(seed: int, generation: int, salt: int = 0) -> int:
         integer(v, name, minimum=0) for name, v in (("seed", seed), ("generation", generation), ("salt", salt))
     )
     return ((seed * 1_000_003 + generation) * 1_009 + salt) % (2**63 - 1)
+
+
+def resolve_method(method: str, *, loss_type: str, beta: float = 0.0, names: Mapping[str, str] | None = None) -> str:
+    """An engine's method option -> the method the plan uses: ``"auto"`` resolved per loss family, else as given.
+
+    ``"auto"`` (both engines' default) gives :data:`AUTO_METHOD` of the loss family
+    (:func:`costaware.grpo.proxy.loss_family`: TRL's ``loss_type`` or verl's ``loss_agg_mode``). It is
+    refused when ``beta`` (the weight of a term with a gradient on every row: TRL's KL ``beta``, verl's
+    ``use_kl_loss`` or ``entropy_coeff``) is not 0: both measured choices give zero-advantage rows p = 0,
+    which loses that term's gradient on them, and no measurement covers a full-support method.
+    ``names`` spells ``method``, ``alpha`` and ``beta`` as the caller's config does, for the errors.
+
+    >>> resolve_method("auto", loss_type="grpo"), resolve_method("auto", loss_type="dapo")
+    ('p_star', 'nonzero')
+    >>> resolve_method("auto", loss_type="seq-mean-token-mean"), resolve_method("auto", loss_type="token-mean")
+    ('p_star', 'nonzero')
+    """
+    from costaware.grpo.proxy import loss_family
+
+    name = {"method": "method", "alpha": "alpha", "beta": "beta", **(names or {})}
+    if method != "auto":
+        try:
+            method_from_name(method)  # the one parser of method names
+        except ValueError:
+            raise ValueError(f"{name['method']} must be 'auto' or one of {METHODS}, got {method!r}") from None
+        return method
+    if beta != 0.0:
+        off = "false" if isinstance(beta, bool) else "0"
+        raise ValueError(
+            f"{name['method']}='auto' with {name['beta']}={beta!r}: the measured defaults (p_star, nonzero) never "
+            "draw zero-advantage rows, so that term's gradient on them would be lost, and no training run measured a "
+            f"method with full support; set {name['method']}='p_smooth' (with {name['alpha']} > 0), or 'none', "
+            f"or {name['beta']}={off}"
+        )
+    return AUTO_METHOD[loss_family(loss_type).name]
 
 
 def _uses_proxy(method: str) -> bool:

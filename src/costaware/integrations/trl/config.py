@@ -9,7 +9,14 @@ calibration), ``[budget]`` (when training stops), ``[generation]``
 Defaults differ from ``GRPOConfig`` in two places. ``bf16`` left unset is True only where a GPU (or
 XLA device) supports it and ``use_cpu`` is False, so a bare ``CostAwareGRPOConfig()`` runs on a CPU
 (stock TRL sets it True and then refuses a CPU). ``cost_aware_method="auto"`` resolves per loss type
-to the method the project's own measurements favour (:func:`resolve_method`).
+to the method the project's own measurements favour (:func:`resolve_method`, the core's function, which
+verl's ``algorithm.cost_aware.method=auto`` calls too).
+
+>>> from costaware.grpo import config as core
+>>> resolve_method is core.resolve_method and AUTO_METHOD is core.AUTO_METHOD
+True
+>>> resolve_method("auto", loss_type="dapo", names={"method": "cost_aware_method"})
+'nonzero'
 """
 
 from __future__ import annotations
@@ -24,13 +31,18 @@ from trl import GRPOConfig
 
 from costaware._checks import integer
 from costaware.generation.kv_sampler import SamplingParams
-from costaware.grpo.config import METHODS, PROXIES, SamplingConfig, paper_proxy_warning, resolve_proxy
+from costaware.grpo.config import (  # AUTO_METHOD and resolve_method: the core's, re-exported
+    AUTO_METHOD,
+    SamplingConfig,
+    paper_proxy_warning,
+    resolve_method,
+    resolve_proxy,
+)
 from costaware.grpo.factors import NORMALISERS
-from costaware.grpo.methods import method_from_name
-from costaware.grpo.proxy import loss_family
 from costaware.integrations.trl.losses import SUPPORTED_LOSS_TYPES
 from costaware.rollouts.prompts import REGISTRY
 from costaware.rollouts.stage import PROMPT_METHODS, prompt_method
+from costaware.sampling_options import SAMPLING_OPTIONS, trl_field
 
 __all__ = ["AUTO_METHOD", "CostAwareGRPOConfig", "SUPPORTED_LOSS_TYPES", "resolve_method"]
 
@@ -70,41 +82,8 @@ def _check_launch(args: GRPOConfig) -> None:
     )
 
 
-# cost_aware_method="auto", per loss family (costaware.grpo.proxy.loss_family): what the main job measured
-# best (README, "Measured, default profile" and "Measured, --profile full"; sort task, PO tokens to a
-# common accuracy target, paired bootstrap CIs over seeds).
-AUTO_METHOD = {
-    # grpo: p* beat GRPO by 37% [+21%, +53%] (5 seeds) and tied `nonzero` (+8% [-9%, +32%]; +0.002
-    # [-0.006, +0.008] in accuracy at equal generation rounds); on arith it beat `nonzero` by 28% [+10%, +69%]
-    "sequence_mean": "p_star",
-    # dapo: p* (calibrated proxy) needed 9% [1%, 25%] more PO tokens than `nonzero`, p* with |A| was not
-    # shown to beat it (+10% [-9%, +23%]); cispo: p* (calibrated) needed 150% [7%, 197%] more (3 seeds)
-    "token_sum": "nonzero",
-}
-
-
-def resolve_method(method: str, *, loss_type: str, beta: float = 0.0) -> str:
-    """``cost_aware_method`` -> the method the plan uses: ``"auto"`` resolved per loss family, else as given.
-
-    ``"auto"`` with the KL term on (``beta != 0``) is refused: both measured choices give zero-advantage
-    rows p = 0, which loses their KL gradient, and no measurement covers a full-support method.
-
-    >>> resolve_method("auto", loss_type="grpo"), resolve_method("auto", loss_type="dapo")
-    ('p_star', 'nonzero')
-    """
-    if method != "auto":
-        try:
-            method_from_name(method)  # the one parser of method names
-        except ValueError:
-            raise ValueError(f"cost_aware_method must be 'auto' or one of {METHODS}, got {method!r}") from None
-        return method
-    if beta != 0.0:
-        raise ValueError(
-            f"cost_aware_method='auto' with beta={beta!r}: the measured defaults (p_star, nonzero) never draw "
-            "zero-advantage rows, so their KL gradient would be lost, and no training run measured a method "
-            "with full support; set cost_aware_method='p_smooth' (with cost_aware_alpha > 0), or 'none', or beta=0"
-        )
-    return AUTO_METHOD[loss_family(loss_type).name]
+# TRL's spelling of the core's option names, for resolve_method's errors
+_METHOD_NAMES = {"method": "cost_aware_method", "alpha": "cost_aware_alpha", "beta": "beta"}
 
 
 @dataclass
@@ -114,65 +93,20 @@ class CostAwareGRPOConfig(GRPOConfig):
     >>> CostAwareGRPOConfig(output_dir="o", cost_aware_method="p_smooth", cost_aware_alpha=0.05)  # doctest: +SKIP
     """
 
-    # -- [sampling] ---------------------------------------------------------------------------------
-    cost_aware_method: str = field(
-        default="auto",
-        metadata={
-            "help": f"[sampling] Mini-batch sampling method: 'auto' or one of {METHODS}. 'auto' picks, per loss "
-            "type, the method the main job measured best (AUTO_METHOD; the numbers are in the TRL guide): 'p_star' "
-            "for sequence-mean losses (grpo, sapo), 'nonzero' (zero-advantage rows dropped) for token-sum losses "
-            "(dapo, cispo, bnpo, dr_grpo, luspo, vespo). "
-            "Refused with beta != 0 (choose 'p_smooth' or 'none')."
-        },
-    )
-    cost_aware_alpha: float = field(default=0.01, metadata={"help": "[sampling] p_smooth: (1-α)p* + α·uniform."})
-    cost_aware_proxy_noise: float = field(
-        default=0.0, metadata={"help": "[sampling] σ² of zero-mean noise added to |A| before p is formed (ablation)."}
-    )
-    cost_aware_weights: str = field(
-        default="centred", metadata={"help": "[sampling] 'centred' 1/(n_supp p_i) or 'raw' 1/(n p_i)."}
-    )
-    cost_aware_merge_duplicates: bool = field(
-        default=True, metadata={"help": "[sampling] Run a row drawn k times into one mini-batch once, weight k·w."}
-    )
-    cost_aware_budget: str = field(
-        default="rows",
-        metadata={
-            "help": "[sampling] 'rows': the baseline's draws per step; 'support': as many draws per pool as it "
-            "has rows with A != 0 (nonzero's step size); 'tokens': the baseline's tokens."
-        },
-    )
-    cost_aware_pods_keep: int | None = field(
-        default=None, metadata={"help": "[sampling] PODS: rows kept per group (default num_generations // 2)."}
-    )
-    cost_aware_zero_tol: float = field(
-        default=1e-6, metadata={"help": "[sampling] |A| <= zero_tol · max|A| counts as zero (float rounding)."}
-    )
-    cost_aware_max_draws_factor: float = field(
-        default=64.0,
-        metadata={"help": "[sampling] budget='tokens': at most this × (baseline rows per step) draws per step."},
-    )
-    # -- [proxy] ------------------------------------------------------------------------------------
-    cost_aware_proxy: str = field(
-        default="auto",
-        metadata={
-            "help": f"[proxy] Gradient-norm proxy G ≈ |A|·c^β behind p_star/p_smooth, p ∝ |A|·c^(β-½): 'auto' or "
-            f"one of {PROXIES}. 'auto': 'advantage' (the paper's, β=0) for sequence-mean losses (grpo, sapo), "
-            "'calibrated' (β fitted online) for token-sum losses (dapo, cispo, bnpo, dr_grpo, luspo, vespo). "
-            "Unused by the other methods, so by cost_aware_method='auto' under a token-sum loss ('nonzero')."
-        },
-    )
-    cost_aware_proxy_beta: float | None = field(
-        default=None,
-        metadata={"help": "[proxy] 'length_aware': the fixed β (default: the loss family's prior β)."},
-    )
-    cost_aware_adaptive_alpha_max_weight: float | None = field(
-        default=None,
-        metadata={
-            "help": "[proxy] p_smooth: choose α per pool, the smallest in [cost_aware_alpha, 0.5] keeping every "
-            "weight 1/(n p_i) <= this (None = fixed α)."
-        },
-    )
+    # -- [sampling] and [proxy]: the core's options, defaults and help from costaware.sampling_options ----------
+    cost_aware_method: str = trl_field("method")
+    cost_aware_alpha: float = trl_field("alpha")
+    cost_aware_proxy_noise: float = trl_field("proxy_noise")
+    cost_aware_weights: str = trl_field("weights")
+    cost_aware_merge_duplicates: bool = trl_field("merge_duplicates")
+    cost_aware_budget: str = trl_field("budget")
+    cost_aware_pods_keep: int | None = trl_field("pods_keep")
+    cost_aware_zero_tol: float = trl_field("zero_tol")
+    cost_aware_max_draws_factor: float = trl_field("max_draws_factor")
+    cost_aware_proxy: str = trl_field("proxy")
+    cost_aware_proxy_beta: float | None = trl_field("proxy_beta")
+    cost_aware_adaptive_alpha_max_weight: float | None = trl_field("adaptive_alpha_max_weight")
+    # -- [proxy], TRL's own: the online β fit ---------------------------------------------------------------
     cost_aware_calibration_interval: int = field(
         default=8,
         metadata={
@@ -344,7 +278,7 @@ class CostAwareGRPOConfig(GRPOConfig):
     @property
     def resolved_method(self) -> str:
         """The sampling method the plan uses: ``cost_aware_method`` with ``"auto"`` resolved for ``loss_type``."""
-        return resolve_method(self.cost_aware_method, loss_type=self.loss_type, beta=self.beta)
+        return resolve_method(self.cost_aware_method, loss_type=self.loss_type, beta=self.beta, names=_METHOD_NAMES)
 
     def _check_generation(self) -> None:
         if self.cost_aware_generation not in GENERATION_ENGINES:
@@ -384,17 +318,7 @@ class CostAwareGRPOConfig(GRPOConfig):
         proxy, beta = resolve_proxy(
             self.cost_aware_proxy, self.cost_aware_proxy_beta, loss_type=self.loss_type, method=method
         )
+        options = {o.name: getattr(self, f"cost_aware_{o.name}") for o in SAMPLING_OPTIONS}
         return SamplingConfig(
-            method=method,
-            alpha=self.cost_aware_alpha,
-            proxy_noise=self.cost_aware_proxy_noise,
-            weights=self.cost_aware_weights,
-            merge_duplicates=self.cost_aware_merge_duplicates,
-            budget=self.cost_aware_budget,
-            pods_keep=self.cost_aware_pods_keep,
-            zero_tol=self.cost_aware_zero_tol,
-            max_draws_factor=self.cost_aware_max_draws_factor,
-            proxy=proxy,
-            proxy_beta=None if proxy == "advantage" else beta,
-            adaptive_alpha_max_weight=self.cost_aware_adaptive_alpha_max_weight,
+            **{**options, "method": method, "proxy": proxy, "proxy_beta": None if proxy == "advantage" else beta}
         )

@@ -19,9 +19,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from costaware.sampling_options import SAMPLING_OPTIONS, verl_field
+
 CONFIG_KEY = "algorithm.cost_aware"
 # verl's default actor.loss_agg_mode: a token sum over the global token count
 DEFAULT_LOSS_AGG_MODE = "token-mean"
+# a sequence-mean mode, where method "auto" picks p_star: a config's options are checked there before the loss is known
+AUTO_CHECK_LOSS_AGG_MODE = "seq-mean-token-mean"
 VERL_PROXIES = ("auto", "advantage", "length_aware")
 # verl loss_agg_mode -> the normaliser family of costaware.grpo.factors. verl's normalisers are global
 # (the whole mini-batch, summed over data-parallel ranks), so each is that family with one rank.
@@ -55,45 +59,51 @@ def __getattr__(name: str) -> Any:
 class CostAwareConfig:
     """Settings read from ``algorithm.cost_aware``; every field is validated on construction.
 
+    The sampling fields (``method``, ``alpha``, ``proxy_noise``, ``weights``, ``merge_duplicates``,
+    ``proxy``, ``proxy_beta``, ``adaptive_alpha_max_weight``) take their defaults and one-line help
+    (``metadata["help"]``) from :mod:`costaware.sampling_options`, the records the core's
+    ``SamplingConfig`` and TRL's config are built from; ``budget``, ``pods_keep``, ``zero_tol`` and
+    ``max_draws_factor`` are not keys here (each record's ``verl_omits`` says why). In verl:
+
+    method: ``auto`` (default) resolves with the actor's ``loss_agg_mode`` (:meth:`resolved`, called by
+        :func:`read_trainer_config`): ``p_star`` under ``seq-mean-token-mean``, ``nonzero`` under the
+        token-sum modes (verl's default ``token-mean`` among them); it is refused with ``use_kl_loss`` or
+        ``entropy_coeff != 0``. ``none`` runs every row once in a shuffled order with weight 1 -- the GRPO
+        baseline, with the same token accounting.
+    merge_duplicates: the fed mini-batches shrink to the largest step's unique rows (``docs/verl-saving.md``).
+    proxy: ``auto`` is ``advantage`` under ``seq-mean-token-mean`` and ``length_aware`` with the loss
+        family's prior beta (1.0) under the token-sum modes; that default rests on the per-pool J
+        measurements in ``costaware.grpo.proxy`` (LossFamily.source). ``calibrated`` is refused: fitting
+        beta needs exact per-sequence gradient norms, which only the actor workers could compute and the
+        driver, where the plan is drawn, does not have.
+
+    verl's own settings:
+
     enable: switch; the key's presence alone turns the feature on (``enable=false`` turns it off again).
-    method: sampling distribution over the rollouts (see ``VERL_METHODS``); ``none`` runs every row once
-        in a shuffled order with weight 1 -- the GRPO baseline, with the same token accounting.
-    alpha: ``p_smooth`` mixing weight, (1 - alpha) p* + alpha uniform.
-    proxy_noise: variance sigma^2 of the zero-mean Gaussian noise added to |A| before p is formed.
-    weights: ``centred`` 1/(n_supp p_i) (mean 1 under p, the paper's choice) or ``raw`` 1/(n p_i).
-    merge_duplicates: a row drawn k times into one mini-batch runs once with weight k·w (default, as in the
-        core): the fed mini-batches shrink to the largest step's unique rows (``docs/verl-saving.md``).
     seed: draws at step t use a generator seeded from (seed, t), so a resumed run repeats them.
     balance_dp: reorder each mini-batch so that data-parallel ranks get near-equal token counts.
-    proxy: gradient-norm proxy behind p_star/p_smooth, p ∝ |A|·c^(beta-1/2): ``auto`` (default),
-        ``advantage`` (the paper's, beta 0) or ``length_aware`` (fixed ``proxy_beta``). ``auto`` is
-        ``advantage`` under ``loss_agg_mode=seq-mean-token-mean`` and ``length_aware`` with the loss
-        family's prior beta (1.0) under the token-sum modes (verl's default ``token-mean`` among them);
-        that default rests on the per-pool J measurements in ``costaware.grpo.proxy`` (LossFamily.source).
-        ``calibrated`` is refused: fitting beta needs exact per-sequence gradient norms, which only the
-        actor workers could compute and the driver, where the plan is drawn, does not have.
-    proxy_beta: ``length_aware``'s beta (default: the loss family's prior).
-    adaptive_alpha_max_weight: ``p_smooth`` only: per step, the smallest alpha in [alpha, 0.5] keeping
-        every weight 1/(n p_i) <= this value (None: fixed alpha).
     logprob_rows: ``fed`` (default) runs the old and reference log-prob passes after the plan, on the rows
         some step feeds (``integrations/verl/logprobs.py``; settings that read every row's log-probs, such
         as verl's default ``rollout.calculate_log_probs=true``, keep stock's); ``all`` keeps stock's passes.
     token_budget: stop training once the PO tokens (prompt + response tokens fed to policy
         optimisation, ``cost_aware/total/tokens``) reach this many; 0 turns it off. The update that
         crosses it runs in full; no later update or generation does (TRL: ``cost_aware_token_budget``).
+
+    A config built by hand and never resolved answers :meth:`sampling_config` for a ``loss_agg_mode``
+    without a KL or entropy term (``method="auto"`` resolved there).
     """
 
     enable: bool = True
-    method: str = "p_star"
-    alpha: float = 0.01
-    proxy_noise: float = 0.0
-    weights: str = "centred"
-    merge_duplicates: bool = True
+    method: str = verl_field("method")
+    alpha: float = verl_field("alpha")
+    proxy_noise: float = verl_field("proxy_noise")
+    weights: str = verl_field("weights")
+    merge_duplicates: bool = verl_field("merge_duplicates")
     seed: int = 0
     balance_dp: bool = True
-    proxy: str = "auto"
-    proxy_beta: float | None = None
-    adaptive_alpha_max_weight: float | None = None
+    proxy: str = verl_field("proxy")
+    proxy_beta: float | None = verl_field("proxy_beta")
+    adaptive_alpha_max_weight: float | None = verl_field("adaptive_alpha_max_weight")
     token_budget: int = 0
     logprob_rows: str = "fed"
 
@@ -117,26 +127,50 @@ class CostAwareConfig:
             )
         if not isinstance(self.proxy, str) or self.proxy not in VERL_PROXIES:
             raise ValueError(f"{CONFIG_KEY}.proxy must be one of {VERL_PROXIES}, got {self.proxy!r}")
-        rule = self.sampling_config().rule  # the core checks method, alpha, noise, weights, proxy options
+        # The core checks method, alpha, noise, weights and the proxy options. "auto" is checked where it picks
+        # p_star (a sequence-mean loss), the method that reads the most options; read_trainer_config checks
+        # the config again once the actor's loss is known.
+        mode = AUTO_CHECK_LOSS_AGG_MODE if self.method == "auto" else DEFAULT_LOSS_AGG_MODE
+        rule = self.sampling_config(mode).rule
         object.__setattr__(self, "_rule", rule)  # not a field: equality and repr unchanged
 
-    def resolved(self, loss_agg_mode: str = DEFAULT_LOSS_AGG_MODE) -> CostAwareConfig:
-        """This config with ``proxy`` and ``proxy_beta`` fixed for the actor's ``loss_agg_mode`` (the core's
-        rule, :func:`costaware.grpo.config.resolve_proxy`, for an engine that cannot fit β online)."""
-        proxy, beta = self._proxy(loss_agg_mode)
-        return replace(self, proxy=proxy, proxy_beta=None if proxy == "advantage" else beta)
+    def resolved(
+        self, loss_agg_mode: str = DEFAULT_LOSS_AGG_MODE, *, use_kl_loss: bool = False, entropy_coeff: float = 0.0
+    ) -> CostAwareConfig:
+        """This config with ``method``, ``proxy`` and ``proxy_beta`` fixed for the actor's loss: the core's
+        rules (:func:`costaware.grpo.config.resolve_method`; :func:`costaware.grpo.config.resolve_proxy`
+        for an engine that cannot fit β online). ``method="auto"`` is refused when the loss has a KL or
+        entropy term, which has a gradient on the zero-advantage rows that both measured choices drop."""
+        method = self._method(loss_agg_mode, use_kl_loss=use_kl_loss, entropy_coeff=entropy_coeff)
+        proxy, beta = self._proxy(loss_agg_mode, method)
+        return replace(self, method=method, proxy=proxy, proxy_beta=None if proxy == "advantage" else beta)
 
-    def _proxy(self, loss_agg_mode: str) -> tuple[str, float]:
+    def _method(self, loss_agg_mode: str, *, use_kl_loss: bool = False, entropy_coeff: float = 0.0) -> str:
+        from costaware.grpo.config import resolve_method
+
+        actor = "actor_rollout_ref.actor"
+        term, weight = (
+            (f"{actor}.use_kl_loss", use_kl_loss) if use_kl_loss else (f"{actor}.entropy_coeff", entropy_coeff)
+        )
+        names = {"method": f"{CONFIG_KEY}.method", "alpha": f"{CONFIG_KEY}.alpha", "beta": term}
+        return resolve_method(self.method, loss_type=loss_agg_mode, beta=weight, names=names)
+
+    def _proxy(self, loss_agg_mode: str, method: str) -> tuple[str, float]:
         from costaware.grpo.config import resolve_proxy
 
         try:
-            return resolve_proxy(self.proxy, self.proxy_beta, loss_type=loss_agg_mode, method=self.method, fitted=False)
+            return resolve_proxy(self.proxy, self.proxy_beta, loss_type=loss_agg_mode, method=method, fitted=False)
         except ValueError as exc:
             raise ValueError(f"{CONFIG_KEY}.{exc}") from None
 
     @property
     def rule(self) -> Any:
-        """The core's method object (:mod:`costaware.grpo.methods`) ``method`` names."""
+        """The core's method object (:mod:`costaware.grpo.methods`) ``method`` names.
+
+        For ``method="auto"`` not yet resolved, the one it picks under a sequence-mean loss (``p_star``):
+        its ``needs_groups``, ``plain`` and ``full_support``, which the plugin reads, are those of every
+        method ``auto`` picks (``tests/test_option_spec.py``).
+        """
         return self._rule  # type: ignore[attr-defined]
 
     @property
@@ -163,35 +197,28 @@ class CostAwareConfig:
         if unknown:
             raise ValueError(f"{CONFIG_KEY} has unknown key(s) {unknown}; known keys are {sorted(known)}")
         values = dict(mapping)
-        if isinstance(values.get("alpha"), int) and not isinstance(values.get("alpha"), bool):
-            values["alpha"] = float(values["alpha"])
-        for name in ("alpha", "proxy_noise", "proxy_beta", "adaptive_alpha_max_weight"):
-            if isinstance(values.get(name), int) and not isinstance(values.get(name), bool):
-                values[name] = float(values[name])
+        for f in fields(cls):  # Hydra reads `alpha=1` as an int: a float field takes it as a float
+            value = values.get(f.name)
+            if "float" in str(f.type) and isinstance(value, int) and not isinstance(value, bool):
+                values[f.name] = float(value)
         return cls(**values)
 
     def sampling_config(self, loss_agg_mode: str = DEFAULT_LOSS_AGG_MODE) -> Any:
         """The engine-neutral ``costaware.grpo.config.SamplingConfig`` this maps to (budget='rows').
 
-        ``proxy=auto`` is resolved for ``loss_agg_mode`` (:meth:`resolved`; :func:`read_trainer_config`
-        resolves it with the actor's own mode, so the default here only serves a config built by hand).
+        ``method=auto`` and ``proxy=auto`` are resolved for ``loss_agg_mode`` (:meth:`resolved`;
+        :func:`read_trainer_config` resolves them with the actor's own loss, so the default here only serves a
+        config built by hand).
         Errors name the ``algorithm.cost_aware`` field.
         """
         from costaware.grpo.config import SamplingConfig
 
-        proxy, beta = self._proxy(loss_agg_mode)
-        try:
-            return SamplingConfig(
-                method=self.method,
-                alpha=self.alpha,
-                proxy_noise=self.proxy_noise,
-                weights=self.weights,
-                merge_duplicates=self.merge_duplicates,
-                budget="rows",
-                proxy=proxy,
-                proxy_beta=None if proxy == "advantage" else beta,
-                adaptive_alpha_max_weight=self.adaptive_alpha_max_weight,
-            )
+        method = self._method(loss_agg_mode)
+        proxy, beta = self._proxy(loss_agg_mode, method)
+        options = {o.name: getattr(self, o.name) for o in SAMPLING_OPTIONS if not o.verl_omits}
+        try:  # budget: verl runs the row budget only; the other keys verl omits take the core's defaults
+            resolved = {"method": method, "proxy": proxy, "proxy_beta": None if proxy == "advantage" else beta}
+            return SamplingConfig(**{**options, **resolved, "budget": "rows"})
         except ValueError as exc:
             raise ValueError(f"{CONFIG_KEY}.{exc}") from None
 
@@ -239,11 +266,14 @@ def read_trainer_config(config: Any) -> CostAwareConfig | None:
         ) from None
     from costaware.grpo.config import paper_proxy_warning
 
-    message = paper_proxy_warning(cfg.proxy, loss_type=mode, method=cfg.method)
+    use_kl = bool(get_dotted(config, f"{actor}.use_kl_loss", False))
+    entropy_coeff = float(get_dotted(config, f"{actor}.entropy_coeff", 0.0))
+    resolved = cfg.resolved(mode, use_kl_loss=use_kl, entropy_coeff=entropy_coeff)
+    message = paper_proxy_warning(cfg.proxy, loss_type=mode, method=resolved.method)
     if message is not None:  # 'auto' with p*/p_smooth under a token-sum loss: the measured advice
         warnings.warn(message, UserWarning, stacklevel=2)
         logger.warning("costaware: %s", message)
-    cfg = cfg.resolved(mode)
+    cfg = resolved
     epochs = get_dotted(config, f"{actor}.ppo_epochs", 1)
     if epochs != 1:
         raise ValueError(
@@ -261,8 +291,6 @@ def read_trainer_config(config: Any) -> CostAwareConfig | None:
             f"{CONFIG_KEY} needs a policy loss that multiplies rollout_is_weights into the per-token loss, "
             f"got {actor}.policy_loss.loss_mode={loss_mode!r}"
         )
-    use_kl = bool(get_dotted(config, f"{actor}.use_kl_loss", False))
-    entropy_coeff = float(get_dotted(config, f"{actor}.entropy_coeff", 0.0))
     if (use_kl or entropy_coeff != 0.0) and not cfg.full_support:
         raise ValueError(
             f"{CONFIG_KEY}.method={cfg.method!r} (alpha={cfg.alpha!r}) gives zero probability to rows with "
