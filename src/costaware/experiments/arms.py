@@ -38,7 +38,7 @@ from typing import Any
 
 from costaware._checks import in_unit_interval, positive_scalar, value_error
 from costaware.rollouts.stage import PROMPT_METHODS
-from costaware.sampling_options import option
+from costaware.sampling_options import BUDGETS, WEIGHTS, option
 
 __all__ = [
     "Arm",
@@ -51,9 +51,10 @@ __all__ = [
     "arm_fields",
 ]
 
+# the engines' sampling options (costaware.sampling_options): an arm's defaults are theirs
 DEFAULT_ALPHA: float = option("alpha").default
-WEIGHT_MODES = ("centred", "raw")
-STEP_BUDGETS = ("rows", "support", "tokens")
+WEIGHT_MODES = WEIGHTS
+STEP_BUDGETS = BUDGETS
 ALPHA_METHODS = ("p_smooth",)  # the methods that alpha parameterises: elsewhere it is not part of the arm
 
 # The options after the method in a key, in order, each with its text there (written only when the option is
@@ -83,11 +84,11 @@ class ArmOptions:
     ``RunSpec("headline", "p_star", 0)``); each declares ``method`` itself, where those put it.
     """
 
-    weights: str = "centred"  # WEIGHT_MODES
+    weights: str = option("weights").default  # WEIGHT_MODES
     alpha: float = DEFAULT_ALPHA  # part of the arm for ALPHA_METHODS alone
-    proxy_noise: float = 0.0
-    step_budget: str = "rows"  # STEP_BUDGETS
-    proxy: str = "auto"  # the gradient-norm proxy behind p* (TRL's cost_aware_proxy); "auto": by the loss family
+    proxy_noise: float = option("proxy_noise").default
+    step_budget: str = option("budget").default  # STEP_BUDGETS
+    proxy: str = option("proxy").default  # the proxy behind p* (TRL's cost_aware_proxy); "auto": by the loss family
     rollout: str = "all"  # the prompt stage (ROLLOUTS); records from before it read as "all"
 
     def __post_init__(self) -> None:
