@@ -150,10 +150,11 @@ def test_the_proxy_advice_under_a_token_sum_loss_is_the_measured_one(tmp_path):
 # -- a two-process launch left unparallel ------------------------------------------------------------
 
 SCRIPT = textwrap.dedent("""
-    import sys, tempfile
+    import os, pathlib, sys, tempfile
     from costaware.integrations.trl import CostAwareGRPOConfig
     args = CostAwareGRPOConfig(output_dir=tempfile.mkdtemp(), report_to="none", use_cpu=sys.argv[1] == "cpu")
-    print("world_size", args.world_size, flush=True)
+    # one file per rank: two processes printing to one pipe interleave their lines
+    pathlib.Path(sys.argv[2], "rank" + os.environ["RANK"]).write_text(f"world_size {args.world_size}")
 """)
 
 
@@ -174,6 +175,7 @@ def test_torchrun_two_processes_without_use_cpu_is_refused_with_the_fix(tmp_path
             "--standalone",
             str(script),
             "cpu" if use_cpu else "bare",
+            str(tmp_path),
         ],
         capture_output=True,
         text=True,
@@ -183,7 +185,7 @@ def test_torchrun_two_processes_without_use_cpu_is_refused_with_the_fix(tmp_path
     out = proc.stdout + proc.stderr
     if use_cpu:
         assert proc.returncode == 0, out
-        assert out.count("world_size 2") == 2
+        assert [(tmp_path / f"rank{r}").read_text() for r in (0, 1)] == ["world_size 2"] * 2, out
     else:
         assert proc.returncode != 0
         assert "WORLD_SIZE=2 processes were launched" in out and "use_cpu=True" in out
