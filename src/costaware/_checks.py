@@ -196,10 +196,13 @@ def real_scalar(x: Any, name: str, *, strict: bool = False, allow_inf: bool = Fa
     return f
 
 
-def integer(x: Any, name: str, *, minimum: int | None = None, maximum: int | None = None, strict: bool = False) -> int:
+def integer(
+    x: Any, name: str, *, minimum: int | None = None, maximum: int | None = None, strict: bool = False, why: str = ""
+) -> int:
     """An integer as int: accepts int, numpy integers and integral floats (2.0); ValueError otherwise.
 
-    ``strict``: only a Python ``int`` (not a bool, a float or a numpy integer)."""
+    ``strict``: only a Python ``int`` (not a bool, a float or a numpy integer). ``why`` (e.g. ``" or None"``
+    where the caller lets None through) follows the bounds in the message."""
     if minimum == 1:
         desc = "a positive integer"
     elif minimum == 0:
@@ -208,6 +211,7 @@ def integer(x: Any, name: str, *, minimum: int | None = None, maximum: int | Non
         desc = "an integer" if minimum is None else f"an integer >= {minimum}"
     if maximum is not None:
         desc += f" of at most {maximum}"
+    desc += why
     v = unwrap(x)
     if isinstance(v, np.ndarray) and v.ndim == 0:
         v = v[()]
@@ -235,6 +239,13 @@ def boolean(x: Any, name: str) -> bool:
     if not isinstance(x, (bool, np.bool_)):
         raise ValueError(f"{name} must be True or False, got {show(x)} ({type(x).__name__})")
     return bool(x)
+
+
+def string_or_integer(x: Any, name: str) -> str:
+    """A non-blank ``str`` or a Python ``int`` (not a bool), as ``str``: an id a record may give either way."""
+    if (isinstance(x, str) and x.strip()) or (isinstance(x, int) and not isinstance(x, bool)):
+        return str(x)
+    raise ValueError(f"{name} must be a non-empty string or an integer, got {show(x)} ({type(x).__name__})")
 
 
 def nonempty_string(x: Any, name: str) -> str:
