@@ -67,14 +67,14 @@ class FedLogprobsMixin(_Trainer):
         """The keys TRL's loss will read that ``batch`` lacks: the passes deferred while it was scored."""
         return frozenset(k for k in self._needed_logprobs() if k not in batch)
 
-    def _generate_and_score_completions(self, inputs):  # type: ignore[override]
+    def _generate_and_score_completions(self, inputs):
         self._ca_skip = self._deferred_logprobs()
         try:
             return super()._generate_and_score_completions(inputs)
         finally:
             self._ca_skip = frozenset()
 
-    def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any):  # type: ignore[override]
+    def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any):
         model = args[0] if args else kwargs.get("model")
         if self._ca_skip and not torch.is_grad_enabled():
             key = OLD if model is self.model else REF if model is self.ref_model else None

@@ -161,7 +161,7 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, KVRolloutMixin, GR
         return self.cost_aware_counters.to_dict()
 
     # -- the split ----------------------------------------------------------------------------------
-    def _prepare_inputs(self, generation_batch):  # type: ignore[override]
+    def _prepare_inputs(self, generation_batch):
         if not self.model.training:
             return super()._prepare_inputs(generation_batch)
         spg = self.args.steps_per_generation
@@ -308,13 +308,13 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, KVRolloutMixin, GR
             )
 
     # -- loss ---------------------------------------------------------------------------------------
-    def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any):  # type: ignore[override]
+    def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any):
         out = super()._get_per_token_logps_and_entropies(*args, **kwargs)  # FedLogprobsMixin may answer None
         if self._ca_capture is not None:
             self._ca_capture.append(out[0])
         return out
 
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # type: ignore[override]
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if inputs.get(_SKIP_KEY):
             # no forward: a leaf loss whose backward leaves every parameter's .grad untouched (None)
             return torch.zeros((), device=self.accelerator.device, requires_grad=True)
@@ -349,7 +349,7 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, KVRolloutMixin, GR
         )  # fmt: skip
 
     # -- accounting, logging, checkpoints -----------------------------------------------------------
-    def training_step(self, model, inputs, num_items_in_batch=None):  # type: ignore[override]
+    def training_step(self, model, inputs, num_items_in_batch=None):
         start, prep = time.perf_counter(), self._ca_prepare_seconds
         out = super().training_step(model, inputs, num_items_in_batch)
         generation = self._ca_prepare_seconds - prep  # generation + plan, not policy optimisation
@@ -367,12 +367,12 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, KVRolloutMixin, GR
                 logs[f"{METRIC_PREFIX}/calibration_share_of_po"] = share
         super().log(logs, start_time)
 
-    def _get_train_sampler(self, dataset=None):  # type: ignore[override]
+    def _get_train_sampler(self, dataset=None):
         if self.prompt_stage is None:
             return super()._get_train_sampler(dataset)
         return prompts.train_sampler(self)
 
-    def _save_checkpoint(self, model, trial):  # type: ignore[override]
+    def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
         if self.args.should_save:
             folder = f"{self._get_output_dir(trial=trial)}/checkpoint-{self.state.global_step}"
@@ -380,7 +380,7 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, KVRolloutMixin, GR
             self.cost_aware_calibration.save(folder)
             prompts.save_stage(self.prompt_stage, folder)
 
-    def _load_optimizer_and_scheduler(self, checkpoint):  # type: ignore[override]
+    def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is not None:
             saved = load_counters(checkpoint)

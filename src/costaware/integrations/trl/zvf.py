@@ -27,7 +27,7 @@ __all__ = ["GenerationMixin"]
 class GenerationMixin(_Trainer):
     """Mixed into :class:`~costaware.integrations.trl.trainer.CostAwareGRPOTrainer` (needs its state)."""
 
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # type: ignore[override]
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)
         self._ca_rewards = (rewards_per_func * weights).nansum(dim=1)  # gathered over processes, as TRL's
