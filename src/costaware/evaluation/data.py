@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from costaware._checks import integer
 from costaware.evaluation.files import (  # noqa: F401
     SUPPORTED_SUFFIXES,
     read_jsonl_objects,
@@ -247,8 +248,8 @@ def load_benchmark(
     ['27']
     """
     spec = _spec(benchmark)
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ValueError(f"limit must be a positive integer or None, got {limit!r}")
+    if limit is not None:
+        limit = integer(limit, "limit", minimum=1, strict=True, why=" or None")
     if path is not None:
         rows = read_located_rows(path)
     else:

@@ -159,8 +159,7 @@ class TransformersGenerator:
     """
 
     def __init__(self, model: Any, tokenizer: Any, sampling: SamplingConfig | None = None, *, batch_size: int = 32):
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        batch_size = integer(batch_size, "batch_size", minimum=1, strict=True)
         self.model = model
         self.tokenizer = tokenizer
         self.sampling = sampling or SamplingConfig()
@@ -227,8 +226,7 @@ class TransformersGenerator:
         return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
 
     def __call__(self, prompts: Sequence[str], k: int) -> list[list[Completion]]:
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"k must be a positive integer, got {k!r}")
+        k = integer(k, "k", minimum=1, strict=True)
         prompts = list(prompts)
         results: list[list[Completion]] = [[] for _ in prompts]
         per_call = min(k, self.batch_size)

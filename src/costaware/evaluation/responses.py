@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from costaware._checks import string_or_integer
 from costaware.evaluation.data import EvalRecord, answer_text
 from costaware.evaluation.files import read_jsonl_objects
 from costaware.evaluation.generate import Completion
@@ -53,9 +54,7 @@ def _parse_line(row: Mapping[str, Any]) -> tuple[str, list[str], Any, str, list[
     missing = [f for f in ("id", "responses") if row.get(f) is None]
     if missing:
         raise ValueError(f"missing field {missing[0]!r}; the line has fields {sorted(row)} (expected {list(FIELDS)})")
-    rid = row["id"]
-    if isinstance(rid, bool) or not isinstance(rid, (str, int)) or str(rid).strip() == "":
-        raise ValueError(f"id must be a non-empty string or an integer, got {rid!r}")
+    rid = string_or_integer(row["id"], "id")
     responses = row["responses"]
     if not isinstance(responses, list) or not responses or not all(isinstance(r, str) for r in responses):
         shown = repr(responses)[:80]
@@ -73,7 +72,7 @@ def _parse_line(row: Mapping[str, Any]) -> tuple[str, list[str], Any, str, list[
                 f"num_tokens must be a list of {len(responses)} non-negative integers or nulls "
                 f"(one per response), got {repr(tokens)[:80]}"
             )
-    return str(rid), responses, row.get("answer"), prompt or "", tokens
+    return rid, responses, row.get("answer"), prompt or "", tokens
 
 
 def read_responses(

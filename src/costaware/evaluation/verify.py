@@ -28,6 +28,8 @@ from typing import Any
 
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
+from costaware._checks import integer
+
 logger = logging.getLogger(__name__)
 
 
@@ -59,12 +61,9 @@ class MathVerifier:
     """
 
     def __init__(self, *, require_boxed: bool = False, timeout_seconds: int | None = 5, float_rounding: int = 6):
-        if timeout_seconds is not None and (
-            isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, int) or timeout_seconds < 1
-        ):
-            raise ValueError(f"timeout_seconds must be a positive integer or None, got {timeout_seconds!r}")
-        if isinstance(float_rounding, bool) or not isinstance(float_rounding, int) or float_rounding < 0:
-            raise ValueError(f"float_rounding must be a non-negative integer, got {float_rounding!r}")
+        if timeout_seconds is not None:
+            timeout_seconds = integer(timeout_seconds, "timeout_seconds", minimum=1, strict=True, why=" or None")
+        float_rounding = integer(float_rounding, "float_rounding", minimum=0, strict=True)
         self.require_boxed = require_boxed
         self.timeout_seconds = timeout_seconds
         self.float_rounding = float_rounding

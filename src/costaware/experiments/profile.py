@@ -22,6 +22,7 @@ import math
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
+from costaware._checks import integer, positive_scalar, real_scalar, value_error
 from costaware.experiments.arms import Arm, ArmOptions
 from costaware.experiments.tasks import split_task_id
 
@@ -181,26 +182,14 @@ class Profile:
                 "validation_prompts": 0, "eval_k": 1, "diagnostics_rows": 0, "diagnostics_every": 1, "train_prompts": 0,
                 "rollout_train_prompts": 1}  # fmt: skip
         for name, low in ints.items():
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-        if (
-            isinstance(self.long_budget, bool)
-            or not isinstance(self.long_budget, int | float)
-            or not (self.long_budget == 0 or 1 < self.long_budget < math.inf)
-        ):
-            raise ValueError(f"long_budget must be 0 (off) or a finite multiple > 1, got {self.long_budget!r}")
+            integer(getattr(self, name), name, minimum=low, strict=True)
+        if not (real_scalar(self.long_budget, "long_budget", strict=True) == 0 or self.long_budget > 1):
+            raise value_error("long_budget", self.long_budget, "must be 0 (off) or a finite multiple > 1")
         for name in ("sft_lr", "control_lr", "learning_rate"):
-            value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not (math.isfinite(value) and value > 0)
-            ):
-                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-        value = self.generation_cost  # one rule with the TRL and rollouts options: 0 = generation is free
-        if isinstance(value, bool) or not isinstance(value, int | float) or not (math.isfinite(value) and value >= 0):
-            raise ValueError(f"generation_cost must be a finite number >= 0, got {value!r}")
+            positive_scalar(getattr(self, name), name, strict=True)
+        # one rule with the TRL and rollouts options: 0 = generation is free
+        if real_scalar(self.generation_cost, "generation_cost", strict=True) < 0:
+            raise value_error("generation_cost", self.generation_cost, "must be a finite number >= 0")
         if not 0.0 <= self.mistake_prob < 1.0:
             raise ValueError(f"mistake_prob must lie in [0, 1), got {self.mistake_prob!r}")
         for name in ("max_size", "second_max_size"):
@@ -211,10 +200,10 @@ class Profile:
                              f"got {self.steps_per_generation!r}")  # fmt: skip
         for name in ("seeds", "setting_seeds", "ablation_seeds"):
             value = getattr(self, name)
-            if not isinstance(value, tuple) or any(
-                isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in value
-            ):
-                raise ValueError(f"{name} must be a tuple of integers >= 0, got {value!r}")
+            if not isinstance(value, tuple):
+                raise value_error(name, value, "must be a tuple of integers >= 0")
+            for i, s in enumerate(value):
+                integer(s, f"{name}[{i}]", minimum=0, strict=True)
             if len(set(value)) != len(value):
                 raise ValueError(f"{name} must not repeat a seed, got {value!r}")
         if not self.seeds:

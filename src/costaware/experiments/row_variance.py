@@ -52,6 +52,7 @@ import torch
 
 from costaware import distributions as dist
 from costaware import theory
+from costaware._checks import integer, value_error
 from costaware.experiments.profile import PROFILES, Profile, RunSpec
 from costaware.experiments.tasks import get_task
 
@@ -287,12 +288,12 @@ def run(profile: Profile, *, rounds: tuple[int, ...], pools: int, seed: int, out
     from costaware.experiments.quiet import quiet_libraries
     from costaware.experiments.sft import warm_up
 
-    if isinstance(pools, bool) or not isinstance(pools, int) or pools < 2:
-        raise ValueError(f"pools must be an integer >= 2 (a variance across pools), got {pools!r}")
-    if not rounds or any(isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in rounds):
-        raise ValueError(f"rounds must be one or more integers >= 0, got {rounds!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    pools = integer(pools, "pools", minimum=2, strict=True, why=" (a variance across pools)")
+    if not rounds:
+        raise value_error("rounds", rounds, "must be one or more integers >= 0")
+    for i, r in enumerate(rounds):
+        integer(r, f"rounds[{i}]", minimum=0, strict=True)
+    seed = integer(seed, "seed", minimum=0, strict=True)
     start = time.perf_counter()
     quiet_libraries()
     out.mkdir(parents=True, exist_ok=True)

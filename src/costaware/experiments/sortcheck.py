@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from costaware._checks import in_unit_interval, integer
 from costaware.experiments import sorting
 
 ALPHABET = "0123456789=,;."
@@ -49,9 +50,7 @@ class CheckStyle:
 
     def __post_init__(self) -> None:
         for name in ("check_prob", "ramble_prob", "check_mistake_scale"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 <= v <= 1.0:
-                raise ValueError(f"{name} must lie in [0, 1], got {v!r}")
+            in_unit_interval(getattr(self, name), name, strict=True)
 
 
 def _trace_lengths(max_size: int) -> int:
@@ -64,9 +63,8 @@ def max_response_tokens(max_size: int) -> int:
 
     A ramble runs until it; a complete response never reaches it.
     """
-    if isinstance(max_size, bool) or not isinstance(max_size, int | np.integer) or max_size < 2:
-        raise ValueError(f"max_size must be an integer >= 2, got {max_size!r}")
-    return int(2 * _trace_lengths(int(max_size)) + 2 + 4)
+    max_size = integer(max_size, "max_size", minimum=2)
+    return 2 * _trace_lengths(max_size) + 2 + 4
 
 
 def _segments(steps: np.ndarray, size: int) -> list[str]:

@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from costaware._checks import integer, value_error
+
 ALPHABET = "0123456789=,"
 _RESPONSE = re.compile(r"^\s*\d+(?:,\d+)*\s*$")
 _ZERO = ord("0")
@@ -58,12 +60,11 @@ def _rows_to_str(chars: np.ndarray, lengths: np.ndarray) -> list[str]:
 
 def make_tasks(n: int, *, min_size: int = 2, max_size: int = 12, rng: np.random.Generator | None = None) -> SortTasks:
     """``n`` random lists, ``k ~ U{min_size..max_size}`` digits each, digits ``~ U{0..9}`` (repeats allowed)."""
-    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
-        raise ValueError(f"n must be a positive integer, got {n!r}")
-    if isinstance(min_size, bool) or not isinstance(min_size, int | np.integer) or min_size < 2:
-        raise ValueError(f"min_size must be an integer >= 2, got {min_size!r}")
-    if isinstance(max_size, bool) or not isinstance(max_size, int | np.integer) or max_size < min_size:
-        raise ValueError(f"max_size must be an integer >= min_size={min_size}, got {max_size!r}")
+    n = integer(n, "n", minimum=1)
+    min_size = integer(min_size, "min_size", minimum=2)
+    max_size = integer(max_size, "max_size")
+    if max_size < min_size:
+        raise value_error("max_size", max_size, f"must be an integer >= min_size={min_size}")
     rng = np.random.default_rng() if rng is None else rng
     sizes = rng.integers(min_size, max_size + 1, size=n)
     digits = rng.integers(0, 10, size=(n, max_size))
@@ -165,6 +166,5 @@ def sort_reward(completions: list[Any], answer: list[str], **_: Any) -> list[flo
 
 def max_response_tokens(max_size: int) -> int:
     """The longest correct trace (k(k+1)/2 − 1 digits, k − 2 commas; slips keep its length) plus slack."""
-    if isinstance(max_size, bool) or not isinstance(max_size, int | np.integer) or max_size < 2:
-        raise ValueError(f"max_size must be an integer >= 2, got {max_size!r}")
-    return int(max_size * (max_size + 1) // 2 - 1 + max_size - 2 + 4)
+    max_size = integer(max_size, "max_size", minimum=2)
+    return max_size * (max_size + 1) // 2 - 1 + max_size - 2 + 4

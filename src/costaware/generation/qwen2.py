@@ -36,6 +36,8 @@ from typing import Any
 
 import torch
 
+from costaware._checks import integer
+
 __all__ = ["KVCache", "LayerWeights", "Qwen2Weights", "check_model", "forward", "key_bias", "qwen2_weights"]
 
 # rotary types whose inverse frequencies change with the sequence length: a fixed table would be wrong
@@ -135,8 +137,7 @@ def _swap_halves(t: torch.Tensor, heads: int, head_dim: int) -> torch.Tensor:
 def qwen2_weights(model: Any, *, max_positions: int) -> Qwen2Weights:
     """The current weights of ``model`` (a ``Qwen2ForCausalLM``), checked, with a rotary table of ``max_positions``."""
     cfg = check_model(model)
-    if isinstance(max_positions, bool) or not isinstance(max_positions, int) or max_positions < 1:
-        raise ValueError(f"max_positions must be an integer >= 1, got {max_positions!r}")
+    max_positions = integer(max_positions, "max_positions", minimum=1, strict=True)
     body = model.model
     heads, kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
     layers = []

@@ -20,11 +20,11 @@ True
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from costaware._checks import positive_scalar, real_scalar
 from costaware._io import write_json_atomic
 
 __all__ = ["STATE_FILE", "METRIC_PREFIX", "StepCounts", "Counters", "save_counters", "load_counters"]
@@ -65,9 +65,7 @@ class StepCounts:
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise ValueError(f"StepCounts.{f.name} must be a finite number >= 0, got {v!r}")
+            positive_scalar(getattr(self, f.name), f"StepCounts.{f.name}", allow_zero=True, strict=True)
 
 
 @dataclass
@@ -112,9 +110,7 @@ class Counters:
         out = cls()
         for k, v in values.items():
             if k in known:
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                    raise ValueError(f"counter {k!r} in a saved state must be a finite number, got {v!r}")
-                setattr(out, k, float(v))
+                setattr(out, k, real_scalar(v, f"counter {k!r} in a saved state", strict=True))
         return out
 
 

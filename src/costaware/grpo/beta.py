@@ -17,6 +17,7 @@ from scipy import stats
 
 from costaware._checks import (
     as_vector,
+    integer,
     nonnegative_vector,
     positive_scalar,
     positive_vector,
@@ -167,8 +168,7 @@ class BetaCalibrator:
     def __post_init__(self) -> None:
         real_scalar(self.prior_beta, "prior_beta")
         positive_scalar(self.prior_sd, "prior_sd", allow_zero=True, allow_inf=True)
-        if isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1:
-            raise ValueError(f"every must be an integer >= 1, got {self.every!r}")
+        integer(self.every, "every", minimum=1, strict=True)
         if not 0.0 < real_scalar(self.decay, "decay") <= 1.0:
             raise ValueError(f"decay must lie in (0, 1], got {self.decay!r}")
         if not (isinstance(self.bounds, (tuple, list)) and len(self.bounds) == 2):

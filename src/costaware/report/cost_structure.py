@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from costaware._checks import integer, value_error
 from costaware.rollouts.logs import PromptRound, read_prompt_rounds
 
 __all__ = [
@@ -121,8 +122,8 @@ def cost_structure(records: Sequence[PromptRound], *, right_at: float = 0.5) -> 
 
 def first_rounds(records: Sequence[PromptRound], n: int) -> list[PromptRound]:
     """The records of the first ``n`` distinct rounds (the policy's rollouts before ``n`` updates, in one log)."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    if integer(n, "n", strict=True) < 1:
+        raise value_error("n", n, "must be an integer >= 1")
     keep = set(sorted({r.round for r in records})[:n])
     return [r for r in records if r.round in keep]
 

@@ -83,8 +83,7 @@ def run_trials(
     steps = integer(steps, "steps", minimum=1, maximum=MAX_STEPS)
     trials = integer(trials, "trials", minimum=1, maximum=MAX_STEPS)
     chunks = integer(chunks, "chunks", minimum=1, maximum=MAX_STEPS)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    seed = integer(seed, "seed", minimum=0)
     if dtype not in ("float32", "float64"):
         raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
     ck = recorded_schedule(checkpoints, steps, "checkpoints")

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from costaware._checks import integer, positive_scalar
 from costaware.sampling_options import SAMPLING_OPTIONS, verl_field
 
 CONFIG_KEY = "algorithm.cost_aware"
@@ -116,9 +117,7 @@ class CostAwareConfig:
         if self.logprob_rows not in ("fed", "all"):
             raise ValueError(f"{CONFIG_KEY}.logprob_rows must be 'fed' or 'all', got {self.logprob_rows!r}")
         for name in ("seed", "token_budget"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{CONFIG_KEY}.{name} must be a non-negative integer, got {value!r}")
+            integer(getattr(self, name), f"{CONFIG_KEY}.{name}", minimum=0, strict=True)
         if self.proxy == "calibrated":
             raise ValueError(
                 f"{CONFIG_KEY}.proxy='calibrated' is not supported in verl, got {self.proxy!r}: fitting beta needs "
@@ -300,11 +299,8 @@ def read_trainer_config(config: Any) -> CostAwareConfig | None:
             "drawable so the weighted KL and entropy terms stay unbiased"
         )
     scale = get_dotted(config, f"{actor}.loss_scale_factor", None)
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0):
-        raise ValueError(
-            f"{CONFIG_KEY} needs {actor}.loss_scale_factor to be None or a positive number (verl divides the "
-            f"loss by it), got {scale!r}"
-        )
+    if scale is not None:  # None or a positive number: verl divides the loss by it
+        positive_scalar(scale, f"{actor}.loss_scale_factor", strict=True)
     if mode == "seq-mean-token-sum-norm" and scale is None:
         raise ValueError(
             f"{CONFIG_KEY} with {actor}.loss_agg_mode='seq-mean-token-sum-norm' needs "

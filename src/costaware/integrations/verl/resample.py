@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from costaware._checks import integer
 from costaware.grpo.accounting import StepCounts
 from costaware.grpo.advantages import sequence_costs  # c_i = attention_mask.sum(-1), checked > 0
 from costaware.grpo.step import GlobalPool, plan_round
@@ -165,9 +166,8 @@ def plan_resampling(
     """
 
     n = int(advantages.shape[0])
-    for name, value in (("minibatch_size", minibatch_size), ("dp_size", dp_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    minibatch_size = integer(minibatch_size, "minibatch_size", minimum=1, strict=True)
+    dp_size = integer(dp_size, "dp_size", minimum=1, strict=True)
     if costs.shape != (n,):
         raise ValueError(f"costs must have shape ({n},) like advantages, got {tuple(costs.shape)}")
     lengths = costs if lengths is None else lengths
@@ -187,8 +187,7 @@ def plan_resampling(
         )
     row_multiple = dp_size
     if micro_batch_size is not None:
-        if isinstance(micro_batch_size, bool) or not isinstance(micro_batch_size, int) or micro_batch_size <= 0:
-            raise ValueError(f"micro_batch_size must be a positive integer or None, got {micro_batch_size!r}")
+        micro_batch_size = integer(micro_batch_size, "micro_batch_size", minimum=1, strict=True, why=" or None")
         row_multiple = dp_size * micro_batch_size
         if minibatch_size % row_multiple:
             raise ValueError(
