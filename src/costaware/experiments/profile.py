@@ -22,7 +22,7 @@ import math
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
-from costaware._checks import integer, positive_scalar, real_scalar, value_error
+from costaware._checks import integer, is_real_number, positive_scalar, value_error
 from costaware.experiments.arms import Arm, ArmOptions
 from costaware.experiments.tasks import split_task_id
 
@@ -183,12 +183,12 @@ class Profile:
                 "rollout_train_prompts": 1}  # fmt: skip
         for name, low in ints.items():
             integer(getattr(self, name), name, minimum=low, strict=True)
-        if not (real_scalar(self.long_budget, "long_budget", strict=True) == 0 or self.long_budget > 1):
+        if not (is_real_number(self.long_budget) and (self.long_budget == 0 or self.long_budget > 1)):
             raise value_error("long_budget", self.long_budget, "must be 0 (off) or a finite multiple > 1")
         for name in ("sft_lr", "control_lr", "learning_rate"):
             positive_scalar(getattr(self, name), name, strict=True)
         # one rule with the TRL and rollouts options: 0 = generation is free
-        if real_scalar(self.generation_cost, "generation_cost", strict=True) < 0:
+        if not (is_real_number(self.generation_cost) and self.generation_cost >= 0):
             raise value_error("generation_cost", self.generation_cost, "must be a finite number >= 0")
         if not 0.0 <= self.mistake_prob < 1.0:
             raise ValueError(f"mistake_prob must lie in [0, 1), got {self.mistake_prob!r}")
@@ -202,8 +202,8 @@ class Profile:
             value = getattr(self, name)
             if not isinstance(value, tuple):
                 raise value_error(name, value, "must be a tuple of integers >= 0")
-            for i, s in enumerate(value):
-                integer(s, f"{name}[{i}]", minimum=0, strict=True)
+            for s in value:
+                integer(s, name, minimum=0, strict=True)
             if len(set(value)) != len(value):
                 raise ValueError(f"{name} must not repeat a seed, got {value!r}")
         if not self.seeds:

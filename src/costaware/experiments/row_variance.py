@@ -291,8 +291,8 @@ def run(profile: Profile, *, rounds: tuple[int, ...], pools: int, seed: int, out
     pools = integer(pools, "pools", minimum=2, strict=True, why=" (a variance across pools)")
     if not rounds:
         raise value_error("rounds", rounds, "must be one or more integers >= 0")
-    for i, r in enumerate(rounds):
-        integer(r, f"rounds[{i}]", minimum=0, strict=True)
+    for r in rounds:
+        integer(r, "rounds", minimum=0, strict=True)
     seed = integer(seed, "seed", minimum=0, strict=True)
     start = time.perf_counter()
     quiet_libraries()

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from costaware._checks import in_unit_interval, integer
+from costaware._checks import integer, is_real_number, value_error
 from costaware.experiments import sorting
 
 ALPHABET = "0123456789=,;."
@@ -50,7 +50,9 @@ class CheckStyle:
 
     def __post_init__(self) -> None:
         for name in ("check_prob", "ramble_prob", "check_mistake_scale"):
-            in_unit_interval(getattr(self, name), name, strict=True)
+            v = getattr(self, name)
+            if not (is_real_number(v) and 0.0 <= v <= 1.0):
+                raise value_error(name, v, "must lie in [0, 1]")
 
 
 def _trace_lengths(max_size: int) -> int:
