@@ -65,14 +65,17 @@ def test_every_steps_logits_equal_the_models_full_forward_on_the_prefix(name):
                       logits_hook=lambda step, rows, logits: seen.append(
                           (step, rows.tolist(), logits.clone())))  # fmt: skip
     assert len({len(rows) for _, rows, _ in seen}) > 2  # rows finished and left the batch on the way
-    worst = 0.0
+    worst = scale = 0.0
     for step, rows, logits in seen:
         assert logits.dtype == torch.float32 and logits.shape == (len(rows), VOCAB)
         for r, got in zip(rows, logits, strict=True):
             assert len(out.completions[r]) > step  # a row is stepped only while it runs
             ref = reference_logits(model, PROMPTS[r] + out.completions[r][:step])
             worst = max(worst, float((got - ref).abs().max()))
-    assert worst < 1e-5, worst
+            scale = max(scale, float(ref.abs().max()))
+    # float32 round-off relative to the logits' size (the cache sums in another order than the full
+    # forward; BLAS kernels differ between CPUs); a wrong cache, mask or position is off by O(scale)
+    assert worst < 1e-5 * max(scale, 1.0), (worst, scale)
 
 
 def test_greedy_output_is_generates_output_token_for_token():
