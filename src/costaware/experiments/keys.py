@@ -47,6 +47,8 @@ NOT_IN_RUN_KEY = (
     "long_budget",
     "rollout_arms",
     "rollout_train_prompts",
+    "headline_arms",
+    "run_order",
 )
 
 

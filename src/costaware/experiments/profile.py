@@ -173,6 +173,17 @@ class Profile:
         "PODS and cost-aware PODS, GRESO with p* rows, cost-aware prompts with p* rows)",
     )
     rollout_train_prompts: int = _opt(512, "runs", "the prompt-stage group's finite train set, reused over epochs")
+    headline_arms: tuple[str, ...] = _opt(
+        (),
+        "runs",
+        "the headline's arms by key (none, nonzero, p_star, p_star:raw, p_smooth, pods); () = all of them",
+    )
+    run_order: str = _opt(
+        "task",
+        "runs",
+        "'task': each task's runs in turn; 'seed': seed by seed across the tasks, so that an interrupted job holds "
+        "every task at the same seeds",
+    )
 
     def __post_init__(self) -> None:
         ints = {"hidden_size": 8, "num_layers": 1, "min_size": 1, "max_size": 1, "second_max_size": 1, "sft_steps": 1,
@@ -216,6 +227,13 @@ class Profile:
             raise ValueError(f"generation must be 'kv' or 'transformers', got {self.generation!r}")
         if self.rollout_arms not in ROLLOUT_ARMS:
             raise ValueError(f"rollout_arms must be one of {tuple(ROLLOUT_ARMS)}, got {self.rollout_arms!r}")
+        arm_keys = tuple(Arm(m, weights=w).key for m, w in HEADLINE)
+        if not isinstance(self.headline_arms, tuple) or any(a not in arm_keys for a in self.headline_arms):
+            raise value_error("headline_arms", self.headline_arms, f"must be a tuple of arm keys among {arm_keys}")
+        if self.headline_arms and "none" not in self.headline_arms:
+            raise value_error("headline_arms", self.headline_arms, "must hold 'none' (GRPO, the report's baseline)")
+        if self.run_order not in ("task", "seed"):
+            raise value_error("run_order", self.run_order, "must be 'task' or 'seed'")
         if 0 < self.train_prompts < self.prompts_per_round or self.rollout_train_prompts < self.prompts_per_round:
             raise ValueError(
                 f"train_prompts and rollout_train_prompts must hold at least prompts_per_round="
@@ -321,15 +339,26 @@ def run_specs(profile: Profile, methods: list[str] | None = None, groups: tuple[
 
     ``methods`` restricts the headline to these method ids ("p_star" keeps both weight modes).
     """
-    head = [(m, w) for m, w in HEADLINE if methods is None or m in methods]
+    head = [
+        (m, w)
+        for m, w in HEADLINE
+        if (methods is None or m in methods)
+        and (not profile.headline_arms or Arm(m, weights=w).key in profile.headline_arms)
+    ]
 
-    def headline(task: str) -> list[RunSpec]:
+    def headline(task: str, seeds: tuple[int, ...] = profile.seeds) -> list[RunSpec]:
         out: list[RunSpec] = []
-        for s in profile.seeds:
+        for s in seeds:
             out += [RunSpec("headline", m, s, task=task, weights=w) for m, w in head]
             if methods is None or "none" in methods:
                 out += [RunSpec("lr_sweep", "none", s, task=task, lr_scale=x) for x in profile.lr_sweep]
         return out
+
+    if profile.run_order == "seed":  # the headline seed by seed across the tasks, then the rest
+        specs = [x for s in profile.seeds for task in profile.tasks() for x in headline(task, (s,))]
+        rest = [x for x in run_specs(dataclasses.replace(profile, run_order="task"), methods, groups)
+                if x.group not in ("headline", "lr_sweep")]  # fmt: skip
+        return [spec for spec in specs if spec.group in groups] + rest
 
     t = profile.task
     specs = headline(t)  # first, so that an interrupted job has its headline (the order is the run order)
@@ -406,6 +435,21 @@ PROFILES: dict[str, Profile] = {
     # responses differ in length within a group (self-checks, rambles to the budget): where p*'s 1/sqrt(c) can
     # choose between a group's responses (the long group stays off: the default's own budget already runs GRPO
     # to its plateau).
+    # The evidence profile: GRPO, nonzero, p*, p*_smooth(0.01) and PODS on sort (2..7 digits) and on sortcheck
+    # (2..7 digits, a group's responses differ in length), 40 seeds, seed by seed across the two tasks so that an
+    # interrupted job holds both at the same seeds (`--archive` keeps the finished runs where a new machine finds
+    # them). No LR sweep (GRPO at its default rate is the control of every claim here) and no validation split
+    # (nothing is chosen on it); old log-probs over the fed rows only (the same values, fewer forward passes).
+    "settle": Profile(
+        extra_tasks=("sortcheck:7",),
+        headline_arms=("none", "nonzero", "p_star", "p_smooth", "pods"),
+        run_order="seed",
+        lr_sweep=(),
+        validation_prompts=0,
+        logprob_rows="fed",
+        rollout_arms="off",
+        seeds=tuple(range(40)),
+    ),
     "full": Profile(
         second_task="arith",
         extra_tasks=("sort:9", "sortcheck:7"),

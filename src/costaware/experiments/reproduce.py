@@ -71,6 +71,11 @@ def register(subparsers: Any) -> None:
         help="headline method ids (default: none nonzero p_star p_smooth pods; "
         "p_star runs with centred and raw weights; the baseline none always runs)",
     )
+    p.add_argument(
+        "--archive",
+        help="a folder (commit it) that keeps every finished run and SFT checkpoint, compressed; a rerun with it "
+        "restores them into --out first and trains only what it lacks (a long profile moved to a new machine)",
+    )
     p.add_argument("--seeds", nargs="+", type=int, help="headline seeds (default: the profile's)")
     p.add_argument("--rounds", type=int, help="generation rounds per run, a cap when there is a token budget")
     p.add_argument(

@@ -122,6 +122,9 @@ def resolve(args: argparse.Namespace) -> tuple[Profile, list[RunSpec]]:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out must be a folder, got the file {str(out)!r}")
+    archive = getattr(args, "archive", None)
+    if archive is not None and Path(archive).exists() and not Path(archive).is_dir():
+        raise ValueError(f"--archive must be a folder, got the file {str(archive)!r}")
     try:
         profile = dataclasses.replace(PROFILES[args.profile], **changes)
     except ValueError as e:
@@ -231,9 +234,10 @@ def _raise_interrupt(signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def run_pool(jobs: list[tuple[Any, ...]], processes: int) -> None:
+def run_pool(jobs: list[tuple[Any, ...]], processes: int, on_finished: Any = None) -> None:
     """Run ``run_one(*job)`` for every job in ``processes`` spawned workers; on any exit path the workers
-    are terminated (not waited for), so Ctrl-C and errors stop everything at once."""
+    are terminated (not waited for), so Ctrl-C and errors stop everything at once. ``on_finished(path)`` is
+    called with each finished run's file, as it finishes."""
     import multiprocessing as mp
 
     from tqdm import tqdm
@@ -245,6 +249,8 @@ def run_pool(jobs: list[tuple[Any, ...]], processes: int) -> None:
     try:
         for out_file, caught in tqdm(pool.imap_unordered(_run_one_star, jobs), total=len(jobs), desc="runs"):
             log.add(Path(out_file).stem.rsplit("-", 1)[0], caught)  # the run's name, without its key
+            if on_finished is not None:
+                on_finished(Path(out_file))
             finished += 1
         pool.close()
         pool.join()  # the workers exit on their own: one terminated while exiting could leak a semaphore
@@ -289,6 +295,7 @@ def reproduce(args: argparse.Namespace, *, command: str) -> int:
                     report_only=bool(getattr(args, "report_only", False)),
                     notice=QUICK_NOTICE if args.profile == "quick" else None,
                     recorded_generation_cost=PROFILES[args.profile].generation_cost,
+                    archive=Path(args.archive) if getattr(args, "archive", None) else None,
                 )
             finally:
                 remove_partial(out)
@@ -306,12 +313,17 @@ def _reproduce(
     report_only: bool = False,
     notice: str | None = None,
     recorded_generation_cost: float | None = None,
+    archive: Path | None = None,
 ) -> int:
+    from costaware.experiments import archive as archived
     from costaware.experiments.records import RunResult
     from costaware.experiments.sft import warm_up
     from costaware.report import grpo as report
 
     keyed = profile  # the profile the run files are named by
+    if archive is not None:
+        runs, checkpoints = archived.restore(archive, out)
+        print(f"[costaware] --archive {archive}: restored {runs} runs and {checkpoints} SFT checkpoints", flush=True)
     if report_only:  # an interrupted job: report what finished, say what did not, train nothing
         files = {spec: run_file(out, spec, profile) for spec in specs}
         if (
@@ -338,12 +350,18 @@ def _reproduce(
     for task in dict.fromkeys(s.task for s in specs):
         print(f"[costaware] SFT warm-up ({task}) ...", flush=True)
         sft_dirs[task] = warm_up(profile, task, out)
+        if archive is not None and not report_only:
+            archived.store_sft(archive, sft_dirs[task])
     files = {spec: run_file(out, spec, keyed) for spec in specs}
     todo = [(dataclasses.asdict(s), dataclasses.asdict(profile), str(sft_dirs[s.task]), str(f))
             for s, f in files.items() if not f.exists()]  # fmt: skip
     print(f"[costaware] {len(specs)} runs, {len(specs) - len(todo)} already finished, {jobs} at a time", flush=True)
+    if archive is not None and not report_only:
+        for f in files.values():  # finished before the archive was named
+            if f.exists():
+                archived.store_run(archive, f)
     if todo:
-        run_pool(todo, min(jobs, len(todo)))
+        run_pool(todo, min(jobs, len(todo)), None if archive is None else lambda f: archived.store_run(archive, f))
     results = [RunResult.load(f) for f in files.values()]  # exactly this profile's runs
     sft_info = json.loads((sft_dirs[profile.task] / "sft.json").read_text()) if profile.task in sft_dirs else None
     paths = report.write_report(results, out, baseline="none", command=command, profile=dataclasses.asdict(profile),
