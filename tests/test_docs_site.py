@@ -1,6 +1,7 @@
 """The docs site builds with ``mkdocs build --strict`` and reads as written: the docstrings' Sphinx roles become
 inline code (linked where the target has a page), their doctests stay code blocks with their ``>>>`` prompts, lists
-are lists, and long code lines wrap instead of running past the block's edge. The pure conversion of
+are lists and nested lists nested, ``p*`` is not the start of an emphasis, and long code lines wrap instead of
+running past the block's edge. The pure conversion of
 ``scripts/griffe_rst.py`` is checked without MkDocs; the site is built once for this module, and skipped with the
 reason when the ``docs`` extra is absent (under ``CI=true`` that fails instead)."""
 
@@ -183,6 +184,24 @@ def test_lists_are_lists(site):
     }
     bullets = {name: [ln for ln in lines if re.match(r"\s*(?:[-*]|\d+\.) \S", ln)] for name, lines in run_in.items()}
     assert {name: found for name, found in bullets.items() if found} == {}
+
+
+def test_nested_lists_stay_nested(site):
+    # Python-Markdown nests a list only under a four-space indent; with less it joins the parent list
+    page = (site / "main-job" / "index.html").read_text()
+    item = re.search(r"<li>Runs GRPO from that checkpoint.*?</li>\s*<li>Evaluates held-out", page, flags=re.S)
+    assert item and re.search(r"<ul>\s*<li>GRPO \(<code>none</code>\) and GRPO at", item[0])
+
+
+def test_an_asterisk_inside_a_word_is_literal(site):
+    text = " ".join(_text((site / "main-job" / "index.html").read_text()).split())
+    assert "adds p*, PODS, cost-aware PODS, GRESO with p* rows" in text
+    stray = {
+        name: found
+        for name, page in _pages(site).items()
+        if (found := [em for em in re.findall(r"<em>(.*?)</em>", page, flags=re.S) if re.search(r"[()=/²Σ]", em)])
+    }
+    assert stray == {}
 
 
 def test_code_blocks_wrap_long_lines_on_every_page(site):
