@@ -26,7 +26,8 @@ WHEEL=$(ls dist/costaware-*-py3-none-any.whl)
 SDIST=$(ls dist/costaware-*.tar.gz)
 echo "check_wheel.sh: built $WHEEL and $SDIST"
 LISTING=$(tar -tzf "$SDIST")  # listed once: grep -q on a pipe would cut tar off under pipefail
-for f in LICENSE README.md CHANGELOG.md CITATION.cff pyproject.toml mkdocs.yml docs/index.md; do
+for f in LICENSE README.md CHANGELOG.md CITATION.cff pyproject.toml mkdocs.yml docs/index.md \
+  docs/stylesheets/extra.css scripts/griffe_rst.py; do
   grep -qx "costaware-[^/]*/$f" <<<"$LISTING" || { echo "check_wheel.sh: $f missing from $SDIST" >&2; exit 1; }
 done
 "$WORK/build/bin/python" - "$WHEEL" <<'PYEOF'
