@@ -20,7 +20,7 @@ from costaware.experiments.tasks import get_task
 from costaware.experiments.worker import EvalSchedule, Evaluator, load_checkpoint
 from costaware.rollouts.logs import RecordingReward
 
-__all__ = ["TRAIN_SEED", "SkipWatch", "run_grpo", "trainer_args", "prompt_log"]
+__all__ = ["TRAIN_SEED", "SkipWatch", "jitter", "run_grpo", "trainer_args", "prompt_log"]
 
 TRAIN_SEED = 20_000
 
@@ -82,6 +82,20 @@ def trainer_args(spec: RunSpec, profile: Profile, workdir: Path) -> Any:
         )  # fmt: skip
 
 
+JITTER_SEED = 30_000
+
+
+def jitter(model: Any, scale: float, seed: int) -> None:
+    """Multiply every weight by 1 + scale·N(0, 1), in place, from a generator seeded by ``seed``: a perturbation
+    of the size another processor's rounding leaves in a trained model, at a known place."""
+    import torch
+
+    gen = torch.Generator().manual_seed(JITTER_SEED + seed)
+    with torch.no_grad():
+        for p in model.parameters():  # a tied embedding is one parameter: perturbed once
+            p.mul_(1 + scale * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+
+
 def _finite(x: Any) -> float | None:
     return float(x) if x is not None and math.isfinite(float(x)) else None
 
@@ -97,6 +111,8 @@ def run_grpo(spec: RunSpec, profile: Profile, sft_dir: Path, workdir: Path) -> d
 
     task = get_task(spec.task)
     tok, model = load_checkpoint(sft_dir)
+    if profile.numeric_jitter:
+        jitter(model, profile.numeric_jitter, spec.seed)
     evaluate = Evaluator(profile, spec.task, tok, sft_dir)
     num_train = profile.train_prompts or profile.rounds * profile.prompts_per_round
     tasks = task.make_tasks(
@@ -173,7 +189,8 @@ def run_grpo(spec: RunSpec, profile: Profile, sft_dir: Path, workdir: Path) -> d
             rounds=int(st["generations"]) + int(st.get("zvf_refills", 0)), po_tokens=int(st["tokens"]),
             generated_tokens=int(rollouts["generated_tokens"]),
             **cast("dict[str, Any]", dict(zip(("heldout_accuracy", "validation_accuracy"),
-                       evaluate.start(trainer.model, "grpo") if step == 0 else evaluate(trainer.model), strict=True))),
+                       evaluate.start(trainer.model, "grpo") if step == 0 and not profile.numeric_jitter
+                       else evaluate(trainer.model), strict=True))),
             step=step, po_seconds=float(st["po_seconds"]), po_tokens_plain=int(st["tokens_plain"]),
             po_tokens_nonzero=int(st["tokens_nonzero"]),
         ))  # fmt: skip

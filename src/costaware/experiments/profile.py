@@ -135,6 +135,13 @@ class Profile:
         "(costaware.generation; the same law as generate, about 3x its tokens/s here), 'transformers' model.generate "
         "(the engine of the runs recorded before 'kv': those keep their run keys)",
     )
+    numeric_jitter: float = _opt(
+        0.0,
+        "rl",
+        "relative noise multiplied into the SFT weights at the start of each GRPO run, seeded by the run's "
+        "seed: 1e-6 is a few float32 ulps, what another processor's rounding does to a trained model (the "
+        "numeric-perturbation check; 0: off)",
+    )
     skipped_warn_rounds: int = _opt(5, "rl", "warn after this many consecutive rounds that fed no token")
     # evaluation
     eval_points: int = _opt(8, "eval", "evaluations at equal PO-token spacing (token budget)")
@@ -194,6 +201,8 @@ class Profile:
                 "rollout_train_prompts": 1}  # fmt: skip
         for name, low in ints.items():
             integer(getattr(self, name), name, minimum=low, strict=True)
+        if not (is_real_number(self.numeric_jitter) and 0 <= self.numeric_jitter <= 1e-2):
+            raise value_error("numeric_jitter", self.numeric_jitter, "must be a number in [0, 0.01]")
         if not (is_real_number(self.long_budget) and (self.long_budget == 0 or self.long_budget > 1)):
             raise value_error("long_budget", self.long_budget, "must be 0 (off) or a finite multiple > 1")
         for name in ("sft_lr", "control_lr", "learning_rate"):
