@@ -12,7 +12,7 @@ Both are computed for every claim and recorded; the verdict uses ``band``, fixed
 profile that this module was written for. :func:`time_shares` says where the runs' wall time went, and
 :func:`pairing` how strongly a seed's common random numbers couple two arms.
 
-    python -m costaware.report.settled RUNS_DIR [--json OUT.json]
+    python -m costaware.report.settled RUNS_DIR [--json OUT.json] [--quote-in README.md ...]
 """
 
 from __future__ import annotations
@@ -208,10 +208,29 @@ def summary(results: Sequence[RunResult], **kw: Any) -> dict[str, Any]:
     }
 
 
+BLOCK_START, BLOCK_END = "<!-- settled:start -->", "<!-- settled:end -->"
+
+
+def quoted_block(record: dict[str, Any]) -> str:
+    """What a page quotes of a recorded summary, between :data:`BLOCK_START` and :data:`BLOCK_END`: the tables
+    of :func:`markdown` by the verdict estimator, and the seeds behind them."""
+    rows = [_row(d) for d in record["rows"]]
+    return markdown(rows, record["verdict_estimator"]).strip()
+
+
+def replace_block(text: str, block: str) -> str:
+    """``text`` with its quoted block replaced by ``block`` (ValueError when it has none)."""
+    i, j = text.find(BLOCK_START), text.find(BLOCK_END)
+    if i < 0 or j < i:
+        raise ValueError(f"the page has no {BLOCK_START} ... {BLOCK_END} block")
+    return text[: i + len(BLOCK_START)] + "\n" + block + "\n" + text[j:]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m costaware.report.settled", description=__doc__.split("\n\n")[0])
     p.add_argument("runs", help="a folder of run records (<out>/runs) or of their .json.gz archive")
     p.add_argument("--json", help="write the summary here")
+    p.add_argument("--quote-in", nargs="*", default=(), help="pages whose settled block is rewritten from the summary")
     args = p.parse_args(argv)
     folder = Path(args.runs)
     if not folder.is_dir():
@@ -227,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     print("time shares:", json.dumps(out["time_shares"]))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    for page in map(Path, args.quote_in):
+        page.write_text(replace_block(page.read_text(), quoted_block(json.loads(json.dumps(out)))))
     return 0
 
 
