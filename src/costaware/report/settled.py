@@ -166,6 +166,52 @@ def pairing(results: Sequence[RunResult], target_fraction: float = 0.95) -> list
     return out
 
 
+def predicted_row_level(folder: Path, generation_cost: float = PRICES[0]) -> dict[str, dict[str, float]]:
+    """J's prediction of p* against nonzero per task, from the nonzero runs' per-prompt logs in ``folder``
+    (``.prompts.jsonl`` or the archive's ``.prompts.jsonl.gz``): J(p*)/J(uniform on the non-zero rows) per run,
+    its median, min and max, and the saving it predicts in PO tokens to a given variance, 1 − median."""
+    import gzip
+    import tempfile
+
+    from costaware.rollouts.analysis import AnalysisConfig, analyse
+    from costaware.rollouts.logs import read_prompt_rounds
+
+    ratios: dict[str, list[float]] = defaultdict(list)
+    for path in sorted(folder.glob("*.prompts.jsonl*")):
+        record = _load(path.with_name(path.name.replace(".prompts.jsonl", ".json")))
+        if record is None or record.id.group != "headline" or record.id.arm.key != "nonzero":
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            plain = path
+            if path.suffix == ".gz":
+                plain = Path(tmp) / path.stem
+                plain.write_bytes(gzip.decompress(path.read_bytes()))
+            with np.errstate(divide="ignore", invalid="ignore"):  # rounds without signal are NaN, and skipped
+                res = analyse(read_prompt_rounds([plain]), AnalysisConfig(generation_cost=generation_cost,
+                                                                        row_method="nonzero"))  # fmt: skip
+        ratios[record.id.task].append(float(res.row_level.overall))
+    return {
+        task: {
+            "runs": float(len(v)),
+            "median": float(np.median(v)),
+            "min": float(min(v)),
+            "max": float(max(v)),
+            "predicted_saving": 1.0 - float(np.median(v)),
+        }  # fmt: skip
+        for task, v in sorted(ratios.items())
+    }
+
+
+def _load(path: Path) -> RunResult | None:
+    """The run record at ``path`` (``.json``, or ``.json.gz`` as an archive holds it); None when absent."""
+    import gzip
+
+    if path.exists():
+        data = path.read_bytes()
+        return RunResult.from_json(json.loads(gzip.decompress(data) if path.suffix == ".gz" else data))
+    return None
+
+
 def _reach(run: RunResult, target: float) -> float:
     """PO tokens at which one run's own curve first reaches ``target`` (inf: never)."""
     return first_crossing([e.po_tokens for e in run.evals], [e.heldout_accuracy for e in run.evals], target)
@@ -183,7 +229,11 @@ def markdown(rows: Sequence[Row], estimator: str = VERDICT_ESTIMATOR) -> str:
     for task, trows in by_task.items():
         prices = sorted({r.generation_cost for r in trows})
         seeds = trows[0].estimate.seeds
-        lines += [f"**{task}** ({seeds} seeds, target {trows[0].target:.3f}, estimator {estimator})", ""]
+        lines += [
+            f"**{task}** ({seeds} seed{'s' if seeds != 1 else ''}, target {trows[0].target:.3f}, "
+            f"estimator {estimator})",
+            "",
+        ]
         lines += ["| claim | " + " | ".join(f"g = {g:.3g}" for g in prices) + " |", "|---" * (len(prices) + 1) + "|"]
         for claim in dict.fromkeys(r.claim for r in trows):
             cells = {r.generation_cost: r for r in trows if r.claim == claim}
@@ -193,8 +243,9 @@ def markdown(rows: Sequence[Row], estimator: str = VERDICT_ESTIMATOR) -> str:
     return "\n".join(lines)
 
 
-def summary(results: Sequence[RunResult], **kw: Any) -> dict[str, Any]:
-    """What the repository records of a job: every row, the pairing and the time shares (JSON-ready)."""
+def summary(results: Sequence[RunResult], folder: Path | None = None, **kw: Any) -> dict[str, Any]:
+    """What the repository records of a job: every row, the pairing, the time shares and, from the per-prompt
+    logs in ``folder`` when given, J's prediction of p* against nonzero (JSON-ready)."""
     rows = settled_rows(results, **kw)
     return {
         "verdict_estimator": VERDICT_ESTIMATOR,
@@ -240,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     if not results:
         print(f"settled: no run record in {str(folder)!r}", file=sys.stderr)
         return 2
-    out = summary(results)
+    out = summary(results, folder)
+    print("J predicts p* against nonzero:", json.dumps(out["predicted"]))
     print(markdown([_row(d) for d in out["rows"]]))
     print("pairing:", json.dumps(out["pairing"]))
     print("time shares:", json.dumps(out["time_shares"]))
@@ -253,12 +305,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def load_runs(folder: Path) -> list[RunResult]:
     """Every run record in ``folder``: ``*.json`` files, or the ``*.json.gz`` an ``--archive`` holds."""
-    import gzip
-
-    out = [RunResult.load(p) for p in sorted(folder.glob("*.json")) if not p.name.endswith(".prompts.json")]
-    for p in sorted(folder.glob("*.json.gz")):
-        out.append(RunResult.from_json(json.loads(gzip.decompress(p.read_bytes()))))
-    return out
+    paths = sorted([*folder.glob("*.json"), *folder.glob("*.json.gz")])
+    return [r for p in paths if (r := _load(p)) is not None]
 
 
 def _row(d: dict[str, Any]) -> Row:
