@@ -107,6 +107,7 @@ def test_a_run_that_ends_by_max_steps_logs_no_budget_stop(tmp_path, caplog):
         (dict(cost_aware_rollout="cost_aware", cost_aware_rollout_floor=1.0), "cost_aware_rollout_floor must"),
         (dict(cost_aware_rollout_floor=0.0), "cost_aware_rollout_floor must"),  # checked whatever the method
         (dict(cost_aware_generation_cost=-1.0), "cost_aware_generation_cost must"),
+        (dict(cost_aware_generation_cost=1e308), r"cost_aware_generation_cost must be .* <= 1e\+06"),
         (dict(cost_aware_proxy_noise=-1.0), "cost_aware_proxy_noise must"),
         (dict(cost_aware_weights="x"), "cost_aware_weights must"),
         (dict(cost_aware_budget="x"), "cost_aware_budget must"),

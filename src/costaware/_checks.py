@@ -292,6 +292,27 @@ def positive_scalar(
     return v
 
 
+# A generated token's cost in PO tokens is a price ratio (1/3 by FLOPs; a few on memory-bound GPUs): above a
+# million it is no real price, and total costs (tokens × it) would head for overflow before any plot is drawn.
+MAX_GENERATION_COST = 1e6
+
+
+def generation_cost(x: Any, name: str = "generation_cost", *, strict: bool = False) -> float:
+    """A generated token's cost in PO tokens: a finite real in [0, ``MAX_GENERATION_COST``] (0: generation is
+    free). The one rule of every config, option and report that takes it; ``strict`` as in :func:`real_scalar`."""
+    why = (
+        f"must be a finite number >= 0 and <= {MAX_GENERATION_COST:g} (a generated token's cost in PO tokens; "
+        "more than a million is not a real price)"
+    )
+    try:
+        v = real_scalar(x, name, strict=strict)
+    except ValueError:
+        raise value_error(name, x, why) from None
+    if not 0.0 <= v <= MAX_GENERATION_COST:
+        raise value_error(name, x, why)
+    return v
+
+
 def value_error(name: str, value: Any, why: str) -> ValueError:
     """``ValueError("<name> <why>, got <value!r>")``: the message shape of every check here."""
     return ValueError(f"{name} {why}, got {value!r}")

@@ -22,6 +22,7 @@ import math
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
+from costaware._checks import generation_cost as check_generation_cost
 from costaware._checks import integer, is_real_number, positive_scalar, value_error
 from costaware.experiments.arms import Arm, ArmOptions
 from costaware.experiments.tasks import split_task_id
@@ -187,9 +188,7 @@ class Profile:
             raise value_error("long_budget", self.long_budget, "must be 0 (off) or a finite multiple > 1")
         for name in ("sft_lr", "control_lr", "learning_rate"):
             positive_scalar(getattr(self, name), name, strict=True)
-        # one rule with the TRL and rollouts options: 0 = generation is free
-        if not (is_real_number(self.generation_cost) and self.generation_cost >= 0):
-            raise value_error("generation_cost", self.generation_cost, "must be a finite number >= 0")
+        check_generation_cost(self.generation_cost, strict=True)  # one rule with the TRL and rollouts options
         if not 0.0 <= self.mistake_prob < 1.0:
             raise ValueError(f"mistake_prob must lie in [0, 1), got {self.mistake_prob!r}")
         for name in ("max_size", "second_max_size"):
