@@ -56,6 +56,7 @@ REPRODUCE_BAD = [
     (["--set", "seeds=0,x"], "--set seeds"),
     (["--set", "seeds="], "seeds must hold at least one seed"),
     (["--set", "eval_k=1", "eval_k=2"], "twice"),
+    (["--set", "generation_cost=1e308"], "generation_cost must be a finite number >= 0 and <= 1e+06"),
 ]
 
 

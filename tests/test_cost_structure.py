@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from costaware.report.cost_structure import (
+    PROG,
     cost_structure,
     cost_structure_of_logs,
     cost_structure_section,
     first_rounds,
+    main,
 )
 from costaware.rollouts.logs import PromptRound, write_prompt_rounds
 
@@ -71,3 +78,57 @@ def test_first_rounds_keep_the_starting_policys_groups(tmp_path):
     assert cost_structure_of_logs([path], rounds=1) == cost_structure(LOG[:2])
     with pytest.raises(ValueError, match="n must be an integer >= 1, got 0"):
         first_rounds(LOG, 0)
+
+
+# -- python -m costaware.report.cost_structure: one-line errors --------------------------------------------------
+
+
+def test_command_prints_the_statistics(tmp_path, capsys):
+    path = tmp_path / "a.prompts.jsonl"
+    write_prompt_rounds(path, LOG)
+    assert main([str(path), "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "mixed_groups: 1" in out and "groups: 2" in out
+
+
+@pytest.mark.parametrize(
+    ("make", "args", "message"),
+    [
+        (lambda p: p.write_text('{"round": 0}\n'), [], r"a\.jsonl:1 is missing"),
+        (lambda p: p.write_text("not json\n"), [], r"a\.jsonl:1: not valid JSON"),
+        (lambda p: p.write_text('{"round": 3.7, "prompt_id": 0, "rewards": [1], "completion_lengths": [2]}\n'), [],
+         r"a\.jsonl:1: round must be a non-negative integer, got 3.7"),
+        (lambda p: None, [], r"a\.jsonl', which does not exist"),
+        (lambda p: p.mkdir(), [], r"a\.jsonl', which is a folder"),
+        (lambda p: p.write_text(""), [], r"a\.jsonl' holds no rounds"),
+        (lambda p: p.write_text("\n\n"), [], r"a\.jsonl' holds no rounds"),
+        (lambda p: write_prompt_rounds(p, LOG), ["--rounds", "0"], "--rounds must be a positive integer, got 0"),
+        (lambda p: write_prompt_rounds(p, LOG), ["--rounds", "x"], "argument --rounds: invalid int value: 'x'"),
+    ],
+)  # fmt: skip
+def test_command_errors_are_one_line_with_status_2(tmp_path, capsys, make, args, message):
+    path = tmp_path / "a.jsonl"
+    make(path)
+    try:
+        code = main([str(path), *args])
+    except SystemExit as e:  # argparse's own checks exit from parse_args
+        code = e.code
+    assert code == 2
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert out == "" and len(lines) == 1 and lines[0].startswith(f"{PROG}: error: "), err
+    assert re.search(message, lines[0]), lines[0]
+
+
+def test_command_in_a_real_process_has_no_traceback(tmp_path):
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "costaware.report.cost_structure", str(tmp_path / "none.jsonl")],
+                          capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [f"{PROG}: error: paths holds '{tmp_path / 'none.jsonl'}', which does not exist"]
+
+
+def test_rounds_are_checked_before_any_log_is_read(tmp_path):
+    with pytest.raises(ValueError, match="rounds must be a positive integer or None, got 0"):
+        cost_structure_of_logs([tmp_path / "missing.jsonl"], rounds=0)

@@ -322,3 +322,41 @@ def test_checks_docstring_states_the_rule():
 def test_module_doctests_pass(module):
     res = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert res.failed == 0
+
+
+# -- generation_cost: one rule wherever it is taken ------------------------------------------------------------
+
+
+def _generation_cost_takers():
+    from report_fixtures import make_runs
+
+    from costaware.experiments.profile import Profile
+    from costaware.report import curves
+    from costaware.rollouts.analysis import AnalysisConfig
+    from costaware.rollouts.prompts import CostModel, cost_aware_prompts
+
+    run = make_runs("none", seeds=[0])[0]
+    return {
+        "Profile": lambda v: Profile(generation_cost=v),
+        "CostModel": lambda v: CostModel(generation_cost=v),
+        "cost_aware_prompts": lambda v: cost_aware_prompts(generation_cost=v),
+        "AnalysisConfig": lambda v: AnalysisConfig(generation_cost=v),
+        "axis_values": lambda v: curves.axis_values(run, "total_cost", generation_cost=v),
+    }
+
+
+@pytest.mark.parametrize("bad", [1e308, 1e6 * (1 + 1e-15), float("inf"), float("nan"), -1.0, -1e-300, True, "1"])
+def test_generation_cost_is_refused_above_a_million_po_tokens_everywhere(bad):
+    for name, take in _generation_cost_takers().items():
+        with pytest.raises(ValueError, match=r"generation_cost must be a finite number >= 0 and <= 1e\+06") as exc:
+            take(bad)
+        assert "not a real price" in str(exc.value) and repr(bad) in str(exc.value), name
+
+
+def test_generation_cost_bounds_are_accepted_everywhere():
+    for take in _generation_cost_takers().values():
+        for ok in (0.0, 1 / 3, 1e6):
+            take(ok)
+    assert _checks.generation_cost(np.float32(0.5)) == 0.5
+    with pytest.raises(ValueError, match="generation_cost"):
+        _checks.generation_cost(np.float32(0.5), strict=True)  # records and configs hold Python numbers

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from process_group import run_in_group
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -20,7 +21,8 @@ def _run(args: list[str], tmp_path: Path) -> str:
         "HF_HUB_OFFLINE": "1",
         "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
     }
-    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    # in its own process group: a torchrun example's workers die with the test, also when it is interrupted
+    proc = run_in_group([sys.executable, *args], timeout=600, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout
 

@@ -119,6 +119,10 @@ def test_write_report_rejects_no_runs_non_records_and_a_missing_baseline(tmp_pat
         grpo.write_report([{"evals": []}], tmp_path, command="c")
     with pytest.raises(ValueError, match="baseline 'nonzero' has no runs"):
         grpo.write_report(make_runs("none", seeds=[0]), tmp_path, command="c", baseline="nonzero")
+    # refused before the folder is made or a figure drawn (total costs of 1e308 per token overflow in the plots)
+    with pytest.raises(ValueError, match=r"generation_cost must be a finite number >= 0 and <= 1e\+06"):
+        grpo.write_report(make_runs("none", seeds=[0]), tmp_path / "r", command="c", generation_cost=1e308)
+    assert not (tmp_path / "r").exists()
 
 
 def test_fidelity_summary_on_records():

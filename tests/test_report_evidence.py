@@ -250,6 +250,8 @@ def test_evaluate_section_rejects_unknown_baseline_and_zero_target():
         evaluate_section(sec, "pods_x")
     with pytest.raises(ValueError, match="target_fraction"):
         evaluate_section(sec, "none", target_fraction=0.0)
+    with pytest.raises(ValueError, match=r"generation_cost must be .* <= 1e\+06 .*, got 1e\+308"):
+        evaluate_section(sec, "none", generation_cost=1e308)
 
 
 def test_estimate_excludes_zero_only_when_its_interval_does():

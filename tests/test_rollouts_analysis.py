@@ -104,6 +104,49 @@ def test_logs_round_trip_and_bad_records_are_named(tmp_path):
         read_prompt_rounds([path])
     with pytest.raises(ValueError, match="completion_lengths must be a non-negative integer"):
         PromptRound(0, 0, (1.0,), (-3,), 0)
+    with pytest.raises(ValueError, match=r"paths holds '.*nope.jsonl', which does not exist"):
+        read_prompt_rounds([tmp_path / "nope.jsonl"])
+    with pytest.raises(ValueError, match=r"paths holds '.*', which is a folder"):
+        read_prompt_rounds([tmp_path])
+
+
+GOOD = {"round": 2, "prompt_id": 5, "rewards": [1.0, 0], "completion_lengths": [3, 4], "prompt_tokens": 7}
+
+
+@pytest.mark.parametrize(
+    ("field", "bad", "message"),
+    [
+        ("round", 3.7, "round must be a non-negative integer, got 3.7"),
+        ("round", True, "round must be a non-negative integer, got True"),
+        ("round", "3", "round must be a non-negative integer, got '3'"),
+        ("round", -1, "round must be a non-negative integer, got -1"),
+        ("prompt_id", 1.5, "prompt_id must be a non-negative integer, got 1.5"),
+        ("prompt_id", None, "prompt_id must be a non-negative integer, got None"),
+        ("prompt_tokens", False, "prompt_tokens must be a non-negative integer, got False"),
+        ("prompt_tokens", "7", "prompt_tokens must be a non-negative integer, got '7'"),
+        ("completion_lengths", [3, 4.5], r"completion_lengths\[1\] must be a non-negative integer, got 4.5"),
+        ("completion_lengths", [True, 4], r"completion_lengths\[0\] must be a non-negative integer, got True"),
+        ("completion_lengths", ["3", 4], r"completion_lengths\[0\] must be a non-negative integer, got '3'"),
+        ("completion_lengths", "34", "completion_lengths must be a list, got '34'"),
+        ("rewards", [1.0, "0"], r"rewards\[1\] must be a real number, got '0'"),
+        ("rewards", [True, 0.0], r"rewards\[0\] must be a real number, got True"),
+        ("rewards", "10", "rewards must be a list, got '10'"),
+    ],
+)
+def test_log_reader_refuses_what_the_constructor_refuses(tmp_path, field, bad, message):
+    path = tmp_path / "log.jsonl"
+    path.write_text(json.dumps(GOOD) + "\n" + json.dumps({**GOOD, field: bad}) + "\n")
+    with pytest.raises(ValueError, match=rf"log.jsonl:2: {message}"):
+        read_prompt_rounds([path])
+
+
+def test_log_reader_reads_integral_numbers_as_integers(tmp_path):
+    path = tmp_path / "log.jsonl"
+    path.write_text(json.dumps({**GOOD, "round": 2.0, "completion_lengths": [3.0, 4]}) + "\n")
+    (rec,) = read_prompt_rounds([path])
+    assert rec == PromptRound(2, 5, (1.0, 0.0), (3, 4), 7)
+    assert type(rec.round) is int and all(type(n) is int for n in rec.completion_lengths)
+    assert all(type(r) is float for r in rec.rewards)
 
 
 def test_recording_reward_logs_one_record_per_group_with_trl_kwargs(tmp_path):
@@ -142,3 +185,34 @@ def test_cli_simulates_and_analyses(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:  # argparse's own one-line error
         main(["rollouts", "analyse", str(log), "--row-method", "pods"])
     assert exc.value.code == 2 and "invalid choice: 'pods'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        (".", "--json must name a file to write, got '{dest}', which is a folder"),
+        ("missing/res.json", "--json must name a file in an existing folder, got '{dest}'"),
+        ("syn.jsonl/res.json", "--json must name a file in an existing folder, got '{dest}'"),
+    ],
+)
+def test_cli_checks_the_json_destination_before_the_analysis(tmp_path, capsys, where, message):
+    log = tmp_path / "syn.jsonl"
+    assert main(["rollouts", "simulate", str(log), "--prompts", "16", "--batch", "4", "--rounds", "2"]) == 0
+    capsys.readouterr()
+    dest = str(tmp_path / where)
+    assert main(["rollouts", "analyse", str(log), "--json", dest]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""  # nothing read, nothing analysed
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"costaware rollouts: error: {message.format(dest=dest)}"), err
+
+
+def test_cli_json_check_leaves_no_file_and_keeps_an_existing_one(tmp_path, capsys):
+    log, out = tmp_path / "syn.jsonl", tmp_path / "res.json"
+    assert main(["rollouts", "simulate", str(log), "--prompts", "16", "--batch", "4", "--rounds", "2"]) == 0
+    assert main(["rollouts", "analyse", str(log), "--json", str(out), "--generation-cost", "1e308"]) == 2
+    assert "generation_cost must be a finite number >= 0 and <= 1e+06" in capsys.readouterr().err
+    assert not out.exists()  # the check made no empty file
+    out.write_text("old")
+    assert main(["rollouts", "analyse", str(log), "--json", str(out), "--generation-cost", "1e308"]) == 2
+    assert out.read_text() == "old"

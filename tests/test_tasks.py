@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from costaware.experiments import arith, sorting
-from costaware.experiments.tasks import TASKS, TaskFamily, get_task, split_task_id
+from costaware.experiments.tasks import TASKS, TaskFamily, describe_sizes, get_task, split_task_id
 
 
 def _lengths(task, tasks, responses) -> np.ndarray:
@@ -184,3 +184,35 @@ def test_sort_task_helpers_reject_bad_sizes_probabilities_and_answers():
         sorting.is_correct(["12", "3"], ["12"])
     with pytest.raises(ValueError, match="max_size"):
         sorting.max_response_tokens(1)
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+@pytest.mark.parametrize(("lo", "hi"), [(2, 2), (2, 7), (3, 9), (2, 12)])
+def test_token_range_bounds_the_demonstrations_and_is_reached(name, lo, hi):
+    """Prompt + response + EOS of clean and slipped demonstrations lie in the family's range; the extremes
+    are reached (sort, sortcheck: by the sizes; arith: by all-1 and all-9 terms)."""
+    task = get_task(name)
+    first, last = task.token_range(lo, hi)
+    tasks = task.make_tasks(3000, min_size=lo, max_size=hi, rng=np.random.default_rng(0))
+    clean = _lengths(task, tasks, task.demonstrations(tasks))
+    assert first <= clean.min() and clean.max() <= last
+    if name == "arith":
+        for digit, k, want in ((1, lo, first), (9, hi, last)):
+            terms = np.zeros((1, hi), dtype=np.int64)
+            terms[0, :k] = digit
+            t = arith.ArithTasks(terms=terms, num_terms=np.array([k]), prompts=["+".join([str(digit)] * k) + "="],
+                                 answers=terms.sum(axis=1))  # fmt: skip
+            assert _lengths(task, t, task.demonstrations(t))[0] == want
+        return
+    slipped = _lengths(task, tasks, task.demonstrations(tasks, mistake_prob=0.5, rng=np.random.default_rng(1)))
+    assert first <= slipped.min() and slipped.max() <= last
+    assert clean.min() == first and max(clean.max(), slipped.max()) == last
+
+
+def test_describe_sizes_names_the_family_its_unit_and_tokens():
+    assert describe_sizes("sort", 2, 7) == "sort: 2..7 digits, prompt + response 6..41 tokens"
+    assert describe_sizes("sort:9", 2, 9) == "sort: 2..9 digits, prompt + response 6..62 tokens"
+    assert describe_sizes("arith", 2, 6) == "arith: 2..6 terms, prompt + response 6..27 tokens"
+    assert describe_sizes("sortcheck", 2, 7) == "sortcheck: 2..7 digits, prompt + response 7..79 tokens"
+    with pytest.raises(ValueError, match="name must be one of"):
+        describe_sizes("sorting", 2, 7)

@@ -12,20 +12,21 @@ normalisation would amplify float noise in near-zero gradients).
 
 A hang must fail, not block CI: a launch in which no case starts or finishes for 150 s is killed with
 its whole process tree (``ddp_timeout`` also bounds most collectives); a case that crashes or hangs is
-recorded as failed and a new launch resumes with the next case.
+recorded as failed and a new launch resumes with the next case. However the wait ends (Ctrl-C included),
+the launch's process group and its workers are killed (``tests/process_group.py``).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from process_group import process_group
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl", reason="the 'trl' extra is not installed")
@@ -184,23 +185,6 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _kill_tree(proc: subprocess.Popen) -> None:
-    """SIGKILL the launcher and every process under it (torchrun starts its workers in new sessions)."""
-    import psutil  # a dependency of accelerate
-
-    try:
-        children = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        children = []
-    os.killpg(proc.pid, signal.SIGKILL)
-    for child in children:
-        try:
-            child.kill()
-        except psutil.NoSuchProcess:
-            pass
-    proc.wait()
-
-
 def _launch_once(cases, nproc, out: Path, stall_s: float, worker: Path) -> tuple[int | None, str]:
     """One launch of the worker on ``cases``; returns (exit code, or None when it stalled, output tail).
 
@@ -219,9 +203,9 @@ def _launch_once(cases, nproc, out: Path, stall_s: float, worker: Path) -> tuple
         marks = [f.stat().st_mtime for f in [*out.glob("*.started"), *out.glob("*.pt")]]
         return max([started, *marks])
 
-    with open(log, "w") as f:
+    # the launcher and its workers go with the block, however it ends (a stall, a failure, Ctrl-C)
+    with open(log, "w") as f, process_group(cmd, stdout=f, stderr=subprocess.STDOUT, env=_env()) as proc:
         started = time.time()
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=_env(), start_new_session=True)
         rc: int | None = None
         while True:
             try:
@@ -229,7 +213,6 @@ def _launch_once(cases, nproc, out: Path, stall_s: float, worker: Path) -> tuple
                 break
             except subprocess.TimeoutExpired:
                 if time.time() - progress() > stall_s:
-                    _kill_tree(proc)
                     rc = None
                     break
     return rc, log.read_text()[-3000:]
@@ -242,6 +225,7 @@ def run_cases(cases, nproc: int, out: Path, stall_s: float = 150.0, worker: Path
     todo = list(cases)
     start = time.perf_counter()
     while todo:
+        left = len(todo)
         rc, tail = _launch_once(todo, nproc, out, stall_s, worker)
         for case in list(todo):
             name = case["name"]
@@ -260,6 +244,9 @@ def run_cases(cases, nproc: int, out: Path, stall_s: float = 150.0, worker: Path
             else:
                 if rc == 0:
                     raise RuntimeError(f"worker exited 0 without running {name}:\n{tail}")
+                if len(todo) == left:  # died or stalled before its first case: a relaunch would too, forever
+                    why = f"stalled for {stall_s:g} s" if rc is None else f"exited {rc}"
+                    raise RuntimeError(f"the launch {why} before starting a case:\n{tail}")
                 break
         else:
             continue
@@ -436,9 +423,18 @@ def test_a_hanging_case_fails_in_bounded_time_and_the_rest_still_run(tmp_path):
     worker = tmp_path / "hanging_worker.py"
     worker.write_text(HANGING_WORKER)
     start = time.perf_counter()
-    results = run_cases([{"name": "hang-a"}, {"name": "ok-b"}], 1, tmp_path / "out", stall_s=3, worker=worker)
+    # stall_s covers the worker's torch import on a loaded machine (a stall before the first case is an error)
+    results = run_cases([{"name": "hang-a"}, {"name": "ok-b"}], 1, tmp_path / "out", stall_s=20, worker=worker)
     assert time.perf_counter() - start < 120  # a bound, not a timing claim: the worker alone sleeps 600 s
     assert "timed out (hang)" in results["hang-a"]["error"]
     assert results["ok-b"]["ranks"] == [{"ok": True}]
     child = int((tmp_path / "out" / "child.pid").read_text())
     assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_worker_that_dies_before_its_first_case_is_an_error_not_a_relaunch_loop(tmp_path):
+    worker = tmp_path / "broken_worker.py"
+    worker.write_text("import sys\nprint('cannot start')\nsys.exit(3)\n")
+    with pytest.raises(RuntimeError, match=r"the launch exited 3 before starting a case:\n(.|\n)*cannot start"):
+        run_cases([{"name": "a"}], 1, tmp_path / "out", stall_s=60, worker=worker)
+    assert len(list((tmp_path / "out").glob("spec-*.json"))) == 1  # launched once

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 import sys
 import textwrap
 import warnings
@@ -16,6 +15,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("trl", reason="the 'trl' extra is not installed")
 datasets = pytest.importorskip("datasets")
 
+from process_group import run_in_group  # noqa: E402
 from trl_fixtures import has_digit, tiny_run  # noqa: E402
 
 from costaware.integrations.trl import CostAwareGRPOConfig, CostAwareGRPOTrainer  # noqa: E402
@@ -107,6 +107,7 @@ def test_a_run_that_ends_by_max_steps_logs_no_budget_stop(tmp_path, caplog):
         (dict(cost_aware_rollout="cost_aware", cost_aware_rollout_floor=1.0), "cost_aware_rollout_floor must"),
         (dict(cost_aware_rollout_floor=0.0), "cost_aware_rollout_floor must"),  # checked whatever the method
         (dict(cost_aware_generation_cost=-1.0), "cost_aware_generation_cost must"),
+        (dict(cost_aware_generation_cost=1e308), r"cost_aware_generation_cost must be .* <= 1e\+06"),
         (dict(cost_aware_proxy_noise=-1.0), "cost_aware_proxy_noise must"),
         (dict(cost_aware_weights="x"), "cost_aware_weights must"),
         (dict(cost_aware_budget="x"), "cost_aware_budget must"),
@@ -165,7 +166,7 @@ def test_torchrun_two_processes_without_use_cpu_is_refused_with_the_fix(tmp_path
     script = tmp_path / "launch.py"
     script.write_text(SCRIPT)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.run(
+    proc = run_in_group(  # torchrun and its workers die with the test, also when it is interrupted
         [
             sys.executable,
             "-m",
@@ -177,8 +178,6 @@ def test_torchrun_two_processes_without_use_cpu_is_refused_with_the_fix(tmp_path
             "cpu" if use_cpu else "bare",
             str(tmp_path),
         ],
-        capture_output=True,
-        text=True,
         timeout=300,
         env=env,
     )

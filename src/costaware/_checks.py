@@ -292,6 +292,47 @@ def positive_scalar(
     return v
 
 
+# A generated token's cost in PO tokens is a price ratio (1/3 by FLOPs; a few on memory-bound GPUs): above a
+# million it is no real price, and total costs (tokens × it) would head for overflow before any plot is drawn.
+MAX_GENERATION_COST = 1e6
+
+
+def generation_cost(x: Any, name: str = "generation_cost", *, strict: bool = False) -> float:
+    """A generated token's cost in PO tokens: a finite real in [0, ``MAX_GENERATION_COST``] (0: generation is
+    free). The one rule of every config, option and report that takes it; ``strict`` as in :func:`real_scalar`."""
+    why = (
+        f"must be a finite number >= 0 and <= {MAX_GENERATION_COST:g} (a generated token's cost in PO tokens; "
+        "more than a million is not a real price)"
+    )
+    try:
+        v = real_scalar(x, name, strict=strict)
+    except ValueError:
+        raise value_error(name, x, why) from None
+    if not 0.0 <= v <= MAX_GENERATION_COST:
+        raise value_error(name, x, why)
+    return v
+
+
+def writable_file(x: Any, name: str) -> str:
+    """A path a file can be written to, checked before the work whose result it will hold (ValueError: a
+    folder, a missing folder, or no permission); a file that was not there is not left behind."""
+    path = file_path(x, name)
+    if os.path.isdir(path):
+        raise ValueError(f"{name} must name a file to write, got {path!r}, which is a folder")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise ValueError(f"{name} must name a file in an existing folder, got {path!r} ({parent!r} is not a folder)")
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a", encoding="utf-8"):  # append: an existing file is left as it is
+            pass
+    except OSError as exc:
+        raise ValueError(f"{name} must name a file that can be written, got {path!r}: {exc.strerror}") from None
+    if not existed:
+        os.remove(path)
+    return path
+
+
 def value_error(name: str, value: Any, why: str) -> ValueError:
     """``ValueError("<name> <why>, got <value!r>")``: the message shape of every check here."""
     return ValueError(f"{name} {why}, got {value!r}")

@@ -19,7 +19,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import NoReturn
+
+from costaware._command import OneLineParser, run_command, split_debug
 
 # subcommand -> (module, one-line help)
 JOBS: dict[str, tuple[str, str]] = {
@@ -41,45 +42,28 @@ JOBS: dict[str, tuple[str, str]] = {
     ),
 }
 
-# Errors that describe the user's input (a bad value, a path that is not there): one line, exit 2.
-USER_ERRORS: tuple[type[BaseException], ...] = (
-    ValueError,
-    FileNotFoundError,
-    NotADirectoryError,
-    IsADirectoryError,
-    FileExistsError,
-    PermissionError,
-)
 # Per job, "module:Class" of its own user-facing errors (imported only when that job runs).
 JOB_ERRORS: dict[str, tuple[str, ...]] = {
     "eval": ("costaware.evaluation.data:DatasetUnavailableError",),  # no --data and no network
 }
-EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
 
 
-def _user_errors(job: str) -> tuple[type[BaseException], ...]:
+def _job_errors(job: str) -> tuple[type[BaseException], ...]:
     extra = []
     for ref in JOB_ERRORS.get(job, ()):
         module, name = ref.split(":")
         extra.append(getattr(importlib.import_module(module), name))
-    return USER_ERRORS + tuple(extra)
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with a one-line error (argparse prints the usage block as well)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+    return tuple(extra)
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog="costaware",
         description="Cost-aware learning: sample p_i ∝ G_i/√c_i, correct with importance weights, "
         "and reach the same accuracy at a lower total cost.",
         epilog="--debug (anywhere): show the traceback of an error instead of one line.",
     )
-    sub = parser.add_subparsers(dest="job", metavar="JOB", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="job", metavar="JOB", parser_class=OneLineParser)
     sub.required = True
     wanted = None
     if argv:
@@ -92,34 +76,13 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _message(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__  # one line, whatever the exception held
-    if isinstance(exc, OSError) and exc.filename is not None and str(exc.filename) not in text:
-        text += f": {exc.filename}"
-    return text
-
-
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in argv
-    argv = [a for a in argv if a != "--debug"]
+    argv, debug = split_debug(argv)
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not hasattr(args, "func"):
         parser.error(f"unknown job {args.job!r}")
-    prog = f"costaware {args.job}"
-    try:
-        return int(args.func(args) or 0)
-    except _user_errors(args.job) as exc:
-        if debug:
-            raise
-        print(f"{prog}: error: {_message(exc)}", file=sys.stderr, flush=True)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        if debug:
-            raise
-        print(f"{prog}: interrupted", file=sys.stderr, flush=True)
-        return EXIT_INTERRUPTED
+    return run_command(f"costaware {args.job}", lambda: args.func(args), debug=debug, errors=_job_errors(args.job))
 
 
 if __name__ == "__main__":

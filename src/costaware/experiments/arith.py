@@ -136,6 +136,23 @@ def arith_reward(completions: list[Any], answer: list[int], **_: Any) -> list[fl
     return is_correct(texts, answer).astype(float).tolist()
 
 
+def token_range(min_terms: int, max_terms: int) -> tuple[int, int]:
+    """Fewest and most tokens of prompt + correct response + EOS over sizes ``min_terms..max_terms``: every term 1
+    at ``min_terms`` (sums 2, 3, ...), every term 9 at ``max_terms`` (sums 18, 27, ...); K terms write 2K prompt
+    tokens, the sums s_2..s_K, K − 2 commas and EOS.
+
+    >>> token_range(2, 6)
+    (6, 27)
+    """
+    min_terms = integer(min_terms, "min_terms", minimum=2)
+    max_terms = integer(max_terms, "max_terms", minimum=min_terms)
+
+    def tokens(k: int, digit: int) -> int:
+        return 2 * k + sum(len(str(digit * j)) for j in range(2, k + 1)) + k - 2 + 1
+
+    return tokens(min_terms, 1), tokens(max_terms, 9)
+
+
 def sequence_lengths(tasks: ArithTasks, responses: list[str]) -> np.ndarray:
     """Characters (= tokens under the char tokenizer) of prompt + response + EOS for every task."""
     return np.array([len(p) + len(r) + 1 for p, r in zip(tasks.prompts, responses, strict=True)], dtype=np.int64)

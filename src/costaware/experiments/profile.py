@@ -22,9 +22,10 @@ import math
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
+from costaware._checks import generation_cost as check_generation_cost
 from costaware._checks import integer, is_real_number, positive_scalar, value_error
 from costaware.experiments.arms import Arm, ArmOptions
-from costaware.experiments.tasks import split_task_id
+from costaware.experiments.tasks import TASKS, describe_sizes, split_task_id
 
 # The headline methods, by registry id (grpo.plan.METHODS): GRPO, nonzero (GRPO's rows with A != 0,
 # renormalised: the effective-step control), p* (centred weights), p* with raw weights (GRPO's expected
@@ -90,8 +91,9 @@ class Profile:
     task: str = _opt("sort", "task", "task family of the headline (experiments.tasks registry)")
     second_task: str = _opt("", "task", "a second family the headline is also run on ('' = none)")
     min_size: int = _opt(2, "task", "smallest task size (terms / digits)")
-    max_size: int = _opt(7, "task", "largest task size (sort: 2..7 digits, prompt + response 6..41 tokens)")
-    second_max_size: int = _opt(6, "task", "largest size of the second task (arith: 2..6 terms, 6..27 tokens)")
+    # the sizes' help also says what they mean for the profile's tasks (Profile.field_help)
+    max_size: int = _opt(7, "task", "largest task size")
+    second_max_size: int = _opt(6, "task", "largest size of the second task")
     extra_tasks: tuple[str, ...] = _opt(
         (),
         "task",
@@ -207,9 +209,7 @@ class Profile:
             raise value_error("long_budget", self.long_budget, "must be 0 (off) or a finite multiple > 1")
         for name in ("sft_lr", "control_lr", "learning_rate"):
             positive_scalar(getattr(self, name), name, strict=True)
-        # one rule with the TRL and rollouts options: 0 = generation is free
-        if not (is_real_number(self.generation_cost) and self.generation_cost >= 0):
-            raise value_error("generation_cost", self.generation_cost, "must be a finite number >= 0")
+        check_generation_cost(self.generation_cost, strict=True)  # one rule with the TRL and rollouts options
         if not 0.0 <= self.mistake_prob < 1.0:
             raise ValueError(f"mistake_prob must lie in [0, 1), got {self.mistake_prob!r}")
         for name in ("max_size", "second_max_size"):
@@ -277,15 +277,28 @@ class Profile:
         """The task ids the headline runs on: the task, the second task, then the extra tasks."""
         return (self.task, *((self.second_task,) if self.second_task else ()), *self.extra_tasks)
 
+    def field_help(self, name: str) -> str:
+        """The help of field ``name``; for a largest size, with the sizes and token lengths it gives this
+        profile's task (e.g. ``(sort: 2..7 digits, prompt + response 6..41 tokens)``)."""
+        text = self.__dataclass_fields__[name].metadata["help"]
+        tasks = {"max_size": (self.task,), "second_max_size": (self.second_task,), "extra_tasks": self.extra_tasks}
+        known = [t for t in tasks.get(name, ()) if t and split_task_id(t)[0] in TASKS]
+        if known:
+            text += " (" + "; ".join(describe_sizes(t, *self.sizes(t)) for t in known) + ")"
+        elif name == "second_max_size" and not self.second_task:
+            text += " (no second task)"
+        return text
+
     @classmethod
     def help(cls) -> str:
         """Every field with its default and help, by group."""
+        default = cls()
         lines, group = [], None
         for f in dataclasses.fields(cls):
             if f.metadata["group"] != group:
                 group = f.metadata["group"]
                 lines.append(f"[{group}]")
-            lines.append(f"  {f.name} = {f.default!r}: {f.metadata['help']}")
+            lines.append(f"  {f.name} = {f.default!r}: {default.field_help(f.name)}")
         return "\n".join(lines)
 
 

@@ -271,7 +271,7 @@ def show_profile(profile: Profile, name: str, specs: list[RunSpec]) -> str:
             lines.append(f"[{group}]")
         value, was = getattr(profile, f.name), getattr(base, f.name)
         changed = "" if value == was else f" (changed; {name!r} has {was!r})"
-        lines.append(f"  {f.name} = {value!r}{changed}: {f.metadata['help']}")
+        lines.append(f"  {f.name} = {value!r}{changed}: {profile.field_help(f.name)}")
     return "\n".join(lines)
 
 

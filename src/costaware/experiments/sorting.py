@@ -164,6 +164,12 @@ def sort_reward(completions: list[Any], answer: list[str], **_: Any) -> list[flo
     return is_correct(texts, answer).astype(float).tolist()
 
 
+def sequence_tokens(size: int) -> int:
+    """Tokens of prompt + response + EOS at ``size`` digits: k + 1, k(k+1)/2 − 1 + k − 2, 1 (slips keep it)."""
+    size = integer(size, "size", minimum=2)
+    return size * (size + 5) // 2 - 1
+
+
 def max_response_tokens(max_size: int) -> int:
     """The longest correct trace (k(k+1)/2 − 1 digits, k − 2 commas; slips keep its length) plus slack."""
     max_size = integer(max_size, "max_size", minimum=2)

@@ -36,7 +36,17 @@ import numpy as np
 
 from costaware.experiments import arith, sortcheck, sorting
 
-__all__ = ["TASKS", "ArithFamily", "SortCheckFamily", "SortFamily", "TaskFamily", "Tasks", "get_task", "split_task_id"]
+__all__ = [
+    "TASKS",
+    "ArithFamily",
+    "SortCheckFamily",
+    "SortFamily",
+    "TaskFamily",
+    "Tasks",
+    "describe_sizes",
+    "get_task",
+    "split_task_id",
+]
 
 
 @runtime_checkable
@@ -56,6 +66,7 @@ class TaskFamily(Protocol):
     name: str
     alphabet: str
     default_sizes: tuple[int, int]  # (min_size, max_size) the demo uses
+    size_unit: str  # what a size counts ("terms", "digits")
 
     def make_tasks(self, n: int, *, min_size: int, max_size: int, rng: np.random.Generator | None = None) -> Any: ...
 
@@ -71,6 +82,8 @@ class TaskFamily(Protocol):
 
     def max_response_tokens(self, max_size: int) -> int: ...
 
+    def token_range(self, min_size: int, max_size: int) -> tuple[int, int]: ...
+
 
 class ArithFamily:
     """Sums of single-digit terms with running partial sums (:mod:`costaware.experiments.arith`); size = terms."""
@@ -78,6 +91,7 @@ class ArithFamily:
     name = "arith"
     alphabet = arith.ALPHABET
     default_sizes = (2, 12)
+    size_unit = "terms"
 
     def make_tasks(
         self, n: int, *, min_size: int, max_size: int, rng: np.random.Generator | None = None
@@ -103,6 +117,11 @@ class ArithFamily:
 
         return max_response_tokens(max_size)
 
+    def token_range(self, min_size: int, max_size: int) -> tuple[int, int]:
+        """Fewest and most tokens of prompt + correct response + EOS: all terms 1 at ``min_size`` terms, all 9
+        at ``max_size`` (K terms: 2K prompt tokens, the sums s_2..s_K with K − 2 commas, EOS)."""
+        return arith.token_range(min_size, max_size)
+
 
 class SortFamily:
     """Sorting k digits, writing each insertion step (:mod:`costaware.experiments.sorting`); size = k."""
@@ -110,6 +129,7 @@ class SortFamily:
     name = "sort"
     alphabet = sorting.ALPHABET
     default_sizes = (2, 12)
+    size_unit = "digits"
 
     def make_tasks(
         self, n: int, *, min_size: int, max_size: int, rng: np.random.Generator | None = None
@@ -132,6 +152,11 @@ class SortFamily:
 
     def max_response_tokens(self, max_size: int) -> int:
         return sorting.max_response_tokens(max_size)
+
+    def token_range(self, min_size: int, max_size: int) -> tuple[int, int]:
+        """Tokens of prompt + response + EOS at ``min_size`` and at ``max_size`` digits (k(k+5)/2 − 1; slips keep
+        the length)."""
+        return sorting.sequence_tokens(min_size), sorting.sequence_tokens(max_size)
 
 
 class SortCheckFamily(SortFamily):
@@ -158,8 +183,25 @@ class SortCheckFamily(SortFamily):
     def max_response_tokens(self, max_size: int) -> int:
         return sortcheck.max_response_tokens(max_size)
 
+    def token_range(self, min_size: int, max_size: int) -> tuple[int, int]:
+        """Fewest tokens: an unchecked response at ``min_size`` digits (sort's trace, ``.``, EOS); most: a ramble
+        to the response budget on a ``max_size``-digit prompt, then EOS (as the demonstrations end it; a rollout is
+        cut at the budget + 1)."""
+        return sorting.sequence_tokens(min_size) + 1, max_size + 1 + sortcheck.max_response_tokens(max_size) + 1
+
 
 TASKS: dict[str, TaskFamily] = {"arith": ArithFamily(), "sort": SortFamily(), "sortcheck": SortCheckFamily()}
+
+
+def describe_sizes(task_id: str, min_size: int, max_size: int) -> str:
+    """``"sort: 2..7 digits, prompt + response 6..41 tokens"``: the task's sizes and the tokens they span.
+
+    >>> describe_sizes("arith", 2, 6)
+    'arith: 2..6 terms, prompt + response 6..27 tokens'
+    """
+    task = get_task(task_id)
+    lo, hi = task.token_range(min_size, max_size)
+    return f"{task.name}: {min_size}..{max_size} {task.size_unit}, prompt + response {lo}..{hi} tokens"
 
 
 def split_task_id(task_id: str) -> tuple[str, int | None]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from costaware._checks import integer, value_error
+from costaware._command import OneLineParser, run_command, split_debug
 from costaware.rollouts.logs import PromptRound, read_prompt_rounds
 
 __all__ = [
@@ -133,13 +135,27 @@ def cost_structure_of_logs(
 ) -> CostStructure:
     """:func:`cost_structure` over the records of the per-prompt logs ``paths`` (``rounds``: only each log's
     first that many rounds, e.g. 1 for the starting policy's rollouts)."""
+    return cost_structure(_records_of_logs(paths, rounds), right_at=right_at)
+
+
+def _records_of_logs(
+    paths: Sequence[str | os.PathLike[str]], rounds: int | None, *, empty_ok: bool = True
+) -> list[PromptRound]:
+    """Every log's records (``rounds``: its first that many rounds); ``empty_ok=False``: a log without one is a
+    ValueError."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     if not paths:
         raise ValueError("paths must name at least one per-prompt log (runs/*.prompts.jsonl), got none")
-    records = [r for p in paths for r in (read_prompt_rounds([p]) if rounds is None
-                                          else first_rounds(read_prompt_rounds([p]), rounds))]  # fmt: skip
-    return cost_structure(records, right_at=right_at)
+    if rounds is not None:  # before any file is read
+        integer(rounds, "rounds", minimum=1, strict=True, why=" or None")
+    records: list[PromptRound] = []
+    for p in paths:
+        recs = read_prompt_rounds([p])
+        if not recs and not empty_ok:
+            raise ValueError(f"{os.fspath(p)!r} holds no rounds: no per-prompt record (a JSON line per group)")
+        records += recs if rounds is None else first_rounds(recs, rounds)
+    return records
 
 
 def _f(x: float, fmt: str) -> str:
@@ -196,18 +212,30 @@ def runs_cost_structure_section(results: Sequence[Any], logs: Mapping[Any, os.Pa
     return lines
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m costaware.report.cost_structure [--rounds N] LOG...``: print the statistics of the logs."""
-    import argparse
+PROG = "python -m costaware.report.cost_structure"
 
-    ap = argparse.ArgumentParser(description=main.__doc__)
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m costaware.report.cost_structure [--rounds N] LOG...``: print the statistics of the logs.
+
+    A bad option, a log that is missing, a folder, holds a malformed line or no round at all: one line on
+    stderr, exit status 2 (``--debug``: the traceback).
+    """
+    argv, debug = split_debug(argv)
+    ap = OneLineParser(prog=PROG, description=main.__doc__)
     ap.add_argument("logs", nargs="+", help="per-prompt logs (runs/*.prompts.jsonl)")
     ap.add_argument("--rounds", type=int, default=None, help="only each log's first N rounds (1: the starting policy)")
     args = ap.parse_args(argv)
-    s = cost_structure_of_logs(args.logs, rounds=args.rounds)
-    for name, value in vars(s).items():
-        print(f"{name:>26}: {value:.4g}" if isinstance(value, float) else f"{name:>26}: {value}")
+
+    def run() -> None:
+        if args.rounds is not None:
+            integer(args.rounds, "--rounds", minimum=1)
+        s = cost_structure(_records_of_logs(args.logs, args.rounds, empty_ok=False))
+        for name, value in vars(s).items():
+            print(f"{name:>26}: {value:.4g}" if isinstance(value, float) else f"{name:>26}: {value}")
+
+    return run_command(PROG, run, debug=debug)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

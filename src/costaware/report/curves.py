@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from costaware._checks import generation_cost as check_generation_cost
 from costaware.experiments.records import RunResult
 
 __all__ = [
@@ -56,8 +57,7 @@ def axis_values(run: RunResult, axis: str, generation_cost: float = DEFAULT_GENE
     if axis == "rounds":
         return np.array([e.rounds for e in run.evals], float)
     if axis == "total_cost":
-        if not (np.isfinite(generation_cost) and generation_cost >= 0):
-            raise ValueError(f"generation_cost must be a finite number >= 0, got {generation_cost!r}")
+        check_generation_cost(generation_cost)
         return np.array([generation_cost * e.generated_tokens + e.po_tokens for e in run.evals], float)
     raise ValueError(f"axis must be one of {AXES}, got {axis!r}")
 

@@ -18,6 +18,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from costaware._checks import generation_cost as check_generation_cost
 from costaware.experiments.arms import Arm
 from costaware.experiments.records import RunResult
 from costaware.grpo.methods import method_names
@@ -209,6 +210,7 @@ def judge(
     The target is ``target_fraction`` × the lowest seed-mean peak among those arms, so that every seed-mean
     curve reaches it. A step whose arms were not both run is left out; a claim whose arms were not says so.
     """
+    check_generation_cost(generation_cost)  # before any curve is read
     pairs = [(n, e, a, b) for n, e, a, b in pairs if a in sec.arms and b in sec.arms]
     used = {k for *_, a, b in pairs for k in (a, b)} | {k for _, a, b in claim_pairs for k in (a, b) if k in sec.arms}
     used.add(base)

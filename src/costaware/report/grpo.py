@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from costaware._checks import generation_cost as check_generation_cost
 from costaware.experiments.arms import Arm
 from costaware.experiments.records import RunId, RunResult
 from costaware.report import evidence as E
@@ -555,6 +556,7 @@ def write_report(
     """
     if logs is not None and not isinstance(logs, Mapping):
         raise TypeError(f"logs must be a mapping from RunId to a log path, got {type(logs).__name__}")
+    check_generation_cost(generation_cost)  # before any section is judged or figure drawn
     if not results:
         raise ValueError("results must not be empty: no run has finished")
     bad = [r for r in results if not isinstance(r, RunResult)]

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from costaware._checks import in_open_unit_interval, integer, real_scalar
+from costaware._checks import generation_cost as check_generation_cost
+from costaware._checks import in_open_unit_interval, integer
 from costaware.rollouts.group import TRL_EPS, row_abs_advantages
 from costaware.rollouts.logs import PromptRound
 from costaware.rollouts.prompts import (
@@ -73,8 +74,7 @@ class AnalysisConfig:
     eps: float = TRL_EPS
 
     def __post_init__(self) -> None:
-        if real_scalar(self.generation_cost, "generation_cost") < 0:
-            raise ValueError(f"generation_cost must be >= 0, got {self.generation_cost!r}")
+        check_generation_cost(self.generation_cost)
         if self.row_method not in ROW_METHODS:
             raise ValueError(f"row_method must be one of {tuple(ROW_METHODS)}, got {self.row_method!r}")
         for a in self.alphas:

@@ -42,9 +42,12 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def _analyse(args: argparse.Namespace) -> int:
+    from costaware._checks import writable_file
     from costaware.rollouts.analysis import AnalysisConfig, analyse, format_table
     from costaware.rollouts.logs import read_prompt_rounds
 
+    if args.json:  # a destination that cannot be written fails now, not after the analysis
+        writable_file(args.json, "--json")
     cfg = AnalysisConfig(
         generation_cost=args.generation_cost,
         row_method=args.row_method,

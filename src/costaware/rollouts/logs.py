@@ -59,15 +59,21 @@ class PromptRound:
         missing = [k for k in ("round", "prompt_id", "rewards", "completion_lengths") if k not in obj]
         if missing:
             raise ValueError(f"{where} is missing {missing}")
+        # the constructor's checks, value by value: int() would truncate 3.7 to 3 and read true and "3" as numbers
         try:
+            for key in ("rewards", "completion_lengths"):
+                if not isinstance(obj[key], list):
+                    raise ValueError(f"{key} must be a list, got {obj[key]!r}")
             return cls(
-                round=int(obj["round"]),
-                prompt_id=int(obj["prompt_id"]),
-                rewards=tuple(float(r) for r in obj["rewards"]),
-                completion_lengths=tuple(int(n) for n in obj["completion_lengths"]),
-                prompt_tokens=int(obj.get("prompt_tokens", 0)),
+                round=integer(obj["round"], "round", minimum=0),
+                prompt_id=integer(obj["prompt_id"], "prompt_id", minimum=0),
+                rewards=tuple(real_scalar(r, f"rewards[{i}]") for i, r in enumerate(obj["rewards"])),
+                completion_lengths=tuple(
+                    integer(n, f"completion_lengths[{i}]", minimum=0) for i, n in enumerate(obj["completion_lengths"])
+                ),
+                prompt_tokens=integer(obj.get("prompt_tokens", 0), "prompt_tokens", minimum=0),
             )
-        except (TypeError, ValueError) as exc:
+        except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
 
 
@@ -95,7 +101,8 @@ def read_prompt_rounds(paths: Sequence[str | os.PathLike[str]]) -> list[PromptRo
     paths = [file_path(p, "paths") for p in paths]
     for p in paths:
         if not os.path.isfile(p):
-            raise ValueError(f"paths holds {p!r}, which is not a file")
+            what = "is a folder" if os.path.isdir(p) else "does not exist" if not os.path.exists(p) else "is not a file"
+            raise ValueError(f"paths holds {p!r}, which {what}")
     # the project's one JSON Lines reader: a bad line is a ValueError naming path:line
     return [PromptRound.from_json(obj, f"{path}:{n}") for path in paths for n, obj in read_jsonl_objects(path)]
 

@@ -54,6 +54,7 @@ from costaware._checks import (
     real_scalar,
     show,
 )
+from costaware._checks import generation_cost as check_generation_cost
 from costaware.alias import build_alias, draw
 from costaware.rollouts.group import predictive_abs_adv_sum
 from costaware.rollouts.state import ALL_CORRECT, ALL_WRONG, PromptState
@@ -105,8 +106,7 @@ class CostModel:
     po_rows: str = "nonzero"
 
     def __post_init__(self) -> None:
-        if real_scalar(self.generation_cost, "generation_cost") < 0:
-            raise ValueError(f"generation_cost must be >= 0, got {self.generation_cost!r}")
+        check_generation_cost(self.generation_cost)
         if self.po_rows not in PO_ROWS:
             raise ValueError(f"po_rows must be one of {PO_ROWS}, got {self.po_rows!r}")
 
