@@ -92,3 +92,14 @@ def test_cli_is_one_line_on_a_missing_folder(tmp_path, capsys):
     assert settled.main([str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "runs must be a folder" in err
+
+
+@pytest.mark.parametrize(
+    "name", ["costaware.report.curves", "costaware.experiments.profile", "costaware.experiments.runner"]
+)
+def test_docstring_examples_run(name):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.attempted and not result.failed

@@ -7,12 +7,12 @@ maps one to one onto a :class:`~costaware.experiments.records.RunId`, and whose 
 :class:`~costaware.experiments.arms.Arm`.
 
 >>> p = Profile(seeds=(0, 1), token_budget=1000)
->>> [s.slug for s in run_specs(p) if s.seed == 0]
+>>> [s.slug for s in run_specs(p) if s.seed == 0 and s.group != "rollout"]
 ['none', 'nonzero', 'p_star', 'p_star:raw', 'p_smooth', 'pods', 'none:lr0.5', 'none:lr2']
 >>> Profile(eval_k=0)
 Traceback (most recent call last):
 ...
-ValueError: eval_k must be an integer >= 1, got 0
+ValueError: eval_k must be a positive integer, got 0
 """
 
 from __future__ import annotations

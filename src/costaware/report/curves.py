@@ -205,7 +205,7 @@ def band_levels(target: float, start: float, *, band: float = 0.25, levels: int 
     """``levels`` accuracies evenly spaced over the last ``band`` of the rise from ``start`` to ``target``.
 
     >>> band_levels(0.8, 0.6, band=0.5, levels=3).round(3).tolist()
-    [0.75, 0.775, 0.8]
+    [0.7, 0.75, 0.8]
     """
     if not (0 < band <= 1 and levels >= 2 and target > start):
         raise ValueError(f"band must be in (0, 1], levels >= 2 and target > start, got {band!r}, {levels!r}, "
