@@ -253,6 +253,7 @@ def summary(results: Sequence[RunResult], folder: Path | None = None, **kw: Any)
         "pairing": pairing(results),
         "time_shares": time_shares(results),
         "runs": len(results),
+        "predicted": predicted_row_level(folder) if folder is not None else {},
         "seeds": {
             t: {k: [r.id.seed for r in v] for k, v in arms.items()} for t, arms in headline_arms(results).items()
         },

@@ -1,0 +1,44 @@
+"""Every figure a page quotes from the settle profile's record is the record's: the pages' settled blocks are
+what `python -m costaware.report.settled ... --quote-in` writes from `evidence/settle/settled.json`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from costaware.report import settled
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORD = ROOT / "evidence" / "settle" / "settled.json"
+PAGES = ("README.md", "docs/evidence.md")
+
+
+def _block(text: str) -> str:
+    i, j = text.index(settled.BLOCK_START) + len(settled.BLOCK_START), text.index(settled.BLOCK_END)
+    return text[i:j].strip()
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_a_page_quotes_the_record(page):
+    record = json.loads(RECORD.read_text())
+    assert _block((ROOT / page).read_text()) == settled.quoted_block(record)
+
+
+def test_the_record_is_the_archived_runs_summary():
+    """The recorded summary is what the archived runs give: seeds and runs agree with the archive's files."""
+    record = json.loads(RECORD.read_text())
+    archived = sorted(p.name for p in (RECORD.parent / "runs").glob("*.json.gz"))
+    assert record["runs"] == len(archived)
+    per_task = {t: sum(len(s) for s in arms.values()) for t, arms in record["seeds"].items()}
+    assert sum(per_task.values()) == len(archived)
+
+
+def test_a_changed_figure_is_caught(tmp_path):
+    record = json.loads(RECORD.read_text())
+    page = (ROOT / PAGES[0]).read_text()
+    if not record["rows"]:
+        pytest.skip("the record holds no comparison yet")
+    record["rows"][0]["value"] += 0.05  # one figure moved by 5 points
+    assert _block(page) != settled.quoted_block(record)
