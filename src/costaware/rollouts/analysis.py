@@ -44,6 +44,7 @@ from costaware.rollouts.prompts import (
     prompt_method_from_name,
 )
 from costaware.rollouts.state import PromptState, StateConfig
+from costaware.sampling_options import DEFAULT_GENERATION_COST
 
 __all__ = [
     "ROW_METHODS",
@@ -61,7 +62,7 @@ ROW_METHODS = {"none": "all", "nonzero": "nonzero", "p_star": "nonzero"}
 
 @dataclass(frozen=True)
 class AnalysisConfig:
-    generation_cost: float = 1.0 / 3.0
+    generation_cost: float = DEFAULT_GENERATION_COST
     row_method: str = "nonzero"
     alphas: tuple[float, ...] = (0.1, 0.5)
     decay: float = 0.9
@@ -171,7 +172,7 @@ def analyse(records: list[PromptRound], config: AnalysisConfig | None = None) ->
     rounds, by, G, N = _rounds(records)
     cost = CostModel(cfg.generation_cost, ROW_METHODS[cfg.row_method])
     state = PromptState(StateConfig(G, cfg.prior_pass_rate, cfg.prior_strength, cfg.decay, eps=cfg.eps), N)
-    two = {m: TwoStage(first=m, floor=cfg.two_stage_floor, cost=cost) for m in cfg.first if m < G}
+    two = {m: TwoStage(m, cfg.two_stage_floor, cost.generation_cost, cost.po_rows) for m in cfg.first if m < G}
     # every registered skip rule, fresh, with this analysis's cost model where it takes one
     rules = {
         name: prompt_method_from_name(name, generation_cost=cfg.generation_cost, po_rows=cost.po_rows)
