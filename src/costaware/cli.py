@@ -24,7 +24,7 @@ from typing import NoReturn
 # subcommand -> (module, one-line help)
 JOBS: dict[str, tuple[str, str]] = {
     "synthetic": (
-        "costaware.sgd.figure",
+        "costaware.report.synthetic",
         "Reproduce the paper's Figure 2: uniform vs variance vs optimal sampling on least squares.",
     ),
     "reproduce": (
