@@ -36,17 +36,7 @@ import numpy as np
 
 from costaware.experiments import arith, sortcheck, sorting
 
-__all__ = ["TASKS", "ArithFamily", "SortCheckFamily", "SortFamily", "TaskFamily", "Tasks", "get_task", "split_task_id"]
-
-
-@runtime_checkable
-class Tasks(Protocol):
-    """A batch of prompts with their reference answers (what the reward compares against)."""
-
-    prompts: list[str]
-    answers: np.ndarray
-
-    def __len__(self) -> int: ...
+__all__ = ["TASKS", "ArithFamily", "SortCheckFamily", "SortFamily", "TaskFamily", "get_task", "split_task_id"]
 
 
 @runtime_checkable

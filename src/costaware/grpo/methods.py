@@ -95,12 +95,7 @@ def check_alpha(alpha: Any, name: str = "alpha") -> float:
 
 def check_keep(keep: Any, name: str = "keep") -> int | None:
     """Rows kept per group: a positive integer, or None (half the group)."""
-    if keep is None:
-        return None
-    try:
-        return integer(keep, name, minimum=1)
-    except ValueError:
-        raise ValueError(f"{name} must be a positive integer or None, got {keep!r}") from None
+    return None if keep is None else integer(keep, name, minimum=1, why=" or None")
 
 
 def check_max_weight(w: Any, alpha: float, name: str = "adaptive_max_weight") -> float | None:

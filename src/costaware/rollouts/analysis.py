@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from costaware._checks import in_open_unit_interval, integer, real_scalar
+from costaware._checks import check_container, in_open_unit_interval, integer, positive_scalar
 from costaware.rollouts.group import TRL_EPS, row_abs_advantages
 from costaware.rollouts.logs import PromptRound
 from costaware.rollouts.prompts import (
@@ -74,15 +74,13 @@ class AnalysisConfig:
     eps: float = TRL_EPS
 
     def __post_init__(self) -> None:
-        if real_scalar(self.generation_cost, "generation_cost") < 0:
-            raise ValueError(f"generation_cost must be >= 0, got {self.generation_cost!r}")
+        positive_scalar(self.generation_cost, "generation_cost", allow_zero=True)
         if self.row_method not in ROW_METHODS:
             raise ValueError(f"row_method must be one of {tuple(ROW_METHODS)}, got {self.row_method!r}")
         for a in self.alphas:
             in_open_unit_interval(a, "alphas", why=FLOOR_WHY)
         in_open_unit_interval(self.two_stage_floor, "two_stage_floor", why=FLOOR_WHY)
-        if self.first is None or isinstance(self.first, (str, bytes, dict, set)):
-            raise TypeError(f"first must be a tuple of integers >= 1, got {self.first!r}")
+        check_container(self.first, "first", "a tuple of integers >= 1")
         object.__setattr__(self, "first", tuple(integer(m, "first", minimum=1) for m in self.first))
         # the bins split the prompts by size: at most one prompt per bin is all a round can fill
         object.__setattr__(self, "size_bins", integer(self.size_bins, "size_bins", minimum=1, maximum=MAX_PROMPTS))
@@ -161,8 +159,7 @@ def analyse(records: list[PromptRound], config: AnalysisConfig | None = None) ->
     if config is not None and not isinstance(config, AnalysisConfig):
         raise TypeError(f"config must be an AnalysisConfig or None, got {type(config).__name__}")
     cfg = config or AnalysisConfig()
-    if records is None or isinstance(records, (str, bytes, dict, set)):
-        raise TypeError(f"records must be a list of PromptRound, got {type(records).__name__}")
+    check_container(records, "records", "a list of PromptRound")
     records = list(records)
     bad = next((r for r in records if not isinstance(r, PromptRound)), None)
     if bad is not None:

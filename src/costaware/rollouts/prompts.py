@@ -53,6 +53,7 @@ from costaware._checks import (
     in_unit_interval,
     index_vector,
     integer,
+    positive_scalar,
     real_scalar,
     show,
 )
@@ -110,8 +111,7 @@ class CostModel:
     po_rows: str = prompt_field("po_rows")
 
     def __post_init__(self) -> None:
-        if real_scalar(self.generation_cost, "generation_cost") < 0:
-            raise ValueError(f"generation_cost must be >= 0, got {self.generation_cost!r}")
+        positive_scalar(self.generation_cost, "generation_cost", allow_zero=True)
         if self.po_rows not in PO_ROWS:
             raise ValueError(f"po_rows must be one of {PO_ROWS}, got {self.po_rows!r}")
 
@@ -399,8 +399,7 @@ class Greso(SkipRule):
             object.__setattr__(self, name, in_open_unit_interval(getattr(self, name), name, why=FLOOR_WHY))
         for name in ("target", "easy_split", "min_p", "max_p"):
             in_open_unit_interval(getattr(self, name), name, why=FLOOR_WHY)
-        if not 0 < real_scalar(self.step, "step") < 1:
-            raise ValueError(f"step must lie in (0, 1), got {self.step!r}")
+        in_open_unit_interval(self.step, "step")
         if not self.min_p <= self.max_p:
             raise ValueError(f"min_p must be <= max_p, got {self.min_p!r} > {self.max_p!r}")
         if real_scalar(self.oversample, "oversample") < 1:
