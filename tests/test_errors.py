@@ -283,12 +283,64 @@ def test_numpy_and_integral_scalars_are_accepted():
         (lambda v: subset.bias([1.0, 2.0], v), "subset"),
         (lambda v: group_advantages(v, 1), "rewards"),
         (lambda v: CostAwareSampler(v), "costs"),
+        (lambda v: dist.importance_weights([0.5, 0.5], v), "indices"),
+        (lambda v: alias.draw([0.5, 0.5], v, 2, 0), "alias"),
+        (lambda v: _plan(v), "advantages"),
+        (lambda v: _shard(v), "rank_sizes"),
+        (lambda v: _analysis(v), "records"),
+        (lambda v: _read_logs(v), "paths"),
+        (lambda v: _kv_prompts(v), "prompts"),
     ],
 )
-@pytest.mark.parametrize("bad", [None, "12", {1: 2}, {1.0, 2.0}], ids=repr)
+@pytest.mark.parametrize("bad", [None, "12", {1: 2}, {1.0, 2.0}, frozenset({1.0}), {1: 2}.keys()], ids=repr)
 def test_wrong_containers_raise_type_error_naming_the_argument(call, name, bad):
-    with pytest.raises(TypeError, match=rf"\b{name}\b"):
+    if (name, bad) == ("indices", None) or (name == "paths" and isinstance(bad, str)):
+        pytest.skip("None: every index; a str: one file path")
+    with pytest.raises(TypeError, match=rf"^{name} must be .*, got .* \({type(bad).__name__}\)$"):
         call(bad)
+
+
+def _plan(v):
+    from costaware.grpo.plan import plan_minibatches
+
+    return plan_minibatches(v, [1, 2], num_minibatches=1)
+
+
+def _shard(v):
+    from costaware.grpo.shard import rank_offsets
+
+    return rank_offsets(v)
+
+
+def _analysis(v):
+    from costaware.rollouts.analysis import analyse
+
+    return analyse(v)
+
+
+def _read_logs(v):
+    from costaware.rollouts.logs import read_prompt_rounds
+
+    return read_prompt_rounds(v)
+
+
+def _kv_prompts(v):
+    from costaware.generation.kv_sampler import _prompt_rows
+
+    return _prompt_rows(v)
+
+
+def test_the_container_rule_is_written_once():
+    """Only costaware._checks names the containers that are never arrays; every other module calls it."""
+    import re
+    from pathlib import Path
+
+    src = Path(_checks.__file__).parent
+    rule = re.compile(r"isinstance\([^)]*\(\s*(str|bytes)\s*,\s*bytes?|isinstance\([^)]*\bdict\s*,\s*set\b")
+    copies = [f"{p.relative_to(src)}:{n}" for p in sorted(src.rglob("*.py")) if p.name != "_checks.py"
+              for n, line in enumerate(p.read_text().splitlines(), 1) if rule.search(line)]  # fmt: skip
+    assert copies == []
+    assert not _checks.is_array_like({}.keys()) and _checks.is_array_like(range(3))
 
 
 @pytest.mark.parametrize(
@@ -360,3 +412,45 @@ def test_generation_cost_bounds_are_accepted_everywhere():
     assert _checks.generation_cost(np.float32(0.5)) == 0.5
     with pytest.raises(ValueError, match="generation_cost"):
         _checks.generation_cost(np.float32(0.5), strict=True)  # records and configs hold Python numbers
+
+
+def _loss(**clip):
+    from costaware.grpo.losses import grpo_token_loss
+
+    logp = torch.zeros(1, 2)
+    return grpo_token_loss(logp, logp, [1.0], **clip)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: CostAwareSampler([1.0], momentum=1.0), r"momentum must lie in \[0, 1\), got 1.0"),
+        (lambda: CostAwareSampler([1.0], seed=-1), "seed must be a non-negative integer, got -1"),
+        (lambda: CostAwareSampler([1.0], world_size=0), "world_size must be a positive integer, got 0"),
+        (lambda: _loss(clip_low=1.0), r"clip_low must lie in \[0, 1\), got 1.0"),
+        (lambda: _loss(clip_high=-0.5), "clip_high must be >= 0 and finite, got -0.5"),
+        (lambda: _sampling(zero_tol=1.0), r"zero_tol must lie in \[0, 1\), got 1.0"),
+        (
+            lambda: _rollouts().CostModel(generation_cost=-1.0),
+            r"generation_cost must be a finite number >= 0 and <= 1e\+06",
+        ),
+        (lambda: _rollouts().greso(step=1.0), r"step must lie in \(0, 1\), got 1.0"),
+        (lambda: _rollouts().Greso(p_easy=0.0), r"p_easy must lie in \(0, 1\) \(0 lets a weight"),
+    ],
+)
+def test_the_validators_are_checks_calls_with_their_messages(call, message):
+    with pytest.raises(ValueError, match=rf"^{message}"):
+        call()
+    assert _checks.in_interval(0.0, "x", 0.0, 1.0, open_high=True) == 0.0
+
+
+def _sampling(**options):
+    from costaware.grpo.config import SamplingConfig
+
+    return SamplingConfig(**options)
+
+
+def _rollouts():
+    from costaware.rollouts import prompts
+
+    return prompts

@@ -194,3 +194,26 @@ def test_the_parser_is_the_one_place_a_name_meets_its_object():
     with pytest.raises(ValueError, match=r"alpha must be 0 or lie in \[1e-300, 1\], got 2"):
         M.p_smooth(2)
     assert M.method_names(lambda m: m.uses_costs) == ("p_star", "p_smooth", "inv_sqrt_cost", "cost_pods")
+
+
+def test_a_method_name_is_registered_once_and_a_class_checks_its_options():
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    from costaware.sampling_options import DEFAULT_ALPHA, option
+
+    @dataclass(frozen=True)
+    class Impostor(M.Drawing):
+        name: ClassVar[str] = "p_star"
+
+        def probs(self, proxy, costs, beta):
+            return M.Probs(proxy / proxy.sum(), None, None)
+
+    with pytest.raises(ValueError, match=r"a sampling method named 'p_star' is already registered \(PStar\)"):
+        M.register_method(Impostor)
+    assert M.REGISTRY["p_star"] is M.PStar and M.register_method(M.PStar) is M.PStar
+    assert M.p_smooth is M.PSmooth and M.PSmooth().alpha == DEFAULT_ALPHA == option("alpha").default
+    with pytest.raises(ValueError, match=r"alpha must be 0 or lie in \[1e-300, 1\], got 2"):
+        M.PSmooth(alpha=2)  # the class checks what the factory did
+    with pytest.raises(ValueError, match="keep must be a positive integer or None, got 0"):
+        M.CostPods(keep=0)

@@ -1,5 +1,6 @@
 """The prompt-rule registry (costaware.rollouts.prompts.REGISTRY): a rule registered at run time reaches the
-stage, verl's option checks and the analysis with no other edit; the flags of the registered rules."""
+stage, verl's option checks and the analysis with no other edit; a name is taken once; the flags of the
+registered rules; their options are those costaware.sampling_options declares."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from costaware.rollouts.prompts import (
     UniformPrompts,
     prompt_method_from_name,
     prompt_method_names,
+    prompt_method_options,
+    register_prompt_method,
 )
 from costaware.rollouts.stage import PROMPT_METHODS, PromptStage
 from costaware.rollouts.synthetic import simulate_prompt_rounds
@@ -53,10 +56,6 @@ class KeepOdd(SkipRule):
         object.__setattr__(self, "seen", int(saved["seen"]))
 
 
-def keep_odd(even: float = 0.25) -> KeepOdd:
-    return KeepOdd(even=even)
-
-
 @dataclass(frozen=True)
 class Tilted(UniformPrompts):
     """A toy weighted rule: q ∝ j + 1 mixed with uniform at 0.1."""
@@ -70,9 +69,12 @@ class Tilted(UniformPrompts):
 
 
 @pytest.fixture
-def toys(monkeypatch):
-    monkeypatch.setitem(REGISTRY, "keep_odd", keep_odd)
-    monkeypatch.setitem(REGISTRY, "tilted", Tilted)
+def toys():
+    for cls in (KeepOdd, Tilted):
+        register_prompt_method(cls)
+    yield
+    for cls in (KeepOdd, Tilted):
+        del REGISTRY[cls.name]
 
 
 def _run(stage: PromptStage, rounds: int) -> list[np.ndarray]:
@@ -92,7 +94,7 @@ def test_the_stage_runs_a_registered_rule_and_saves_its_state(toys) -> None:
     drawn = np.concatenate(_run(stage, 6))
     assert (drawn % 2 == 1).all() and stage.examined > 6 * B  # the evens were examined and skipped
     assert stage.state_dict()["control"] == {"seen": 6} and method.seen == 0  # the stage runs its own copy
-    resumed = PromptStage(keep_odd(even=0.0), num_prompts=N, group_size=G, prompts_per_round=B, seed=1)
+    resumed = PromptStage(KeepOdd(even=0.0), num_prompts=N, group_size=G, prompts_per_round=B, seed=1)
     resumed.load_state_dict(json.loads(json.dumps(stage.state_dict())))
     assert resumed.method.seen == 6
     assert all((a == b).all() for a, b in zip(_run(stage, 4), _run(resumed, 4), strict=True))
@@ -140,9 +142,19 @@ def test_verl_accepts_a_registered_unweighted_rule_and_its_options(toys) -> None
         CostAwarePromptSampler(_Rows(), _verl_config("uniform"))
 
 
-def test_the_analysis_reports_every_registered_skip_rule_and_lets_it_observe(toys, monkeypatch) -> None:
-    monkeypatch.setitem(REGISTRY, "keep_odd", lambda: KeepOdd(even=0.25, after=1))
-    result = analyse(simulate_prompt_rounds(num_prompts=32, group_size=4, batch_size=8, rounds=4, seed=0))
+@dataclass(frozen=True)
+class KeepOddLater(KeepOdd):
+    """KeepOdd that skips from its second round on."""
+
+    after: int = 1
+
+
+def test_the_analysis_reports_every_registered_skip_rule_and_lets_it_observe() -> None:
+    register_prompt_method(KeepOddLater)
+    try:
+        result = analyse(simulate_prompt_rounds(num_prompts=32, group_size=4, batch_size=8, rounds=4, seed=0))
+    finally:
+        del REGISTRY["keep_odd"]
     skips = {s.name: s for s in result.skips}
     assert list(skips) == ["greso", "cost_aware_skip", "keep_odd"]
     assert 0 < skips["keep_odd"].overall_tokens_skipped < 1
@@ -159,11 +171,45 @@ def test_the_engines_names_and_the_arms_come_from_the_registry() -> None:
         prompt_method_from_name("greso", florr=0.1)
 
 
+def test_a_name_is_registered_once(toys) -> None:
+    @dataclass(frozen=True)
+    class Impostor(SkipRule):
+        name: ClassVar[str] = "greso"
+
+        def keep(self, state: Any, round: int) -> np.ndarray:
+            return np.ones(state.num_prompts)
+
+    with pytest.raises(ValueError, match=r"a prompt method named 'greso' is already registered \(Greso\)"):
+        register_prompt_method(Impostor)
+    assert REGISTRY["greso"].__name__ == "Greso"
+    assert register_prompt_method(KeepOdd) is KeepOdd  # the same class again (a module reloaded) is no duplicate
+    assert list(REGISTRY) == ["uniform", "greso", "cost_aware_skip", "cost_aware", "keep_odd", "tilted"]
+
+
+def test_the_registered_rules_options_are_the_declared_prompt_options() -> None:
+    """Every built-in rule's field is a prompt option of costaware.sampling_options, with its default and help."""
+    import dataclasses
+
+    from costaware.rollouts.prompts import CostModel, TwoStage
+    from costaware.sampling_options import PROMPT_OPTIONS, option
+
+    names = [o.name for o in PROMPT_OPTIONS]
+    assert len(names) == len(set(names)) and all(o.group == "rollouts" and o.help for o in PROMPT_OPTIONS)
+    seen = set()
+    for cls in (*REGISTRY.values(), TwoStage, CostModel):
+        for f in dataclasses.fields(cls):
+            if not f.init or f.name == "base":  # base: two_stage's prompt sampler, an object
+                continue
+            seen.add(f.name)
+            assert (f.default, f.metadata["help"]) == (option(f.name).default, option(f.name).help), (cls, f.name)
+    assert seen == set(names)
+    assert prompt_method_options("greso") == ("target", "easy_split", "step", "p_easy", "p_hard", "oversample",
+                                              "min_p", "max_p")  # fmt: skip
+
+
 def test_the_registered_rules_flags() -> None:
     flags = {
-        name: (m.name, m.biased, m.weighted, m.uses_costs, m.plain)
-        for name, factory in REGISTRY.items()
-        for m in [factory()]
+        name: (m.name, m.biased, m.weighted, m.uses_costs, m.plain) for name, cls in REGISTRY.items() for m in [cls()]
     }
     assert flags == {
         "uniform": ("uniform", False, False, False, True),

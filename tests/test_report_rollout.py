@@ -258,3 +258,10 @@ def test_missing_logs_are_said_in_one_line_not_an_error(tmp_path):
         assert roll["predicted"]["runs"] == {"none": 0, "nonzero": 0} and roll["predicted"]["row_level"] is None
     with pytest.raises(TypeError, match="logs must be a mapping"):
         grpo.write_report(runs, tmp_path / "out", command="c", logs=[tmp_path])
+
+
+def test_the_peers_are_defined_once():
+    """PEERS beside nonzero are exactly what is_peer names, which key_arms reads for the best peer."""
+    assert R.PEERS[0] == Arm("nonzero") and all(R.is_peer(a) for a in R.PEERS[1:]) and not R.is_peer(R.PEERS[0])
+    assert R.PEERS == (Arm("nonzero"), Arm("pods"), Arm("cost_pods"), R.GRESO, R.DAPO)
+    assert R.is_peer(Arm("pods", weights="raw")) and not R.is_peer(Arm("p_star", rollout="cost_aware_skip"))

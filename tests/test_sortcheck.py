@@ -39,6 +39,13 @@ def test_reward_on_hand_made_cases():
         sortcheck.is_correct(["1."], np.array([1]))
     with pytest.raises(ValueError, match="differ in length"):
         sortcheck.is_correct(["1."], ["1", "2"])
+    # one answer check for both sort tasks: each reads the response with its own parser
+    from costaware.experiments import sorting
+
+    responses = ["35,359,1359;35,359,1359.", "35,359,1359"]
+    assert sortcheck.is_correct(responses, ["1359"] * 2).tolist() == [True, False]
+    assert sorting.is_correct(responses, ["1359"] * 2).tolist() == [False, True]
+    assert sorting.is_correct(responses, ["1359"] * 2, parse=sortcheck.parse_answer).tolist() == [True, False]
 
 
 def test_clean_demonstrations_parse_back_checked_or_not():

@@ -128,3 +128,68 @@ def test_a_resumed_run_continues_the_prompt_stage(tmp_path):
 def test_bad_rollout_options_are_one_error_naming_them(tmp_path, over, name):
     with pytest.raises(ValueError, match=name):
         _trainer(tmp_path, **over)
+
+
+# -- the prompt rule's own options: cost_aware_prompt_kwargs --------------------------------------------
+
+
+def test_the_prompt_kwargs_reach_the_stages_rule(tmp_path):
+    trainer = _trainer(tmp_path, cost_aware_rollout="cost_aware_skip", cost_aware_prompt_kwargs={"min_keep": 0.2})
+    rule = trainer.prompt_stage.method
+    assert (rule.name, rule.min_keep, rule.reference) == ("cost_aware_skip", 0.2, 0.5)
+    assert rule.po_rows == "nonzero" and rule.generation_cost == trainer.args.cost_aware_generation_cost
+    plain = _trainer(tmp_path / "plain", cost_aware_method="none", cost_aware_prompt_kwargs={"min_keep": 0.3},
+                     cost_aware_rollout="cost_aware_skip")  # fmt: skip
+    assert (plain.prompt_stage.method.min_keep, plain.prompt_stage.method.po_rows) == (0.3, "all")
+
+
+def test_the_prompt_kwargs_are_parsed_from_the_command_line(tmp_path):
+    from transformers import HfArgumentParser
+
+    (args,) = HfArgumentParser(CostAwareGRPOConfig).parse_args_into_dataclasses(
+        [
+            "--output_dir",
+            str(tmp_path),
+            "--use_cpu",
+            "--report_to",
+            "none",
+            "--cost_aware_rollout",
+            "greso",
+            "--cost_aware_prompt_kwargs",
+            '{"p_easy": 0.25, "oversample": 2}',
+        ]  # fmt: skip
+    )
+    assert args.cost_aware_prompt_kwargs == {"p_easy": 0.25, "oversample": 2}
+    assert args.prompt_rule(po_rows="nonzero").initial.p_easy == 0.25
+
+
+@pytest.mark.parametrize(
+    ("over", "message"),
+    [
+        (
+            dict(cost_aware_rollout="greso", cost_aware_prompt_kwargs={"min_keep": 0.1, "taget": 0.3}),
+            r"cost_aware_prompt_kwargs has unknown key\(s\) \['min_keep', 'taget'\] for cost_aware_rollout='greso'; "
+            r"its keys are \['target', 'easy_split', 'step', 'p_easy', 'p_hard', 'oversample', 'min_p', 'max_p'\]$",
+        ),
+        (
+            dict(cost_aware_rollout="cost_aware", cost_aware_prompt_kwargs={"floor": 0.2}),
+            r"unknown key\(s\) \['floor'\] .* \(floor is set by cost_aware_rollout_floor\)$",
+        ),
+        (
+            dict(cost_aware_rollout="cost_aware_skip", cost_aware_prompt_kwargs={"po_rows": "all"}),
+            r"\(po_rows is set by cost_aware_method \(rows the row plan feeds\)\)$",
+        ),
+        (dict(cost_aware_prompt_kwargs={"target": 0.3}), r"unknown key\(s\) \['target'\] for cost_aware_rollout='all'"),
+        (
+            dict(cost_aware_rollout="cost_aware_skip", cost_aware_prompt_kwargs={"min_keep": 1.5}),
+            r"^cost_aware_prompt_kwargs\['min_keep'\] must lie in \(0, 1\)",
+        ),
+        (
+            dict(cost_aware_rollout="greso", cost_aware_prompt_kwargs=[("target", 0.3)]),
+            r"cost_aware_prompt_kwargs must be a dict of option names to values, got \[\('target', 0.3\)\]",
+        ),
+    ],
+)
+def test_bad_prompt_kwargs_are_refused_before_a_model_is_built(tmp_path, over, message):
+    with pytest.raises(ValueError, match=message):
+        CostAwareGRPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, **over)

@@ -56,9 +56,16 @@ def unwrap(x: Any) -> Any:
     return x
 
 
-def check_container(x: Any, name: str) -> None:
-    if x is None or isinstance(x, (str, bytes, Mapping, Set)):
-        raise TypeError(f"{name} must be an array-like of numbers, got {show(x)} ({type(x).__name__})")
+def is_array_like(x: Any) -> bool:
+    """False for what is never an array or a list of values: None, a string, bytes, a mapping or a set."""
+    return not (x is None or isinstance(x, (str, bytes, Mapping, Set)))
+
+
+def check_container(x: Any, name: str, what: str = "an array-like of numbers", *, needs: str = "") -> None:
+    """The container rule, the one TypeError of the package: ``x`` must be :func:`is_array_like` (and, with
+    ``needs``, e.g. ``"__iter__"`` or ``"__len__"``, have that method); ``what`` says what ``name`` must be."""
+    if not is_array_like(x) or (needs and not hasattr(x, needs)):
+        raise TypeError(f"{name} must be {what}, got {show(x)} ({type(x).__name__})")
 
 
 def as_array(x: Any, name: str) -> np.ndarray:
@@ -142,8 +149,7 @@ def index_vector(x: Any, n: int, name: str, *, integral_floats: bool = False) ->
         if not ((a == np.round(a)).all() and (a >= 0).all() and (a < n).all()):
             raise ValueError(f"{name} must be integers in [0, {n}), got {show(a)}")
         return a.astype(np.int64)
-    if x is None or isinstance(x, (str, bytes, dict, set)):
-        raise TypeError(f"{name} must be an array-like of integers, got {type(x).__name__}")
+    check_container(x, name, "an array-like of integers")
     idx = np.asarray(unwrap(x)).reshape(-1)
     if idx.size == 0:
         return np.empty(0, dtype=np.int64)
@@ -261,11 +267,11 @@ def file_path(x: Any, name: str) -> str:
     return os.fspath(x)
 
 
-def in_interval(x: Any, name: str, low: float, high: float, *, strict: bool = False) -> float:
-    """A finite real in the closed interval [low, high]."""
+def in_interval(x: Any, name: str, low: float, high: float, *, strict: bool = False, open_high: bool = False) -> float:
+    """A finite real in the closed interval [low, high] (``open_high``: in [low, high))."""
     v = real_scalar(x, name, strict=strict)
-    if not low <= v <= high:
-        raise ValueError(f"{name} must lie in [{low:g}, {high:g}], got {v!r}")
+    if not (low <= v < high if open_high else low <= v <= high):
+        raise ValueError(f"{name} must lie in [{low:g}, {high:g}{')' if open_high else ']'}, got {v!r}")
     return v
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from costaware._checks import as_array, as_generator, integer, probability_vector, show
+from costaware._checks import as_array, as_generator, check_container, integer, probability_vector, show
 
 __all__ = [
     "build_alias",
@@ -128,8 +128,7 @@ def _check_table(prob: Any, alias: Any) -> tuple[np.ndarray, np.ndarray]:
     """A table as ``(float64, int64)`` arrays, ValueError unless it is one :func:`build_alias` could give:
     equal non-empty 1-D shapes, every prob in [0, 1] and every alias in [0, n)."""
     prob = as_array(prob, "prob")
-    if alias is None or isinstance(alias, (str, bytes, dict, set)):
-        raise TypeError(f"alias must be an array-like of integers, got {type(alias).__name__}")
+    check_container(alias, "alias", "an array-like of integers")
     try:
         alias = np.asarray(alias.detach().cpu().numpy() if hasattr(alias, "detach") else alias)
     except (TypeError, ValueError) as exc:  # ragged

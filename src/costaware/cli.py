@@ -25,7 +25,7 @@ from costaware._command import OneLineParser, run_command, split_debug
 # subcommand -> (module, one-line help)
 JOBS: dict[str, tuple[str, str]] = {
     "synthetic": (
-        "costaware.sgd.figure",
+        "costaware.report.synthetic",
         "Reproduce the paper's Figure 2: uniform vs variance vs optimal sampling on least squares.",
     ),
     "reproduce": (

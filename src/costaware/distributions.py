@@ -18,6 +18,7 @@ from numba import njit
 
 from costaware._checks import (
     as_generator,
+    check_container,
     in_unit_interval,
     integer,
     nonnegative_vector,
@@ -197,8 +198,7 @@ def importance_weights(p: Any, indices: Any | None = None, mode: WeightMode = "c
     if indices is None:  # every component; those with p = 0 are never drawn and get weight 0
         return importance_weights_kernel(p, mode)
     n = int(np.count_nonzero(p)) if mode == "centred" else p.size
-    if isinstance(indices, (str, bytes, dict, set)):
-        raise TypeError(f"indices must be an array-like of integers, got {type(indices).__name__}")
+    check_container(indices, "indices", "an array-like of integers")
     idx = np.asarray(indices.detach().cpu().numpy() if hasattr(indices, "detach") else indices)
     if idx.size == 0:  # no draws (a bare [] arrives as float64)
         return np.empty(idx.shape)

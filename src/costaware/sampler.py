@@ -43,12 +43,12 @@ from torch.utils.data import Dataset, Sampler
 from costaware import distributions as dist
 from costaware._checks import (
     boolean,
+    in_interval,
     in_unit_interval,
     index_vector,
     integer,
     nonnegative_vector,
     positive_vector,
-    real_scalar,
     same_length,
     show,
 )
@@ -60,10 +60,6 @@ __all__ = ["CostAwareSampler", "WeightedIndexDataset"]
 
 def _to_numpy(x: Any) -> Any:
     return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x
-
-
-def _nonneg_int(x: Any, name: str, *, positive: bool = False) -> int:
-    return integer(x, name, minimum=1 if positive else 0)
 
 
 class CostAwareSampler(Sampler[int]):
@@ -147,7 +143,7 @@ class CostAwareSampler(Sampler[int]):
         if not (isinstance(weights, str) and weights in ("centred", "raw")):
             raise ValueError(f"weights should be 'centred' or 'raw', got {weights!r}")
         self.weight_mode: dist.WeightMode = weights
-        self.seed = _nonneg_int(seed, "seed")
+        self.seed = integer(seed, "seed", minimum=0)
         if generator is not None and not isinstance(generator, torch.Generator):
             raise ValueError(f"generator should be a torch.Generator, got {type(generator).__name__}")
         self.generator = generator
@@ -157,21 +153,16 @@ class CostAwareSampler(Sampler[int]):
                 world_size = torch.distributed.get_world_size() if initialised else 1
             if rank is None:
                 rank = torch.distributed.get_rank() if initialised else 0
-        self.world_size = _nonneg_int(world_size, "world_size", positive=True)
-        self.rank = _nonneg_int(rank, "rank")
+        self.world_size = integer(world_size, "world_size", minimum=1)
+        self.rank = integer(rank, "rank", minimum=0)
         if self.rank >= self.world_size:
             raise ValueError(f"rank should lie in [0, {self.world_size - 1}], got {self.rank}")
         self.num_samples = (
-            math.ceil(n / self.world_size)
-            if num_samples is None
-            else _nonneg_int(num_samples, "num_samples", positive=True)
+            math.ceil(n / self.world_size) if num_samples is None else integer(num_samples, "num_samples", minimum=1)
         )
-        m = real_scalar(momentum, "momentum")
-        if not 0.0 <= m < 1.0:
-            raise ValueError(f"momentum should lie in [0, 1), got {momentum!r}")
-        self.momentum = m
+        self.momentum = in_interval(momentum, "momentum", 0.0, 1.0, open_high=True)
         self.yield_weights = boolean(yield_weights, "yield_weights")
-        self.chunk_size = _nonneg_int(chunk_size, "chunk_size", positive=True)
+        self.chunk_size = integer(chunk_size, "chunk_size", minimum=1)
         self.epoch = 0
         self._version = 0  # bumped by every change of G: a chunk drawn under an older one is stale
         self._pass: EpochPass | None = None  # the iteration in progress (or restored by load_state_dict)
@@ -290,7 +281,7 @@ class CostAwareSampler(Sampler[int]):
         """Make the next iteration use the stream of ``epoch`` (same on every rank for a given seed).
 
         A pass restored by :meth:`load_state_dict` is kept when ``epoch`` is its own epoch."""
-        self.epoch = _nonneg_int(epoch, "epoch")
+        self.epoch = integer(epoch, "epoch", minimum=0)
         if self._pass is not None and not self._started and self._pass.epoch != self.epoch:
             self._pass = None
 

@@ -1,11 +1,18 @@
 """The sampling options, each declared once: its name, default, one help text and group.
 
+Two kinds: :data:`SAMPLING_OPTIONS`, how the row plan draws a pool's rows, and :data:`PROMPT_OPTIONS`, the
+options of the prompt rules (:mod:`costaware.rollouts.prompts`), which choose the prompts a round generates.
+
 :class:`costaware.grpo.config.SamplingConfig`, TRL's ``CostAwareGRPOConfig`` (``cost_aware_<name>``) and
 verl's ``CostAwareConfig`` (``algorithm.cost_aware.<name>``) build their fields from these records with
 :func:`core_field`, :func:`trl_field` and :func:`verl_field`, so a default or a help text is written here
 only. The configs stay flat dataclasses with their own annotated types, because TRL's argument parser
 and verl's Hydra read real fields; ``tests/test_option_spec.py`` checks that each one still carries every
 option with the spec's default and help.
+
+The prompt rules' fields take their defaults and help from :data:`PROMPT_OPTIONS` (:func:`prompt_field`);
+TRL sets them through ``cost_aware_prompt_kwargs`` (``cost_aware_rollout_floor`` and
+``cost_aware_generation_cost`` have fields of their own), verl under ``data.sampler.costaware``.
 
 A new option is one :class:`Option` line here plus one annotated line per config (the engines pass
 it on to :class:`~costaware.grpo.config.SamplingConfig` by name); a new value of an option is one
@@ -18,8 +25,8 @@ The engines default ``method`` and ``proxy`` to ``"auto"``, resolved per loss fa
 
 This module imports nothing heavy: verl's config and the main job's arms read it at import time.
 
->>> option("method").default, option("method").core_default, option("alpha").default
-('auto', 'p_star', 0.01)
+>>> option("method").default, option("method").core_default, option("alpha").default, option("floor").default
+('auto', 'p_star', 0.01, 0.1)
 >>> trl_help(option("alpha"))
 '[sampling] p_smooth: p = (1-α)p* + α·uniform.'
 """
@@ -33,12 +40,17 @@ from typing import Any
 __all__ = [
     "AUTO_METHOD",
     "BUDGETS",
+    "DEFAULT_ALPHA",
+    "DEFAULT_GENERATION_COST",
     "Option",
+    "PO_ROWS",
+    "PROMPT_OPTIONS",
     "PROXIES",
     "SAMPLING_OPTIONS",
     "WEIGHTS",
     "core_field",
     "option",
+    "prompt_field",
     "trl_field",
     "trl_help",
     "verl_field",
@@ -62,6 +74,14 @@ PROXIES = ("advantage", "length_aware", "calibrated")
 # (`nonzero`'s count), or until the baseline's tokens are matched.
 BUDGETS = ("rows", "support", "tokens")
 WEIGHTS = ("centred", "raw")
+# p_smooth's share of uniform in p: the engines' default and the method's.
+DEFAULT_ALPHA = 0.01
+# A generated token's cost in PO tokens. Decoding one costs ~2N FLOPs, a trained token's forward and backward
+# ~6N: 1/3 where decoding is compute-bound. The prompt rules' cost model, the engines' and the main job's default.
+DEFAULT_GENERATION_COST = 1 / 3
+# Which rows the row plan feeds, as the prompt rules' cost model counts them: every row (GRPO, ``none``), or
+# those of groups with A != 0 (``nonzero``, p*: a zero-variance group feeds nothing).
+PO_ROWS = ("all", "nonzero")
 
 
 @dataclass(frozen=True)
@@ -72,7 +92,8 @@ class Option:
         name: the core's field name (TRL: ``cost_aware_<name>``; verl: ``algorithm.cost_aware.<name>``).
         default: the engines' default.
         help: one help text, shared by every config (TRL prefixes ``[group]``).
-        group: ``"sampling"`` (how the plan draws rows) or ``"proxy"`` (the gradient-norm proxy behind p).
+        group: ``"sampling"`` (how the plan draws rows), ``"proxy"`` (the gradient-norm proxy behind p) or
+            ``"rollouts"`` (a prompt rule's option).
         auto: :class:`~costaware.grpo.config.SamplingConfig`'s default where the engines' is ``"auto"``:
             what ``"auto"`` gives under a sequence-mean loss (None: the same as ``default``).
         verl_omits: why verl's config has no such key ("" where it has one).
@@ -104,7 +125,7 @@ SAMPLING_OPTIONS: tuple[Option, ...] = (
         "sampling",
         auto=AUTO_METHOD["sequence_mean"],
     ),
-    Option("alpha", 0.01, "p_smooth: p = (1-α)p* + α·uniform.", "sampling"),
+    Option("alpha", DEFAULT_ALPHA, "p_smooth: p = (1-α)p* + α·uniform.", "sampling"),
     Option("proxy_noise", 0.0, "σ² of zero-mean noise added to |A| before p is formed (ablation).", "sampling"),
     Option("weights", "centred", "'centred' 1/(n_supp p_i) (mean 1 under p) or 'raw' 1/(n p_i).", "sampling"),
     Option("merge_duplicates", True, "Run a row drawn k times into one mini-batch once, weight k·w.", "sampling"),
@@ -158,11 +179,41 @@ SAMPLING_OPTIONS: tuple[Option, ...] = (
         "proxy",
     ),
 )
-_BY_NAME = {o.name: o for o in SAMPLING_OPTIONS}
+# The prompt rules' options, by the name of the rule's field (a name means one thing in every rule that has it).
+PROMPT_OPTIONS: tuple[Option, ...] = (
+    Option("floor", 0.1, "'cost_aware': the uniform share of q, so every weight <= 1/floor.", "rollouts"),
+    Option(
+        "generation_cost",
+        DEFAULT_GENERATION_COST,
+        "A generated token's cost in PO tokens, in the predicted prompt cost.",
+        "rollouts",
+    ),
+    Option(
+        "po_rows", "nonzero", f"Rows the row plan feeds, in the predicted prompt cost: one of {PO_ROWS}.", "rollouts"
+    ),
+    Option("min_keep", 0.05, "'cost_aware_skip': the least probability of keeping a prompt.", "rollouts"),
+    Option(
+        "reference",
+        0.5,
+        "'cost_aware_skip': the quantile of s = G/sqrt(c) over the prompts at which a prompt is kept surely "
+        "(below it, with probability s/s_ref).",
+        "rollouts",
+    ),
+    Option("target", 0.25, "'greso': the share of zero-variance groups its exploration aims at.", "rollouts"),
+    Option("easy_split", 1 / 3, "'greso': the all-correct part of target (the rest is all-wrong).", "rollouts"),
+    Option("step", 0.01, "'greso': how far a keep probability moves per adaptation.", "rollouts"),
+    Option("p_easy", 0.5, "'greso': the initial probability of keeping an all-correct prompt.", "rollouts"),
+    Option("p_hard", 0.5, "'greso': the initial probability of keeping an all-wrong prompt.", "rollouts"),
+    Option("oversample", 1.5, "'greso': the candidate batch, as a multiple of the train batch.", "rollouts"),
+    Option("min_p", 0.05, "'greso': the least keep probability.", "rollouts"),
+    Option("max_p", 0.95, "'greso': the largest keep probability.", "rollouts"),
+    Option("first", 2, "'two_stage': the responses generated first for every drawn prompt.", "rollouts"),
+)
+_BY_NAME = {o.name: o for o in (*SAMPLING_OPTIONS, *PROMPT_OPTIONS)}
 
 
 def option(name: str) -> Option:
-    """The option named ``name`` (its core field name)."""
+    """The option named ``name`` (its core field name, or a prompt rule's field name)."""
     try:
         return _BY_NAME[name]
     except KeyError:
@@ -178,6 +229,12 @@ def core_field(name: str) -> Any:
     """:class:`~costaware.grpo.config.SamplingConfig`'s field ``name``: the core default, the shared help."""
     opt = option(name)
     return dataclasses.field(default=opt.core_default, metadata={"help": opt.help, "group": opt.group})
+
+
+def prompt_field(name: str) -> Any:
+    """A prompt rule's field ``name``: the option's default and help."""
+    opt = option(name)
+    return dataclasses.field(default=opt.default, metadata={"help": opt.help, "group": opt.group})
 
 
 def trl_field(name: str) -> Any:

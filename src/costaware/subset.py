@@ -22,6 +22,7 @@ import numpy as np
 from numba import njit
 
 from costaware._checks import (
+    check_container,
     finite_result,
     nonnegative_vector,
     norms_and_costs,
@@ -68,8 +69,7 @@ def required_mass(G: Any, gamma: float, D: float) -> float:
 
 def _subset_indices(subset: Any, n: int) -> np.ndarray:
     idx = np.asarray(subset)
-    if subset is None or isinstance(subset, (str, bytes, dict, set)):
-        raise TypeError(f"subset must be an array-like of indices or a boolean mask, got {type(subset).__name__}")
+    check_container(subset, "subset", "an array-like of indices or a boolean mask")
     if idx.dtype == bool:
         if idx.shape != (n,):
             raise ValueError(f"a boolean subset must have shape ({n},), got {idx.shape}")

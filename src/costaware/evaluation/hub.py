@@ -15,18 +15,15 @@ import os
 import socket
 import sys
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import urlparse
-
-if TYPE_CHECKING:  # types only: data.py imports this module
-    from costaware.evaluation.data import BenchmarkSpec
 
 
 class DatasetUnavailableError(RuntimeError):
     """The benchmark could not be fetched from the hub (no network): pass a local file instead."""
 
 
-__all__ = ["hub_reachable", "hub_mode", "hub_rows"]
+__all__ = ["HubSource", "hub_reachable", "hub_mode", "hub_rows"]
 
 
 def _endpoint() -> str:
@@ -92,7 +89,19 @@ def hub_mode(*, offline: bool) -> Iterator[None]:
             lg.setLevel(level)
 
 
-def hub_rows(spec: BenchmarkSpec, split: str) -> list[dict[str, Any]]:
+class HubSource(Protocol):
+    """Where a benchmark lives on the hub: what :func:`hub_rows` reads of a benchmark's spec
+    (:class:`costaware.evaluation.data.BenchmarkSpec` has it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def hub_id(self) -> str | None: ...
+    @property
+    def hub_config(self) -> str | None: ...
+
+
+def hub_rows(spec: HubSource, split: str) -> list[dict[str, Any]]:
     hint = (
         f"Download {spec.hub_id} ({split} split) on a machine with network access, e.g. "
         f"datasets.load_dataset({spec.hub_id!r}{', ' + repr(spec.hub_config) if spec.hub_config else ''}, "

@@ -38,7 +38,7 @@ from typing import Any
 
 from costaware._checks import in_unit_interval, positive_scalar, value_error
 from costaware.rollouts.stage import PROMPT_METHODS
-from costaware.sampling_options import BUDGETS, WEIGHTS, option
+from costaware.sampling_options import BUDGETS, DEFAULT_ALPHA, WEIGHTS, option
 
 __all__ = [
     "Arm",
@@ -52,7 +52,6 @@ __all__ = [
 ]
 
 # the engines' sampling options (costaware.sampling_options): an arm's defaults are theirs
-DEFAULT_ALPHA: float = option("alpha").default
 WEIGHT_MODES = WEIGHTS
 STEP_BUDGETS = BUDGETS
 ALPHA_METHODS = ("p_smooth",)  # the methods that alpha parameterises: elsewhere it is not part of the arm

@@ -38,8 +38,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
-import shutil
 import sys
 import tempfile
 import time
@@ -53,6 +51,7 @@ import torch
 from costaware import distributions as dist
 from costaware import theory
 from costaware._checks import integer, value_error
+from costaware._io import atomic_dir
 from costaware.experiments.profile import PROFILES, Profile, RunSpec
 from costaware.experiments.tasks import get_task
 
@@ -273,12 +272,10 @@ def checkpoint(profile: Profile, task_name: str, sft_dir: Path, rounds: int, see
                                validation_prompts=0, diagnostics_rows=0)  # fmt: skip
     path = out / f"grpo-{sft_dir.name}-{rounds}r-s{seed}-{key(dataclasses.asdict(prof))}"
     if not path.exists():
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=out))
-        trained = _run_grpo(RunSpec("headline", "none", seed, task=task_name), prof, sft_dir, tmp / "work")
-        trained["trainer"].model.save_pretrained(tmp / "model")
-        load_checkpoint(sft_dir)[0].save_pretrained(tmp / "model")
-        os.replace(tmp / "model", path)
-        shutil.rmtree(tmp, ignore_errors=True)
+        with tempfile.TemporaryDirectory(prefix=f".{path.name}.", dir=out) as work, atomic_dir(path) as tmp:
+            trained = _run_grpo(RunSpec("headline", "none", seed, task=task_name), prof, sft_dir, Path(work) / "work")
+            trained["trainer"].model.save_pretrained(tmp)
+            load_checkpoint(sft_dir)[0].save_pretrained(tmp)
     return load_checkpoint(path)
 
 

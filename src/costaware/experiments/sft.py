@@ -4,12 +4,10 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
-from costaware._io import write_json_atomic
+from costaware._io import atomic_dir, write_json_atomic
 from costaware.experiments.keys import sft_key
 from costaware.experiments.profile import Profile
 from costaware.experiments.quiet import quiet_libraries
@@ -72,10 +70,8 @@ def warm_up(profile: Profile, task_name: str, out: Path) -> Path:
         seed=0,
     )
     info.update(_score_sft(tok, model, profile, task_name), parameters=policy.count_parameters(model), config=cfg)
-    tmp = out / f".{name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    (tmp / "sft.json").write_text(json.dumps(info, indent=2))
-    os.replace(tmp, path)
+    with atomic_dir(path) as tmp:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        (tmp / "sft.json").write_text(json.dumps(info, indent=2))
     return path

@@ -125,14 +125,7 @@ def parse_answer(response: str) -> str | None:
 
 def is_correct(responses: list[str], answers: Any) -> np.ndarray:
     """Boolean array: response i is well-formed, ends with the end mark, and its last segment is ``answers[i]``."""
-    answers = np.asarray(answers).reshape(-1)
-    if len(responses) != len(answers):
-        raise ValueError(f"responses and answers differ in length: {len(responses)} vs {len(answers)}")
-    if answers.size and answers.dtype.kind not in "US":
-        raise ValueError(f"answers must be digit strings (leading zeros matter), got dtype {answers.dtype}")
-    parsed = [parse_answer(r) for r in responses]
-    return np.array([p is not None and p == a for p, a in zip(parsed, answers.astype(str).tolist(), strict=True)],
-                    dtype=bool)  # fmt: skip
+    return sorting.is_correct(responses, answers, parse=parse_answer)
 
 
 def check_reward(completions: list[Any], answer: list[str], **_: Any) -> list[float]:

@@ -24,6 +24,7 @@ rule (a consistent but wrong trace). When a neighbour equals the digit the slip 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,14 +143,16 @@ def parse_answer(response: str) -> str | None:
     return response.strip().rsplit(",", 1)[-1]
 
 
-def is_correct(responses: list[str], answers: Any) -> np.ndarray:
-    """Boolean array: response i is a well-formed trace ending in ``answers[i]`` (a digit string)."""
+def is_correct(responses: list[str], answers: Any, parse: Callable[[str], str | None] = parse_answer) -> np.ndarray:
+    """Boolean array: response i is a well-formed trace ending in ``answers[i]`` (a digit string).
+
+    ``parse`` reads a response's final segment (None: malformed); the checked sort task passes its own."""
     answers = np.asarray(answers).reshape(-1)
     if len(responses) != len(answers):
         raise ValueError(f"responses and answers differ in length: {len(responses)} vs {len(answers)}")
     if answers.size and answers.dtype.kind not in "US":
         raise ValueError(f"answers must be digit strings (leading zeros matter), got dtype {answers.dtype}")
-    parsed = [parse_answer(r) for r in responses]
+    parsed = [parse(r) for r in responses]
     return np.array([p is not None and p == a for p, a in zip(parsed, answers.astype(str).tolist(), strict=True)],
                     dtype=bool)  # fmt: skip
 

@@ -42,21 +42,10 @@ __all__ = [
     "SortCheckFamily",
     "SortFamily",
     "TaskFamily",
-    "Tasks",
     "describe_sizes",
     "get_task",
     "split_task_id",
 ]
-
-
-@runtime_checkable
-class Tasks(Protocol):
-    """A batch of prompts with their reference answers (what the reward compares against)."""
-
-    prompts: list[str]
-    answers: np.ndarray
-
-    def __len__(self) -> int: ...
 
 
 @runtime_checkable

@@ -28,14 +28,23 @@ True
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable, Mapping, Sequence, Set
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from costaware._checks import as_array, integer, positive_scalar, real_scalar, show, unwrap
+from costaware._checks import (
+    as_array,
+    check_container,
+    integer,
+    is_array_like,
+    positive_scalar,
+    real_scalar,
+    show,
+    unwrap,
+)
 from costaware.generation.qwen2 import KVCache, forward, key_bias, qwen2_weights
 
 __all__ = ["Rollout", "SamplingParams", "kv_generate", "next_tokens", "process_logits"]
@@ -181,15 +190,14 @@ def _as_id_list(name: str, value: Any) -> list[int]:
 
 def _prompt_rows(prompts: Any) -> list[list[int]]:
     """The prompts as lists of ids: a list of id lists (ragged allowed), or a (B, L) array or tensor."""
-    if prompts is None or isinstance(prompts, (str, bytes, Mapping, Set)):
-        raise TypeError(f"prompts must be a list of token-id lists, got {type(prompts).__name__}")
+    check_container(prompts, "prompts", "a list of token-id lists")
     rows = unwrap(prompts)
     if isinstance(rows, np.ndarray) and rows.ndim != 2:
         raise ValueError(f"prompts must be a list of token-id lists or a 2-D array, got shape {rows.shape}")
     out = []
     for j, row in enumerate(rows):
         row = unwrap(row)
-        if row is None or isinstance(row, (str, bytes, Mapping, Set)) or np.ndim(row) != 1:
+        if not is_array_like(row) or np.ndim(row) != 1:  # a row is a value of prompts: ValueError
             raise ValueError(f"prompts[{j}] must be a list of token ids, got {show(row)}")
         out.append(_token_ids(row, f"prompts[{j}]"))
     return out

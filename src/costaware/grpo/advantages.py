@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from costaware._checks import boolean, integer, real_scalar, show
+from costaware._checks import boolean, check_container, integer, real_scalar, show
 
 __all__ = ["group_advantages", "sequence_costs", "sequence_costs_from_masks", "rewards_vector", "check_group_size"]
 
@@ -43,8 +43,7 @@ def _rewards_and_dtype(rewards: Any) -> tuple[torch.Tensor, torch.dtype]:
             raise ValueError(f"rewards must be real, got complex dtype {r.dtype}")
         out = torch.float64 if r.dtype == torch.float64 else torch.float32
     else:
-        if rewards is None or isinstance(rewards, (str, bytes, dict, set)):
-            raise TypeError(f"rewards must be an array-like of numbers, got {type(rewards).__name__}")
+        check_container(rewards, "rewards")
         try:
             arr = np.asarray(rewards)
             if arr.dtype == object:
@@ -166,8 +165,7 @@ def _mask_matrix(mask: Any, name: str) -> torch.Tensor:
     if isinstance(mask, torch.Tensor):
         t = mask.detach()
     else:
-        if mask is None or isinstance(mask, (str, bytes, dict, set)):
-            raise TypeError(f"{name} must be a 2-D array-like of 0/1, got {type(mask).__name__}")
+        check_container(mask, name, "a 2-D array-like of 0/1")
         try:
             arr = np.asarray(mask)
             if arr.dtype == object:

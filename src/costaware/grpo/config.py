@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from costaware._checks import integer, is_real_number, real_scalar
+from costaware._checks import in_interval, integer, is_real_number, real_scalar
 from costaware.grpo.methods import (
     ALPHA_AUTO_MAX,
     METHODS,
@@ -131,8 +131,7 @@ class SamplingConfig:
         if self.budget not in BUDGETS:
             raise ValueError(f"budget must be one of {BUDGETS}, got {self.budget!r}")
         check_keep(self.pods_keep, "pods_keep")
-        if not (is_real_number(self.zero_tol) and 0.0 <= self.zero_tol < 1.0):
-            raise ValueError(f"zero_tol must lie in [0, 1), got {self.zero_tol!r}")
+        in_interval(self.zero_tol, "zero_tol", 0.0, 1.0, strict=True, open_high=True)
         if not (is_real_number(self.max_draws_factor) and self.max_draws_factor >= 1.0):
             raise ValueError(f"max_draws_factor must be a finite number >= 1, got {self.max_draws_factor!r}")
         w = check_max_weight(self.adaptive_alpha_max_weight, self.alpha, "adaptive_alpha_max_weight")

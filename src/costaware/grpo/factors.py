@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from costaware._checks import boolean, integer, nonnegative_vector, positive_scalar, same_length
+from costaware._checks import boolean, check_container, integer, nonnegative_vector, positive_scalar, same_length
 from costaware.grpo.config import MAX_STEPS
 from costaware.grpo.plan import MiniBatch
 
@@ -92,8 +92,7 @@ def step_normalisers(
     pool_rows = integer(pool_rows, "pool_rows", minimum=1)
     num_steps = integer(num_steps, "num_steps", minimum=1, maximum=MAX_STEPS)
     subset = boolean(subset, "subset")
-    if isinstance(minibatches, (str, bytes, dict, set)) or not hasattr(minibatches, "__len__"):
-        raise TypeError(f"minibatches must be a sequence of MiniBatch, got {type(minibatches).__name__}")
+    check_container(minibatches, "minibatches", "a sequence of MiniBatch", needs="__len__")
     if len(minibatches) > num_steps:
         raise ValueError(f"minibatches holds {len(minibatches)} steps, more than num_steps={num_steps}")
     lengths = torch.from_numpy(nonnegative_vector(lengths, "lengths", allow_empty=True))
@@ -136,8 +135,7 @@ def global_tokens(norms: Sequence[StepNormaliser]) -> float:
     With ``"draws"`` this is the completion tokens of every draw of the plan; with ``"pool"`` it is
     the pool's completion tokens × (draws / N), stock's ``num_items_in_batch`` when draws = N.
     """
-    if isinstance(norms, (str, bytes, dict, set)) or not hasattr(norms, "__iter__"):
-        raise TypeError(f"norms must be a sequence of StepNormaliser, got {type(norms).__name__}")
+    check_container(norms, "norms", "a sequence of StepNormaliser", needs="__iter__")
     norms = list(norms)
     bad = [n for n in norms if not isinstance(n, StepNormaliser)]
     if bad:

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from costaware._checks import check_container, real_scalar
+from costaware._checks import check_container, in_interval, positive_scalar, real_scalar
 
 __all__ = ["AGG_MODES", "grpo_token_loss", "cispo_token_loss", "aggregate", "importance_ratio"]
 
@@ -36,8 +36,7 @@ _NEVER_BINDS = 2.0 * math.exp(_LOG_RATIO_CLAMP)  # a clip_high above the largest
 
 
 def _finite_matrix(x: Any, name: str) -> torch.Tensor:
-    if x is None or isinstance(x, (str, bytes, dict, set)):  # the container rule of costaware._checks
-        raise TypeError(f"{name} must be a 2-D torch.Tensor, got {type(x).__name__}")
+    check_container(x, name, "a 2-D torch.Tensor")
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor (it carries the gradient), got {type(x).__name__}")
     if x.ndim != 2:
@@ -81,11 +80,8 @@ def _per_token_advantages(advantages: Any, shape: torch.Size) -> torch.Tensor:
 
 
 def _check_clip(clip_low: float, clip_high: float) -> tuple[float, float]:
-    lo, hi = real_scalar(clip_low, "clip_low"), real_scalar(clip_high, "clip_high")
-    if not 0.0 <= lo < 1.0:
-        raise ValueError(f"clip_low must lie in [0, 1), got {clip_low!r}")
-    if not hi >= 0.0:
-        raise ValueError(f"clip_high must be finite and >= 0, got {clip_high!r}")
+    lo = in_interval(clip_low, "clip_low", 0.0, 1.0, open_high=True)
+    hi = positive_scalar(clip_high, "clip_high", allow_zero=True)
     # ρ never exceeds e^20 (the log-ratio clamp), so a larger bound never binds; capping it keeps
     # 1 + clip_high inside float32 (1e300 would overflow the clamp) without changing any loss
     return lo, min(hi, _NEVER_BINDS)

@@ -21,8 +21,11 @@ On bias: ``nonzero`` drops the rows with A = 0, whose policy gradient is zero, s
 says). ``pods`` and ``cost_pods`` drop rows with A ≠ 0 and recompute the advantages over the rows
 they keep, so their expectation is another vector: ``biased`` is True.
 
-Names exist only at the edges (config files, CLI, report labels): :func:`method_from_name` is the one
-parser, and :data:`METHODS` the names it knows.
+Names exist only at the edges (config files, CLI, report labels): each method's class is filed in
+:data:`REGISTRY` under its ``name`` by :func:`register_method` (a name taken twice raises), its dataclass
+fields are its options, checked when it is built; :func:`method_from_name` is the one parser, and
+:data:`METHODS` the names it knows. The lowercase factories (:func:`p_smooth`, ...) are the classes under
+the method's name.
 
 >>> p_smooth(0.1).full_support, p_star().full_support, p_star().uses_costs, pods().biased
 (True, False, True, True)
@@ -34,10 +37,9 @@ PSmooth(alpha=0.0, adaptive_max_weight=None)
 
 from __future__ import annotations
 
-import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 import numpy as np
@@ -45,8 +47,10 @@ import torch
 
 from costaware import distributions as dist
 from costaware._checks import integer, real_scalar
+from costaware._registry import registrar
 from costaware.grpo.pods import cost_pods_select_kernel, pods_advantages, pods_select_kernel
 from costaware.grpo.proxy import adaptive_alpha_kernel, proxy_probs_kernel
+from costaware.sampling_options import DEFAULT_ALPHA
 
 __all__ = [
     "ALPHA_AUTO_MAX",
@@ -60,6 +64,7 @@ __all__ = [
     "Probs",
     "method_from_name",
     "method_names",
+    "register_method",
     "none",
     "p_star",
     "p_smooth",
@@ -90,12 +95,7 @@ def check_alpha(alpha: Any, name: str = "alpha") -> float:
 
 def check_keep(keep: Any, name: str = "keep") -> int | None:
     """Rows kept per group: a positive integer, or None (half the group)."""
-    if keep is None:
-        return None
-    try:
-        return integer(keep, name, minimum=1)
-    except ValueError:
-        raise ValueError(f"{name} must be a positive integer or None, got {keep!r}") from None
+    return None if keep is None else integer(keep, name, minimum=1, why=" or None")
 
 
 def check_max_weight(w: Any, alpha: float, name: str = "adaptive_max_weight") -> float | None:
@@ -182,6 +182,28 @@ class Subset(SamplingMethod):
         """The rows to run, from a checked pool."""
 
 
+# name -> class: the one place a method name meets its object, filled below in the order of METHODS
+REGISTRY: dict[str, type[SamplingMethod]] = {}
+register_method = registrar(REGISTRY, "sampling method")
+
+
+# -- GRPO's own plan -------------------------------------------------------------------------------
+
+
+@register_method
+@dataclass(frozen=True)
+class Plain(Subset):
+    """GRPO: every row once, shuffled; a pool whose advantages are all zero is still run."""
+
+    name: ClassVar[str] = "none"
+    fixed_size: ClassVar[bool] = True
+    full_support: ClassVar[bool] = True
+    plain: ClassVar[bool] = True
+
+    def select(self, pool: RowPool) -> Selection:
+        return Selection(None, pool.advantages)
+
+
 # -- drawing methods ------------------------------------------------------------------------------
 
 
@@ -190,6 +212,7 @@ def _proxy_base(g: np.ndarray, c: np.ndarray, beta: float) -> np.ndarray:
     return dist.optimal_kernel(g, c) if beta == 0.0 else proxy_probs_kernel(g, c, beta, 0.0)
 
 
+@register_method
 @dataclass(frozen=True)
 class PStar(Drawing):
     """The paper's p* ∝ G/√c with the proxy G = |A|·c^β (β = 0: |A|); rows with A = 0 get p = 0."""
@@ -202,16 +225,23 @@ class PStar(Drawing):
         return Probs(_proxy_base(proxy, costs, beta), beta, 0.0)
 
 
+@register_method
 @dataclass(frozen=True)
 class PSmooth(Drawing):
-    """(1 − α)p* + α·uniform; with ``adaptive_max_weight`` W the smallest α in [alpha, ALPHA_AUTO_MAX]
-    keeping every raw weight of a row with A ≠ 0 at most W (:func:`costaware.grpo.proxy.adaptive_alpha`)."""
+    """(1 − α)p* + α·uniform; α > 0 gives every row p > 0. With ``adaptive_max_weight`` W, the smallest α in
+    [alpha, ALPHA_AUTO_MAX] keeping every raw weight of a row with A ≠ 0 at most W, chosen per pool
+    (:func:`costaware.grpo.proxy.adaptive_alpha`)."""
 
     name: ClassVar[str] = "p_smooth"
     uses_proxy: ClassVar[bool] = True
     uses_costs: ClassVar[bool] = True
-    alpha: float = 0.01
+    alpha: float = DEFAULT_ALPHA
     adaptive_max_weight: float | None = None
+
+    def __post_init__(self) -> None:
+        alpha = check_alpha(self.alpha)
+        object.__setattr__(self, "alpha", alpha)
+        object.__setattr__(self, "adaptive_max_weight", check_max_weight(self.adaptive_max_weight, alpha))
 
     @property
     def full_support(self) -> bool:  # type: ignore[override]
@@ -227,6 +257,7 @@ class PSmooth(Drawing):
         return Probs(dist.smoothed_kernel(base, alpha), beta, float(alpha))
 
 
+@register_method
 @dataclass(frozen=True)
 class InvSqrtCost(Drawing):
     """p ∝ 1/√c: the optimum when every G is replaced by 1 (the paper's G ≡ 1 ablation)."""
@@ -239,6 +270,7 @@ class InvSqrtCost(Drawing):
         return Probs(dist.inverse_sqrt_cost_kernel(costs), None, None)
 
 
+@register_method
 @dataclass(frozen=True)
 class Variance(Drawing):
     """p ∝ |A|: the variance-minimising, cost-blind distribution."""
@@ -249,6 +281,7 @@ class Variance(Drawing):
         return Probs(dist.variance_kernel(proxy), None, None)
 
 
+@register_method
 @dataclass(frozen=True)
 class Uniform(Drawing):
     """p = 1/N: GRPO's rows drawn with replacement (weights 1)."""
@@ -263,19 +296,7 @@ class Uniform(Drawing):
 # -- subset methods --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Plain(Subset):
-    """GRPO: every row once, shuffled; a pool whose advantages are all zero is still run."""
-
-    name: ClassVar[str] = "none"
-    fixed_size: ClassVar[bool] = True
-    full_support: ClassVar[bool] = True
-    plain: ClassVar[bool] = True
-
-    def select(self, pool: RowPool) -> Selection:
-        return Selection(None, pool.advantages)
-
-
+@register_method
 @dataclass(frozen=True)
 class Nonzero(Subset):
     """GRPO's rows with A ≠ 0, each once (``zero_tol`` decides what counts as zero)."""
@@ -288,11 +309,14 @@ class Nonzero(Subset):
 
 @dataclass(frozen=True)
 class _GroupSubset(Subset):
-    """Keeps ``keep`` rows of every group (default half of it), then recomputes the advantages over them."""
+    """Keeps ``keep`` rows of every group (None: half of it), then recomputes the advantages over them. Biased."""
 
     needs_groups: ClassVar[bool] = True
     biased: ClassVar[bool] = True
     keep: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "keep", check_keep(self.keep))
 
     @abstractmethod
     def _mask(self, pool: RowPool, group_size: int, keep: int) -> torch.Tensor:
@@ -312,6 +336,7 @@ class _GroupSubset(Subset):
         return Selection(rows, adv, skipped)
 
 
+@register_method
 @dataclass(frozen=True)
 class Pods(_GroupSubset):
     """PODS: per group, the ``keep`` rows whose rewards vary most (:func:`costaware.grpo.pods.pods_select`)."""
@@ -323,6 +348,7 @@ class Pods(_GroupSubset):
         return pods_select_kernel(pool.rewards, group_size, keep)
 
 
+@register_method
 @dataclass(frozen=True)
 class CostPods(_GroupSubset):
     """Cost-aware PODS: per group, the ``keep`` rows with the most reward variance per PO token
@@ -336,80 +362,44 @@ class CostPods(_GroupSubset):
         return cost_pods_select_kernel(pool.rewards, torch.from_numpy(pool.costs), group_size, keep)
 
 
-# -- factories (the public way to build a method) -------------------------------------------------
+# -- the factories: each method's class under its name (``p_smooth(0.05)``) --------------------------
 
+none = Plain
+p_star = PStar
+p_smooth = PSmooth
+inv_sqrt_cost = InvSqrtCost
+variance = Variance
+uniform = Uniform
+nonzero = Nonzero
+pods = Pods
+cost_pods = CostPods
 
-def none() -> Plain:
-    """Plain GRPO: every row once, shuffled."""
-    return Plain()
-
-
-def p_star() -> PStar:
-    """The paper's p* ∝ |A|/√c (or |A|·c^(β−½) with a length-aware proxy)."""
-    return PStar()
-
-
-def p_smooth(alpha: float = 0.01, adaptive_max_weight: float | None = None) -> PSmooth:
-    """(1 − α)p* + α·uniform; α > 0 gives every row p > 0. ``adaptive_max_weight``: choose α per pool."""
-    alpha = check_alpha(alpha)
-    return PSmooth(alpha, check_max_weight(adaptive_max_weight, alpha))
-
-
-def inv_sqrt_cost() -> InvSqrtCost:
-    """p ∝ 1/√c (G ≡ 1)."""
-    return InvSqrtCost()
-
-
-def variance() -> Variance:
-    """p ∝ |A| (cost-blind)."""
-    return Variance()
-
-
-def uniform() -> Uniform:
-    """p = 1/N with replacement."""
-    return Uniform()
-
-
-def nonzero() -> Nonzero:
-    """The rows with A ≠ 0, each once."""
-    return Nonzero()
-
-
-def pods(keep: int | None = None) -> Pods:
-    """PODS max-variance down-sampling, ``keep`` rows per group (default half the group). Biased."""
-    return Pods(check_keep(keep))
-
-
-def cost_pods(keep: int | None = None) -> CostPods:
-    """Cost-aware PODS: ``keep`` rows per group maximising reward variance per PO token. Biased."""
-    return CostPods(check_keep(keep))
-
-
-# name -> factory: the one place a method name meets its object
-REGISTRY: dict[str, Callable[..., SamplingMethod]] = {
-    "none": none, "p_star": p_star, "p_smooth": p_smooth, "inv_sqrt_cost": inv_sqrt_cost,
-    "variance": variance, "uniform": uniform, "nonzero": nonzero, "pods": pods, "cost_pods": cost_pods,
-}  # fmt: skip
 METHODS: tuple[str, ...] = tuple(REGISTRY)
-_OPTIONS = ("alpha", "adaptive_max_weight", "keep")
-_TAKES = {name: frozenset(inspect.signature(f).parameters) for name, f in REGISTRY.items()}
+
+
+def _options(cls: type[SamplingMethod]) -> tuple[str, ...]:
+    """The options a method takes: its dataclass fields."""
+    return tuple(f.name for f in fields(cls) if f.init)  # type: ignore[arg-type]
 
 
 def method_names(where: Callable[[SamplingMethod], bool]) -> tuple[str, ...]:
     """The names of the methods (built with default options) for which ``where`` holds, for messages and
     engine lists, e.g. ``method_names(lambda m: m.full_support)``."""
-    return tuple(name for name, factory in REGISTRY.items() if where(factory()))
+    return tuple(name for name, cls in REGISTRY.items() if where(cls()))
 
 
 def method_from_name(name: str, **options: Any) -> SamplingMethod:
-    """The method called ``name`` (one of :data:`METHODS`), built with the ``options`` its factory takes.
+    """The method called ``name`` (one of :data:`METHODS`), built with the ``options`` its class takes.
 
-    ``options`` may hold ``alpha``, ``adaptive_max_weight`` and ``keep``; a config holds every method's
-    options, so those the method does not take are ignored.
+    ``options`` may hold any registered method's options (``alpha``, ``adaptive_max_weight``, ``keep``); a
+    config holds every method's options, so those the method does not take are ignored.
     """
     if not (isinstance(name, str) and name in REGISTRY):
-        raise ValueError(f"method must be one of {METHODS}, got {name!r}")
-    unknown = sorted(set(options) - set(_OPTIONS))
+        raise ValueError(f"method must be one of {tuple(REGISTRY)}, got {name!r}")
+    known = tuple(dict.fromkeys(o for cls in REGISTRY.values() for o in _options(cls)))
+    unknown = sorted(set(options) - set(known))
     if unknown:
-        raise TypeError(f"method options must be among {_OPTIONS}, got {unknown}")
-    return REGISTRY[name](**{k: v for k, v in options.items() if k in _TAKES[name]})
+        raise TypeError(f"method options must be among {known}, got {unknown}")
+    cls = REGISTRY[name]
+    takes = _options(cls)
+    return cls(**{k: v for k, v in options.items() if k in takes})

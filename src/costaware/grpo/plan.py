@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from costaware import distributions as dist
-from costaware._checks import integer, show
+from costaware._checks import check_container, integer, show
 from costaware.alias import MAX_DRAWS, build_alias_kernel, draw
 from costaware.grpo._draws import draw_until_fed_tokens, draw_until_tokens, gather, merge_chunks
 from costaware.grpo.config import MAX_STEPS, METHODS, SamplingConfig
@@ -102,8 +102,7 @@ def _as_vector(x: Any, name: str, dtype: torch.dtype) -> torch.Tensor:
     The conversion is torch's (``torch.as_tensor`` then ``.to(dtype)``), kept so that every plan is
     the same as before: a list of Python floats passes through float32, as it always did.
     """
-    if x is None or isinstance(x, (str, bytes, dict, set)):  # the container rule of costaware._checks
-        raise TypeError(f"{name} must be a 1-D array-like of numbers, got {type(x).__name__}")
+    check_container(x, name, "a 1-D array-like of numbers")
     try:
         t = torch.as_tensor(x).detach().cpu()
     except (TypeError, ValueError, RuntimeError) as exc:  # ragged lists, None inside, non-numbers

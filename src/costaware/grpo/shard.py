@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from costaware._checks import boolean, integer
+from costaware._checks import boolean, check_container, integer
 from costaware.grpo.config import MAX_STEPS
 from costaware.grpo.plan import MiniBatch
 
@@ -72,8 +72,7 @@ class ShardStep:
 
 def rank_offsets(rank_sizes: Sequence[int]) -> np.ndarray:
     """Global index of each rank's first row: ``[0, n_0, n_0 + n_1, …]`` (P + 1 entries)."""
-    if rank_sizes is None or isinstance(rank_sizes, (str, bytes, dict, set)) or not hasattr(rank_sizes, "__iter__"):
-        raise TypeError(f"rank_sizes must be a list of row counts, got {type(rank_sizes).__name__}")
+    check_container(rank_sizes, "rank_sizes", "a list of row counts", needs="__iter__")
     sizes = [integer(s, "rank_sizes", minimum=1, maximum=_MAX_ROWS) for s in rank_sizes]
     if not sizes:
         raise ValueError(f"rank_sizes must be a non-empty list of positive row counts, got {rank_sizes!r}")
@@ -105,17 +104,15 @@ def shard_minibatches(
     num_ranks = offsets.size - 1
     if pad_rows is None:
         pads = [0] * num_ranks
-    elif isinstance(pad_rows, (str, bytes, dict, set)) or not hasattr(pad_rows, "__iter__"):
-        raise TypeError(f"pad_rows must be a list of local rows, one per rank, got {type(pad_rows).__name__}")
     else:
+        check_container(pad_rows, "pad_rows", "a list of local rows, one per rank", needs="__iter__")
         pads = [integer(x, "pad_rows", minimum=0) for x in pad_rows]
     if len(pads) != num_ranks or any(not 0 <= x < int(offsets[r + 1] - offsets[r]) for r, x in enumerate(pads)):
         raise ValueError(f"pad_rows must hold one local row per rank (sizes {list(rank_sizes)}), got {pad_rows!r}")
     num_steps = integer(num_steps, "num_steps", minimum=1, maximum=MAX_STEPS)
     equal_steps = boolean(equal_steps, "equal_steps")
     row_multiple = integer(row_multiple, "row_multiple", minimum=1, maximum=_MAX_ROWS)
-    if isinstance(minibatches, (str, bytes, dict, set)) or not hasattr(minibatches, "__len__"):
-        raise TypeError(f"minibatches must be a sequence of MiniBatch, got {type(minibatches).__name__}")
+    check_container(minibatches, "minibatches", "a sequence of MiniBatch", needs="__len__")
     if len(minibatches) > num_steps:
         raise ValueError(f"the plan has {len(minibatches)} mini-batches, more than num_steps={num_steps}")
     total = int(offsets[-1])

@@ -469,11 +469,7 @@ def key_arms(ev: E.Evidence, stats: Mapping[E.Key, Mapping[str, Any]], candidate
     cost-aware PODS, GRESO's skip, DAPO's sampling with the lowest total cost to the target)."""
     sec, lr = ev.section, ev.section.default_lr
     out = [ev.baseline, (Arm("nonzero"), lr), *candidates]
-    peers = [
-        k
-        for k in sec.arms
-        if k[1] == lr and (k[0].method in ("pods", "cost_pods") or k[0].rollout in ("greso", "dapo"))
-    ]
+    peers = [k for k in sec.arms if k[1] == lr and R.is_peer(k[0])]
     if peers:
         out.append(min(peers, key=lambda k: (stats[k]["total_cost_to_target"], k)))
     return [k for k in dict.fromkeys(out) if k in sec.arms]

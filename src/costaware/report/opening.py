@@ -29,10 +29,6 @@ class Row:
     absent: str
 
 
-def _is_headline(ev: E.Evidence) -> bool:
-    return ev.section.setting == "grpo"
-
-
 def rows(evs: Sequence[E.Evidence]) -> list[Row]:
     """The headline section's claims, then each other section's first claim (its candidate against GRPO)."""
     out: list[Row] = []

@@ -32,6 +32,7 @@ __all__ = [
     "UNBIASED",
     "PEERS",
     "TARGET_PEERS",
+    "is_peer",
     "MIN_SAVING",
     "MIN_SAVING_OVER_BEST",
     "MIN_SEEDS",
@@ -49,12 +50,23 @@ __all__ = [
 SKIP = Arm("p_star", rollout="cost_aware_skip")  # the candidate (biased)
 UNBIASED = Arm("p_star", rollout="cost_aware")  # the unbiased candidate, when run
 GRESO, DAPO = Arm("none", rollout="greso"), Arm("none", rollout="dapo")
-PEERS = (Arm("nonzero"), Arm("pods"), Arm("cost_pods"), GRESO, DAPO)
+# The peers beside nonzero, by what defines them: a PODS row method, or a prompt stage that skips or refills
+PEER_METHODS, PEER_ROLLOUTS = ("pods", "cost_pods"), ("greso", "dapo")
+PEERS = (Arm("nonzero"), *(Arm(m) for m in PEER_METHODS), GRESO, DAPO)
 TARGET_PEERS = (Arm("nonzero"), Arm("pods"), GRESO, DAPO)  # the target's "best of": the largest saving over GRPO
 MIN_SAVING = 0.5  # ≥ 2× less total cost than GRPO
 MIN_SAVING_OVER_BEST = 0.15
 MIN_SEEDS = 5
 _FINITE_SET = re.compile(r"-\d+-prompts$")
+
+
+def is_peer(arm: Arm) -> bool:
+    """A peer other than ``nonzero``: PODS or cost-aware PODS (any options), GRESO's skip or DAPO's sampling.
+
+    >>> is_peer(Arm("pods")), is_peer(Arm("p_star", rollout="greso")), is_peer(Arm("nonzero"))
+    (True, True, False)
+    """
+    return arm.method in PEER_METHODS or arm.rollout in PEER_ROLLOUTS
 
 
 def is_rollout(sec: Section) -> bool:

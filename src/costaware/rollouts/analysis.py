@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from costaware._checks import check_container, in_open_unit_interval, integer
 from costaware._checks import generation_cost as check_generation_cost
-from costaware._checks import in_open_unit_interval, integer
 from costaware.rollouts.group import TRL_EPS, row_abs_advantages
 from costaware.rollouts.logs import PromptRound
 from costaware.rollouts.prompts import (
@@ -45,6 +45,7 @@ from costaware.rollouts.prompts import (
     prompt_method_from_name,
 )
 from costaware.rollouts.state import PromptState, StateConfig
+from costaware.sampling_options import DEFAULT_GENERATION_COST
 
 __all__ = [
     "ROW_METHODS",
@@ -62,7 +63,7 @@ ROW_METHODS = {"none": "all", "nonzero": "nonzero", "p_star": "nonzero"}
 
 @dataclass(frozen=True)
 class AnalysisConfig:
-    generation_cost: float = 1.0 / 3.0
+    generation_cost: float = DEFAULT_GENERATION_COST
     row_method: str = "nonzero"
     alphas: tuple[float, ...] = (0.1, 0.5)
     decay: float = 0.9
@@ -80,8 +81,7 @@ class AnalysisConfig:
         for a in self.alphas:
             in_open_unit_interval(a, "alphas", why=FLOOR_WHY)
         in_open_unit_interval(self.two_stage_floor, "two_stage_floor", why=FLOOR_WHY)
-        if self.first is None or isinstance(self.first, (str, bytes, dict, set)):
-            raise TypeError(f"first must be a tuple of integers >= 1, got {self.first!r}")
+        check_container(self.first, "first", "a tuple of integers >= 1")
         object.__setattr__(self, "first", tuple(integer(m, "first", minimum=1) for m in self.first))
         # the bins split the prompts by size: at most one prompt per bin is all a round can fill
         object.__setattr__(self, "size_bins", integer(self.size_bins, "size_bins", minimum=1, maximum=MAX_PROMPTS))
@@ -160,8 +160,7 @@ def analyse(records: list[PromptRound], config: AnalysisConfig | None = None) ->
     if config is not None and not isinstance(config, AnalysisConfig):
         raise TypeError(f"config must be an AnalysisConfig or None, got {type(config).__name__}")
     cfg = config or AnalysisConfig()
-    if records is None or isinstance(records, (str, bytes, dict, set)):
-        raise TypeError(f"records must be a list of PromptRound, got {type(records).__name__}")
+    check_container(records, "records", "a list of PromptRound")
     records = list(records)
     bad = next((r for r in records if not isinstance(r, PromptRound)), None)
     if bad is not None:
@@ -171,7 +170,7 @@ def analyse(records: list[PromptRound], config: AnalysisConfig | None = None) ->
     rounds, by, G, N = _rounds(records)
     cost = CostModel(cfg.generation_cost, ROW_METHODS[cfg.row_method])
     state = PromptState(StateConfig(G, cfg.prior_pass_rate, cfg.prior_strength, cfg.decay, eps=cfg.eps), N)
-    two = {m: TwoStage(first=m, floor=cfg.two_stage_floor, cost=cost) for m in cfg.first if m < G}
+    two = {m: TwoStage(m, cfg.two_stage_floor, cost.generation_cost, cost.po_rows) for m in cfg.first if m < G}
     # every registered skip rule, fresh, with this analysis's cost model where it takes one
     rules = {
         name: prompt_method_from_name(name, generation_cost=cfg.generation_cost, po_rows=cost.po_rows)

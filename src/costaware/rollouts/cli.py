@@ -16,6 +16,8 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+from costaware.sampling_options import DEFAULT_GENERATION_COST
+
 __all__ = ["register", "READING"]
 
 READING = (
@@ -103,7 +105,10 @@ def register(subparsers: Any) -> None:
     a = sub.add_parser("analyse", help="predicted J(q)/J(uniform) of prompt samplers on per-prompt logs")
     a.add_argument("logs", nargs="+", help="JSON Lines of PromptRound records")
     a.add_argument(
-        "--generation-cost", type=float, default=1 / 3, help="cost of a generated token in PO tokens (default: 1/3)"
+        "--generation-cost",
+        type=float,
+        default=DEFAULT_GENERATION_COST,
+        help="cost of a generated token in PO tokens (default: %(default).4g)",
     )
     a.add_argument(
         "--row-method",

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from costaware._checks import boolean, file_path, integer, real_scalar
+from costaware._checks import boolean, check_container, file_path, integer, real_scalar
 from costaware.evaluation.files import read_jsonl_objects
 
 __all__ = ["PromptRound", "write_prompt_rounds", "read_prompt_rounds", "RecordingReward"]
@@ -80,8 +80,7 @@ class PromptRound:
 def write_prompt_rounds(path: str | os.PathLike[str], records: Iterable[PromptRound], *, append: bool = True) -> None:
     """Append (or write) records as JSON Lines."""
     path = file_path(path, "path")
-    if records is None or isinstance(records, (str, bytes, dict, set)):
-        raise TypeError(f"records must be a list of PromptRound, got {type(records).__name__}")
+    check_container(records, "records", "a list of PromptRound")
     records = list(records)
     bad = next((r for r in records if not isinstance(r, PromptRound)), None)
     if bad is not None:  # checked before the file is opened: a bad list leaves the log as it was
@@ -96,8 +95,7 @@ def read_prompt_rounds(paths: Sequence[str | os.PathLike[str]]) -> list[PromptRo
     """Every record of every file, in file order then line order; blank lines are skipped."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    if paths is None or isinstance(paths, (bytes, dict, set)) or not hasattr(paths, "__iter__"):
-        raise TypeError(f"paths must be a file path or a list of them, got {type(paths).__name__}")
+    check_container(paths, "paths", "a file path or a list of them", needs="__iter__")
     paths = [file_path(p, "paths") for p in paths]
     for p in paths:
         if not os.path.isfile(p):

@@ -4,10 +4,13 @@ Each sampler has the class-level flags ``name``, ``biased`` (it never trains on 
 update is not full-dataset GRPO's in expectation), ``weighted`` (its rows carry a prompt factor) and
 ``uses_costs``. Those a :class:`~costaware.rollouts.stage.PromptStage` runs are :class:`PromptMethod` objects:
 :meth:`PromptMethod.choose` picks a round's prompts from the stage's state, :meth:`PromptMethod.observe`
-folds the round's rewards into the rule's own state (GRESO's exploration probabilities), and
-:data:`REGISTRY` names them; :func:`prompt_method_from_name` is the one parser. A new rule is a class,
-its factory and one :data:`REGISTRY` line: the stage, the engines' option checks, the analysis and the
-arms read the registry.
+folds the round's rewards into the rule's own state (GRESO's exploration probabilities). Each rule's class
+is filed in :data:`REGISTRY` under its ``name`` by :func:`register_prompt_method` (a name taken twice
+raises); its dataclass fields are its options, with their defaults and help from
+:data:`costaware.sampling_options.PROMPT_OPTIONS`, and :func:`prompt_method_from_name` is the one parser.
+A new rule is one registered class: the stage, the engines' option checks, the analysis and the arms read
+the registry. The lowercase factories (:func:`greso`, ...) are the classes under the names of earlier
+releases.
 
 Unbiased (weighted):
 
@@ -25,7 +28,7 @@ Biased (no weights): :func:`cost_aware_skip` and :func:`greso` skip prompts befo
 >>> from costaware.rollouts.state import PromptState, StateConfig
 >>> st = PromptState(StateConfig(group_size=4), num_prompts=4, prompt_tokens=[10, 10, 10, 10])
 >>> st.update([0, 1], [[1, 1, 1, 1], [1, 0, 1, 0]], [[8] * 4, [8] * 4], round=0)
->>> s = cost_aware_prompts(floor=0.5, generation_cost=1 / 3)
+>>> s = cost_aware_prompts(floor=0.5)
 >>> q = s.probabilities(st, round=1)
 >>> bool(q[0] < q[1]), float(q.sum())                      # the all-correct prompt is drawn less
 (True, 1.0)
@@ -35,10 +38,9 @@ Biased (no weights): :func:`cost_aware_skip` and :func:`greso` skip prompts befo
 
 from __future__ import annotations
 
-import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -55,9 +57,11 @@ from costaware._checks import (
     show,
 )
 from costaware._checks import generation_cost as check_generation_cost
+from costaware._registry import registrar
 from costaware.alias import build_alias, draw
 from costaware.rollouts.group import predictive_abs_adv_sum
 from costaware.rollouts.state import ALL_CORRECT, ALL_WRONG, PromptState
+from costaware.sampling_options import PO_ROWS, prompt_field
 
 __all__ = [
     "REGISTRY",
@@ -66,6 +70,8 @@ __all__ = [
     "StageRound",
     "prompt_method_from_name",
     "prompt_method_names",
+    "prompt_method_options",
+    "register_prompt_method",
     "FLOOR_WHY",
     "CostModel",
     "UniformPrompts",
@@ -82,7 +88,6 @@ __all__ = [
     "fill_prompt_batch",
 ]
 
-PO_ROWS = ("all", "nonzero")
 # Bounds on the counts that size a round's arrays or loops (a huge count is a ValueError, not a hang
 # or a MemoryError): prompts per round or per candidate batch, candidate batches per round, and the
 # candidates one round may examine in all.
@@ -102,8 +107,8 @@ class CostModel:
     p*: a zero-variance group feeds nothing), in expectation under the posterior.
     """
 
-    generation_cost: float = 1.0 / 3.0
-    po_rows: str = "nonzero"
+    generation_cost: float = prompt_field("generation_cost")
+    po_rows: str = prompt_field("po_rows")
 
     def __post_init__(self) -> None:
         check_generation_cost(self.generation_cost)
@@ -233,9 +238,51 @@ def iid_draw(
     return ids, w[ids]
 
 
-# -- unbiased prompt samplers ---------------------------------------------------------------------
+# -- the registry ---------------------------------------------------------------------------------
+
+# The rules a PromptStage runs, by the name configs use, filled by @register_prompt_method in the order below.
+REGISTRY: dict[str, type[PromptMethod]] = {}
+register_prompt_method = registrar(REGISTRY, "prompt method")
 
 
+def prompt_method_options(name: str) -> tuple[str, ...]:
+    """The options the rule called ``name`` takes: its class's dataclass fields.
+
+    >>> prompt_method_options("cost_aware")
+    ('floor', 'generation_cost', 'po_rows')
+    """
+    return tuple(f.name for f in fields(REGISTRY[name]) if f.init)  # type: ignore[arg-type]
+
+
+def prompt_method_names(where: Callable[[PromptMethod], bool] = lambda m: True) -> tuple[str, ...]:
+    """The registered names whose rule (built with default options) satisfies ``where``, in registry order,
+    e.g. ``prompt_method_names(lambda m: not m.plain)`` for the engines' choices."""
+    return tuple(name for name, cls in REGISTRY.items() if where(cls()))
+
+
+def prompt_method_from_name(name: str, **options: Any) -> PromptMethod:
+    """The rule called ``name`` (a :data:`REGISTRY` key), built with the ``options`` its class takes.
+
+    A config holds every rule's options (``floor``, ``generation_cost``, ``po_rows``, ...), so those this
+    rule does not take are ignored; one that no registered rule takes is a TypeError.
+
+    >>> prompt_method_from_name("cost_aware", floor=0.2, min_keep=0.1).floor
+    0.2
+    """
+    if not (isinstance(name, str) and name in REGISTRY):
+        raise ValueError(f"the prompt method must be one of {tuple(REGISTRY)}, got {name!r}")
+    known = sorted({o for rule in REGISTRY for o in prompt_method_options(rule)})
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise TypeError(f"prompt method options must be among {known}, got {unknown}")
+    takes = prompt_method_options(name)
+    return REGISTRY[name](**{k: v for k, v in options.items() if k in takes})
+
+
+# -- uniform prompts -------------------------------------------------------------------------------
+
+
+@register_prompt_method
 @dataclass(frozen=True)
 class UniformPrompts(PromptMethod):
     """q_j = 1/N: today's behaviour. A stage draws B prompts i.i.d. from q; a drawn prompt's factor is
@@ -262,50 +309,6 @@ class UniformPrompts(PromptMethod):
         qq = as_array(q, "q").reshape(-1)
         ids = index_vector(prompt_ids, qq.size, "prompt_ids", integral_floats=True)
         return 1.0 / (qq.size * qq[ids])
-
-
-@dataclass(frozen=True)
-class CostAwarePrompts(UniformPrompts):
-    """q = (1 − floor)·q̂ + floor/N with q̂_j ∝ Ĝ_j/√ĉ_j; every weight f_j ≤ 1/floor."""
-
-    name: ClassVar[str] = "cost_aware"
-    plain: ClassVar[bool] = False
-    weighted: ClassVar[bool] = True
-    uses_costs: ClassVar[bool] = True
-    summary: ClassVar[str] = "q ∝ G/sqrt(c) with prompt weights 1/(N q)"
-    floor: float = 0.1
-    cost: CostModel = CostModel()
-
-    def __post_init__(self) -> None:
-        in_open_unit_interval(self.floor, "floor", why=FLOOR_WHY)
-        if not isinstance(self.cost, CostModel):
-            raise TypeError(f"cost must be a CostModel, got {type(self.cost).__name__}")
-
-    def sampler_inputs(self, state: PromptState, round: int) -> tuple[np.ndarray, np.ndarray]:
-        """(proxies Ĝ, costs ĉ) for :class:`costaware.sampler.CostAwareSampler` with ``alpha=floor``,
-        ``weights="raw"``: its p is then this q and its weights these prompt factors."""
-        e = self.cost.expected(_check_state(state), round)
-        return e["abs_adv_sum"], e["cost"]
-
-    def draw_inputs(self, state: PromptState, round: int) -> tuple[np.ndarray | None, np.ndarray, float]:
-        g, c = self.sampler_inputs(state, round)
-        return g, c, self.floor
-
-    def probabilities(self, state: PromptState, round: int) -> np.ndarray:
-        g, c = self.sampler_inputs(state, round)
-        return dist.smoothed_kernel(dist.optimal(g, c), self.floor)
-
-
-def uniform_prompts() -> UniformPrompts:
-    """Uniform prompts (today's behaviour): unbiased, no weights."""
-    return UniformPrompts()
-
-
-def cost_aware_prompts(
-    floor: float = 0.1, generation_cost: float = 1.0 / 3.0, po_rows: str = "nonzero"
-) -> CostAwarePrompts:
-    """The paper's rule applied to prompts, q ∝ Ĝ/√ĉ mixed with uniform at ``floor``: unbiased, weighted."""
-    return CostAwarePrompts(floor=floor, cost=CostModel(generation_cost, po_rows))
 
 
 # -- biased skip rules ---------------------------------------------------------------------------
@@ -351,52 +354,18 @@ def fill_prompt_batch(
 
 
 @dataclass(frozen=True)
-class CostAwareSkip(SkipRule):
-    """BIASED. Keep prompt j with min(1, max(min_keep, s_j / s_ref)), s = Ĝ/√ĉ, s_ref = the
-    ``reference`` quantile of s over all prompts: the skip probability rises as Ĝ/√ĉ falls. No weights."""
-
-    name: ClassVar[str] = "cost_aware_skip"
-    uses_costs: ClassVar[bool] = True
-    summary: ClassVar[str] = "skip as the predicted G/sqrt(c) falls"
-    min_keep: float = 0.05
-    reference: float = 0.5
-    cost: CostModel = CostModel()
-
-    def __post_init__(self) -> None:
-        in_open_unit_interval(self.min_keep, "min_keep", why=FLOOR_WHY)
-        in_open_unit_interval(self.reference, "reference", why=FLOOR_WHY)
-
-    def keep_probabilities(self, state: PromptState, round: int) -> np.ndarray:
-        e = self.cost.expected(_check_state(state), round)
-        s = e["abs_adv_sum"] / np.sqrt(e["cost"])
-        ref = float(np.quantile(s, self.reference))
-        if not ref > 0:
-            return np.ones_like(s)
-        return np.clip(s / ref, self.min_keep, 1.0)
-
-    def keep(self, state: PromptState, round: int) -> np.ndarray:
-        return self.keep_probabilities(state, round)
-
-
-def cost_aware_skip(
-    min_keep: float = 0.05, reference: float = 0.5, generation_cost: float = 1.0 / 3.0, po_rows: str = "nonzero"
-) -> CostAwareSkip:
-    """The biased cost-aware skip (GRESO-like, scored by Ĝ/√ĉ); labelled ``biased=True``."""
-    return CostAwareSkip(min_keep=min_keep, reference=reference, cost=CostModel(generation_cost, po_rows))
-
-
-@dataclass(frozen=True)
 class GresoControl:
     """GRESO's adaptive exploration probabilities (the probability of *keeping*), one per class."""
 
-    p_easy: float = 0.5
-    p_hard: float = 0.5
+    p_easy: float = prompt_field("p_easy")
+    p_hard: float = prompt_field("p_hard")
 
     def __post_init__(self) -> None:
         for name in ("p_easy", "p_hard"):
             object.__setattr__(self, name, in_unit_interval(getattr(self, name), name))
 
 
+@register_prompt_method
 @dataclass(frozen=True)
 class Greso(SkipRule):
     """BIASED. GRESO's pre-rollout filter (Zheng et al. 2025, "Act Only When It Pays").
@@ -410,32 +379,37 @@ class Greso(SkipRule):
     epoch): the cadence is the caller's. The candidate batch is ``oversample`` × the train batch
     (384/256), filtered, and refilled until the train batch is full (:func:`fill_prompt_batch`).
 
-    Its state, :attr:`control` (``initial`` at the start), moves by :meth:`observe`, once per round.
+    Its state, :attr:`control` (:attr:`initial` at the start), moves by :meth:`observe`, once per round.
     """
 
     name: ClassVar[str] = "greso"
     summary: ClassVar[str] = "GRESO's pre-rollout skip"
-    target: float = 0.25
-    easy_split: float = 1.0 / 3.0
-    step: float = 0.01
-    min_p: float = 0.05
-    max_p: float = 0.95
-    oversample: float = 1.5
-    initial: GresoControl = GresoControl()
+    target: float = prompt_field("target")
+    easy_split: float = prompt_field("easy_split")
+    step: float = prompt_field("step")
+    p_easy: float = prompt_field("p_easy")
+    p_hard: float = prompt_field("p_hard")
+    oversample: float = prompt_field("oversample")
+    min_p: float = prompt_field("min_p")
+    max_p: float = prompt_field("max_p")
     control: GresoControl = field(init=False, repr=False, compare=False)  # the state: initial, then observe()'s
 
     def __post_init__(self) -> None:
+        for name in ("p_easy", "p_hard"):
+            object.__setattr__(self, name, in_open_unit_interval(getattr(self, name), name, why=FLOOR_WHY))
         for name in ("target", "easy_split", "min_p", "max_p"):
             in_open_unit_interval(getattr(self, name), name, why=FLOOR_WHY)
-        if not 0 < real_scalar(self.step, "step") < 1:
-            raise ValueError(f"step must lie in (0, 1), got {self.step!r}")
+        in_open_unit_interval(self.step, "step")
         if not self.min_p <= self.max_p:
             raise ValueError(f"min_p must be <= max_p, got {self.min_p!r} > {self.max_p!r}")
         if real_scalar(self.oversample, "oversample") < 1:
             raise ValueError(f"oversample must be >= 1, got {self.oversample!r}")
-        if not isinstance(self.initial, GresoControl):
-            raise TypeError(f"initial must be a GresoControl, got {type(self.initial).__name__}")
         object.__setattr__(self, "control", self.initial)
+
+    @property
+    def initial(self) -> GresoControl:
+        """The exploration probabilities at the start: ``p_easy``, ``p_hard``."""
+        return GresoControl(self.p_easy, self.p_hard)
 
     def candidates_per_call(self, batch: int) -> int:
         return self.sampling_batch_size(batch)
@@ -484,61 +458,82 @@ class Greso(SkipRule):
         )
 
 
-def greso(
-    target: float = 0.25,
-    easy_split: float = 1.0 / 3.0,
-    step: float = 0.01,
-    p_easy: float = 0.5,
-    p_hard: float = 0.5,
-    oversample: float = 1.5,
-    min_p: float = 0.05,
-    max_p: float = 0.95,
-) -> Greso:
-    """GRESO's probabilistic pre-rollout skip with its adaptive exploration; labelled ``biased=True``."""
-    return Greso(
-        target=target,
-        easy_split=easy_split,
-        step=step,
-        min_p=min_p,
-        max_p=max_p,
-        oversample=oversample,
-        initial=GresoControl(
-            in_open_unit_interval(p_easy, "p_easy", why=FLOOR_WHY),
-            in_open_unit_interval(p_hard, "p_hard", why=FLOOR_WHY),
-        ),
-    )
+@register_prompt_method
+@dataclass(frozen=True)
+class CostAwareSkip(SkipRule):
+    """BIASED. Keep prompt j with min(1, max(min_keep, s_j / s_ref)), s = Ĝ/√ĉ, s_ref = the
+    ``reference`` quantile of s over all prompts: the skip probability rises as Ĝ/√ĉ falls. No weights."""
+
+    name: ClassVar[str] = "cost_aware_skip"
+    uses_costs: ClassVar[bool] = True
+    summary: ClassVar[str] = "skip as the predicted G/sqrt(c) falls"
+    min_keep: float = prompt_field("min_keep")
+    reference: float = prompt_field("reference")
+    generation_cost: float = prompt_field("generation_cost")
+    po_rows: str = prompt_field("po_rows")
+    cost: CostModel = field(init=False, repr=False, compare=False)  # built from the two above
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cost", CostModel(self.generation_cost, self.po_rows))
+        in_open_unit_interval(self.min_keep, "min_keep", why=FLOOR_WHY)
+        in_open_unit_interval(self.reference, "reference", why=FLOOR_WHY)
+
+    def keep_probabilities(self, state: PromptState, round: int) -> np.ndarray:
+        e = self.cost.expected(_check_state(state), round)
+        s = e["abs_adv_sum"] / np.sqrt(e["cost"])
+        ref = float(np.quantile(s, self.reference))
+        if not ref > 0:
+            return np.ones_like(s)
+        return np.clip(s / ref, self.min_keep, 1.0)
+
+    def keep(self, state: PromptState, round: int) -> np.ndarray:
+        return self.keep_probabilities(state, round)
 
 
-# -- the registry ---------------------------------------------------------------------------------
-
-# The rules a PromptStage runs, by the name configs use; a new rule adds one line here.
-REGISTRY: dict[str, Callable[..., PromptMethod]] = {
-    "uniform": uniform_prompts, "greso": greso, "cost_aware_skip": cost_aware_skip, "cost_aware": cost_aware_prompts,
-}  # fmt: skip
+# -- cost-aware prompts: unbiased, weighted --------------------------------------------------------
 
 
-def prompt_method_names(where: Callable[[PromptMethod], bool] = lambda m: True) -> tuple[str, ...]:
-    """The registered names whose rule (built with default options) satisfies ``where``, in registry order,
-    e.g. ``prompt_method_names(lambda m: not m.plain)`` for the engines' choices."""
-    return tuple(name for name, factory in REGISTRY.items() if where(factory()))
+@register_prompt_method
+@dataclass(frozen=True)
+class CostAwarePrompts(UniformPrompts):
+    """The paper's rule applied to prompts: q = (1 − floor)·q̂ + floor/N with q̂_j ∝ Ĝ_j/√ĉ_j (ĉ priced by
+    ``generation_cost`` and ``po_rows``, :class:`CostModel`); every weight f_j ≤ 1/floor. Unbiased, weighted."""
+
+    name: ClassVar[str] = "cost_aware"
+    plain: ClassVar[bool] = False
+    weighted: ClassVar[bool] = True
+    uses_costs: ClassVar[bool] = True
+    summary: ClassVar[str] = "q ∝ G/sqrt(c) with prompt weights 1/(N q)"
+    floor: float = prompt_field("floor")
+    generation_cost: float = prompt_field("generation_cost")
+    po_rows: str = prompt_field("po_rows")
+    cost: CostModel = field(init=False, repr=False, compare=False)  # built from the two above
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cost", CostModel(self.generation_cost, self.po_rows))
+        in_open_unit_interval(self.floor, "floor", why=FLOOR_WHY)
+
+    def sampler_inputs(self, state: PromptState, round: int) -> tuple[np.ndarray, np.ndarray]:
+        """(proxies Ĝ, costs ĉ) for :class:`costaware.sampler.CostAwareSampler` with ``alpha=floor``,
+        ``weights="raw"``: its p is then this q and its weights these prompt factors."""
+        e = self.cost.expected(_check_state(state), round)
+        return e["abs_adv_sum"], e["cost"]
+
+    def draw_inputs(self, state: PromptState, round: int) -> tuple[np.ndarray | None, np.ndarray, float]:
+        g, c = self.sampler_inputs(state, round)
+        return g, c, self.floor
+
+    def probabilities(self, state: PromptState, round: int) -> np.ndarray:
+        g, c = self.sampler_inputs(state, round)
+        return dist.smoothed_kernel(dist.optimal(g, c), self.floor)
 
 
-def prompt_method_from_name(name: str, **options: Any) -> PromptMethod:
-    """The rule called ``name`` (a :data:`REGISTRY` key), built with the ``options`` its factory takes.
+# -- the factories: each rule's class under its name -------------------------------------------------
 
-    A config holds every rule's options (``floor``, ``generation_cost``, ``po_rows``, ...), so those this
-    rule does not take are ignored; one that no registered rule takes is a TypeError.
-
-    >>> prompt_method_from_name("cost_aware", floor=0.2, min_keep=0.1).floor
-    0.2
-    """
-    if not (isinstance(name, str) and name in REGISTRY):
-        raise ValueError(f"the prompt method must be one of {tuple(REGISTRY)}, got {name!r}")
-    takes = {name: set(inspect.signature(f).parameters) for name, f in REGISTRY.items()}
-    unknown = sorted(set(options) - set().union(*takes.values()))
-    if unknown:
-        raise TypeError(f"prompt method options must be among {sorted(set().union(*takes.values()))}, got {unknown}")
-    return REGISTRY[name](**{k: v for k, v in options.items() if k in takes[name]})
+uniform_prompts = UniformPrompts
+cost_aware_prompts = CostAwarePrompts
+cost_aware_skip = CostAwareSkip
+greso = Greso
 
 
 # -- two-stage rollout ---------------------------------------------------------------------------
@@ -564,12 +559,17 @@ class TwoStage:
     biased: ClassVar[bool] = False
     weighted: ClassVar[bool] = True
     uses_costs: ClassVar[bool] = True
-    first: int = 2
-    floor: float = 0.1
-    cost: CostModel = CostModel()
-    base: UniformPrompts = UniformPrompts()
+    first: int = prompt_field("first")
+    floor: float = prompt_field("floor")
+    generation_cost: float = prompt_field("generation_cost")
+    po_rows: str = prompt_field("po_rows")
+    base: UniformPrompts = UniformPrompts()  # None: uniform
+    cost: CostModel = field(init=False, repr=False, compare=False)  # built from generation_cost and po_rows
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "cost", CostModel(self.generation_cost, self.po_rows))
+        if self.base is None:
+            object.__setattr__(self, "base", UniformPrompts())
         integer(self.first, "first", minimum=1)
         in_open_unit_interval(self.floor, "floor", why=FLOOR_WHY)
         if not isinstance(self.base, UniformPrompts):
@@ -632,12 +632,4 @@ def _p_informative_given_first(a: np.ndarray, b: np.ndarray, G: int, m: int, k1:
     return np.where(k1 > 0, 1.0 - pmf[..., -1], 1.0 - pmf[..., 0])
 
 
-def two_stage(
-    first: int = 2,
-    floor: float = 0.1,
-    generation_cost: float = 1.0 / 3.0,
-    po_rows: str = "nonzero",
-    base: UniformPrompts | None = None,
-) -> TwoStage:
-    """Two-stage rollout: ``first`` responses each, the rest where they disagree or with ρ_j ≥ ``floor``."""
-    return TwoStage(first=first, floor=floor, cost=CostModel(generation_cost, po_rows), base=base or UniformPrompts())
+two_stage = TwoStage

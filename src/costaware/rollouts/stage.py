@@ -46,22 +46,29 @@ from costaware.rollouts.state import PromptState, StateConfig
 
 __all__ = ["RoundDraw", "PromptStage", "PROMPT_METHODS", "prompt_method"]
 
+
+def _engine_rule(m: PromptMethod) -> bool:
+    return not m.plain
+
+
 # The engines' names for the rules (a config's ``cost_aware_rollout``): every registered rule but the plain
 # one, which the engines' own sampler runs (they call it "all"). Two-stage rollouts are no PromptMethod: they
-# need a second generation call inside the round, which the engines do not have.
-PROMPT_METHODS = prompt_method_names(lambda m: not m.plain)
+# need a second generation call inside the round, which the engines do not have. A rule registered later is
+# run too (prompt_method reads the registry), but named here only if registered before this import.
+PROMPT_METHODS = prompt_method_names(_engine_rule)
 
 
 def prompt_method(name: str, **options: Any) -> PromptMethod:
-    """The prompt method an engine config names (one of :data:`PROMPT_METHODS`), with the options its
-    factory takes (:func:`costaware.rollouts.prompts.prompt_method_from_name`): e.g. ``floor``,
+    """The prompt method an engine config names (a registered rule but the plain one), with the options its
+    class takes (:func:`costaware.rollouts.prompts.prompt_method_from_name`): e.g. ``floor``,
     ``generation_cost`` and ``po_rows`` (which rows the row plan feeds, ``"all"`` under plain GRPO).
 
     >>> prompt_method("cost_aware", floor=0.2).floor
     0.2
     """
-    if name not in PROMPT_METHODS:
-        raise ValueError(f"the prompt method must be one of {PROMPT_METHODS}, got {name!r}")
+    offered = prompt_method_names(_engine_rule)
+    if name not in offered:
+        raise ValueError(f"the prompt method must be one of {offered}, got {name!r}")
     return prompt_method_from_name(name, **options)
 
 

@@ -33,6 +33,7 @@ import numpy as np
 
 from costaware._checks import (
     as_array,
+    check_container,
     in_open_unit_interval,
     index_vector,
     integer,
@@ -45,7 +46,6 @@ from costaware.rollouts.group import TRL_EPS, Std, abs_adv_sum_kernel, beta_bino
 __all__ = ["UNSEEN", "INFORMATIVE", "ALL_CORRECT", "ALL_WRONG", "StateConfig", "PromptState"]
 
 UNSEEN, INFORMATIVE, ALL_CORRECT, ALL_WRONG = 0, 1, 2, 3
-STATUS_NAMES = ("unseen", "informative", "all_correct", "all_wrong")
 _STATE_VERSION = 1
 # The longest completion or prompt, in tokens, the state takes: its sums then stay far inside float64
 MAX_TOKENS = 2**40
@@ -320,8 +320,7 @@ class PromptState:
         for name in _ARRAYS:
             ref = getattr(st, name)
             key = f"state[{name!r}]"
-            if state[name] is None or isinstance(state[name], (str, bytes, dict, set)):
-                raise TypeError(f"{key} must be a list of numbers, got {type(state[name]).__name__}")
+            check_container(state[name], key, "a list of numbers")
             arr = as_array([np.nan if v is None else v for v in state[name]], key)
             if arr.shape != ref.shape:
                 raise ValueError(f"{key} must hold {st.num_prompts} values, got {arr.shape}")

@@ -11,8 +11,8 @@ The package: :mod:`~costaware.sgd.problems` (the finite sums), :mod:`~costaware.
 sizes η_t and averaging weights ω_t, every rule documented there), :mod:`~costaware.sgd.reference` (the
 plain loop), and the fast path :mod:`~costaware.sgd.runner` with its numba kernel
 (:mod:`~costaware.sgd.kernels`) and per-trial random streams (:mod:`~costaware.sgd.rng`).
-:mod:`~costaware.sgd.figure` is the paper's Figure 2 (`costaware synthetic`): a job on top of the package and
-the report's figure and table (``report.synthetic``), so nothing here imports it.
+:mod:`~costaware.sgd.figure` computes the paper's Figure 2 (its instance and curves); the report draws it
+(``report.synthetic``, `costaware synthetic`), and nothing here imports the report.
 
 >>> import numpy as np
 >>> rng = np.random.default_rng(0)

@@ -1,6 +1,7 @@
-"""`costaware synthetic`: the paper's Figure 2 (§4.4), uniform vs variance vs optimal sampling.
+"""The paper's Figure 2 (§4.4): uniform vs variance vs optimal sampling, its instance and its curves.
 
-A job on top of Cost-Aware SGD (:mod:`costaware.sgd`), drawn with :mod:`costaware.report.synthetic`.
+Computed here, on top of Cost-Aware SGD (:mod:`costaware.sgd`); drawn, tabled and run as `costaware synthetic`
+by :mod:`costaware.report.synthetic`.
 
 Instance. Least squares, N = 3000 points in d = 50. Rows a_i = L·u_i·dir_i with dir_i uniform on
 the sphere and u_i ~ U(0.1, 1), so ‖a_i‖ ∈ [1, 10] = [L/10, L] varies across points;
@@ -14,24 +15,20 @@ prescribes, which is the comparison K(ε, p) = D²S(p)C(p)/ε² speaks about. Av
 
 Expected outcome: optimal reaches a given error at the lowest cost; variance is fastest per iteration.
 
-Outputs in --out: figure.png (error vs cumulative cost, error vs iterations), curves.json (every curve
-and the config), table.md (mean cost to reach ε per strategy, measured ratios beside the J ratios).
 """
 
 from __future__ import annotations
 
-import argparse
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from costaware import distributions as dist
 from costaware import theory
-from costaware._io import write_json_atomic, write_text_atomic
-from costaware.report.synthetic import cost_table, markdown_table, plot
 from costaware.sgd import LeastSquares, run_trials
+
+__all__ = ["PAPER", "QUICK", "STRATEGIES", "make_problem", "run"]
 
 PAPER = dict(n=3000, d=50, L=10.0, cost_low=1.0, cost_high=1000.0, trials=1000, steps=100_000)
 QUICK = dict(n=500, d=10, L=10.0, cost_low=1.0, cost_high=1000.0, trials=64, steps=20_000)
@@ -128,53 +125,3 @@ def run(
         "bias_limited_sqrtS_C_ratios": bias_ratios,
         "curves": curves,
     }
-
-
-def _check_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The run's configuration, every argument checked before any work starts."""
-    cfg = dict(QUICK if args.quick else PAPER)
-    for key in ("trials", "steps"):
-        value = getattr(args, key)
-        if value is not None:  # `is None`: 0 is refused, never replaced by the default
-            if value < 1:
-                raise ValueError(f"--{key} must be a positive integer, got {value}")
-            cfg[key] = value
-    if args.seed < 0:
-        raise ValueError(f"--seed must be a non-negative integer, got {args.seed}")
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out must be a folder, got the file {str(out)!r}")
-    return cfg
-
-
-def main(args: argparse.Namespace) -> int:
-    cfg = _check_args(args)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    print(f"[costaware] synthetic: {cfg}", flush=True)
-    start = time.perf_counter()
-    result = run(**cfg, seed=args.seed, progress=not args.quick)
-    result["seconds"] = time.perf_counter() - start
-    # curves.json holds the raw curves only; the table is derived from them by the report
-    write_json_atomic(out / "curves.json", result, indent=1)
-    rows = cost_table(result)
-    write_text_atomic(out / "table.md", markdown_table(result, rows))
-    plot(result, out / "figure.png")
-    print((out / "table.md").read_text())
-    print(f"[costaware] {time.perf_counter() - start:.1f} s; wrote {out}/figure.png, curves.json, table.md")
-    return 0
-
-
-def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "synthetic",
-        help="Reproduce the paper's Figure 2 on least squares.",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--out", default="runs/synthetic", help="output folder (default: %(default)s)")
-    p.add_argument("--trials", type=int, default=None, help=f"independent trials (default {PAPER['trials']})")
-    p.add_argument("--steps", type=int, default=None, help=f"SGD steps per trial (default {PAPER['steps']})")
-    p.add_argument("--seed", type=int, default=0, help="instance and trial seed (default: %(default)s)")
-    p.add_argument("--quick", action="store_true", help="a small instance for tests and smoke runs (seconds)")
-    p.set_defaults(func=main)

@@ -25,6 +25,7 @@ import os
 import re
 import warnings
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
 from trl import GRPOConfig
@@ -40,9 +41,9 @@ from costaware.grpo.config import (  # AUTO_METHOD and resolve_method: the core'
 )
 from costaware.grpo.factors import NORMALISERS
 from costaware.integrations.trl.losses import SUPPORTED_LOSS_TYPES
-from costaware.rollouts.prompts import REGISTRY
+from costaware.rollouts.prompts import REGISTRY, PromptMethod, prompt_method_options
 from costaware.rollouts.stage import PROMPT_METHODS, prompt_method
-from costaware.sampling_options import SAMPLING_OPTIONS, trl_field
+from costaware.sampling_options import PROMPT_OPTIONS, SAMPLING_OPTIONS, trl_field
 
 __all__ = ["AUTO_METHOD", "CostAwareGRPOConfig", "SUPPORTED_LOSS_TYPES", "resolve_method"]
 
@@ -53,8 +54,11 @@ _ROLLOUT_HELP = (", ".join(_ROLLOUT_CHOICES[:-1]) + " or " if len(_ROLLOUT_CHOIC
 GENERATION_ENGINES = ("transformers", "kv")
 
 
-# the core's option names -> this config's: an error names the field the user wrote
+# the prompt options with a field of their own (po_rows follows the row method) -> what sets them: an error
+# names the field the user wrote, and cost_aware_prompt_kwargs takes the others
 _ROLLOUT_NAMES = {"floor": "cost_aware_rollout_floor", "generation_cost": "cost_aware_generation_cost"}
+_SET_ELSEWHERE = {**_ROLLOUT_NAMES, "po_rows": "cost_aware_method (rows the row plan feeds)"}
+_PROMPT_KWARGS = [o.name for o in PROMPT_OPTIONS if o.name not in _SET_ELSEWHERE and o.name != "first"]
 
 
 def _user_names(exc: ValueError, names: dict[str, str]) -> ValueError:
@@ -173,12 +177,15 @@ class CostAwareGRPOConfig(GRPOConfig):
             "see costaware.rollouts."
         },
     )
-    cost_aware_rollout_floor: float = field(
-        default=0.1, metadata={"help": "[rollouts] 'cost_aware': the uniform share of q, so every weight <= 1/floor."}
-    )
-    cost_aware_generation_cost: float = field(
-        default=1.0 / 3.0,
-        metadata={"help": "[rollouts] A generated token's cost in PO tokens, in the predicted prompt cost."},
+    cost_aware_rollout_floor: float = trl_field("floor")
+    cost_aware_generation_cost: float = trl_field("generation_cost")
+    cost_aware_prompt_kwargs: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "[rollouts] The prompt rule's other options, by name (a JSON object on the command line), as "
+            f"costaware.sampling_options.PROMPT_OPTIONS declares them: {', '.join(_PROMPT_KWARGS)}; e.g. "
+            "{\"min_keep\": 0.1} with cost_aware_rollout='cost_aware_skip'. A key the rule does not take is refused."
+        },
     )
     # -- [diagnostics] ------------------------------------------------------------------------------
     cost_aware_diagnostics_interval: int = field(
@@ -193,6 +200,9 @@ class CostAwareGRPOConfig(GRPOConfig):
         default=8,
         metadata={"help": "[monitoring] Warn after this many consecutive skipped pools (every advantage 0); 0 = off."},
     )
+
+    # TrainingArguments parses these fields from a JSON string (a command line) into a dict
+    _VALID_DICT_FIELDS = [*GRPOConfig._VALID_DICT_FIELDS, "cost_aware_prompt_kwargs"]
 
     def __post_init__(self) -> None:
         if self.bf16 is None:  # stock TRL: True unless fp16, which then fails on a CPU unless use_cpu
@@ -259,6 +269,9 @@ class CostAwareGRPOConfig(GRPOConfig):
             )
         except ValueError as exc:
             raise _user_names(exc, _ROLLOUT_NAMES) from None
+        self._check_prompt_kwargs()
+        if self.cost_aware_rollout != "all":
+            self.prompt_rule(po_rows="nonzero")  # every option's value, checked before a model is loaded
         if self.cost_aware_rollout != "all" and self.cost_aware_zvf:
             raise ValueError(
                 f"cost_aware_rollout={self.cost_aware_rollout!r} with cost_aware_zvf=True: ZVF's refills "
@@ -274,6 +287,35 @@ class CostAwareGRPOConfig(GRPOConfig):
                 f"cost_aware_rollout='cost_aware' with beta={self.beta!r}: the prompt weight scales the "
                 "advantages, which the KL term does not see; use beta=0"
             )
+
+    def _check_prompt_kwargs(self) -> None:
+        kwargs, rollout = self.cost_aware_prompt_kwargs, self.cost_aware_rollout
+        if kwargs is None:
+            return
+        if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+            raise ValueError(f"cost_aware_prompt_kwargs must be a dict of option names to values, got {kwargs!r}")
+        takes = () if rollout == "all" else prompt_method_options(rollout)
+        allowed = [k for k in takes if k not in _SET_ELSEWHERE]
+        unknown = sorted(set(kwargs) - set(allowed))
+        if unknown:
+            elsewhere = "; ".join(f"{k} is set by {_SET_ELSEWHERE[k]}" for k in unknown if k in _SET_ELSEWHERE)
+            raise ValueError(
+                f"cost_aware_prompt_kwargs has unknown key(s) {unknown} for cost_aware_rollout={rollout!r}; "
+                f"its keys are {allowed}" + (f" ({elsewhere})" if elsewhere else "")
+            )
+
+    def prompt_rule(self, po_rows: str) -> PromptMethod:
+        """The prompt rule ``cost_aware_rollout`` names (not ``'all'``), with its options: ``cost_aware_rollout_floor``,
+        ``cost_aware_generation_cost``, ``cost_aware_prompt_kwargs`` and ``po_rows`` (the rows the row plan feeds:
+        ``"all"`` under plain GRPO, else ``"nonzero"``)."""
+        given = self.cost_aware_prompt_kwargs  # a dict once checked (TrainingArguments parsed a JSON string)
+        kwargs: dict[str, Any] = dict(given) if isinstance(given, dict) else {}
+        names = {**_ROLLOUT_NAMES, **{k: f"cost_aware_prompt_kwargs[{k!r}]" for k in kwargs}}
+        options = {"floor": self.cost_aware_rollout_floor, "generation_cost": self.cost_aware_generation_cost}
+        try:
+            return prompt_method(self.cost_aware_rollout, **options, po_rows=po_rows, **kwargs)
+        except ValueError as exc:
+            raise _user_names(exc, names) from None
 
     @property
     def resolved_method(self) -> str:

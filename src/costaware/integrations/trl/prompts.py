@@ -28,7 +28,7 @@ import torch
 from torch.utils.data import Sampler
 
 from costaware._io import write_json_atomic
-from costaware.rollouts.stage import PromptStage, prompt_method
+from costaware.rollouts.stage import PromptStage
 
 __all__ = [
     "PromptStageSampler",
@@ -110,14 +110,8 @@ def build_stage(trainer: Any) -> PromptStage | None:
             f"cost_aware_rollout={args.cost_aware_rollout!r} needs a map-style train_dataset "
             "(it draws prompts by index)"
         )
-    method = prompt_method(
-        args.cost_aware_rollout,
-        floor=args.cost_aware_rollout_floor,
-        generation_cost=args.cost_aware_generation_cost,
-        po_rows="all" if trainer.sampling.rule.plain else "nonzero",
-    )
     return PromptStage(
-        method,
+        args.prompt_rule(po_rows="all" if trainer.sampling.rule.plain else "nonzero"),
         num_prompts=len(trainer.train_dataset),
         group_size=trainer.num_generations,
         prompts_per_round=args.generation_batch_size // trainer.num_generations,

@@ -57,7 +57,7 @@ import numpy as np
 from torch.utils.data import Sampler
 
 from costaware._checks import integer
-from costaware.rollouts.prompts import REGISTRY
+from costaware.rollouts.prompts import REGISTRY, PromptMethod, prompt_method_names, prompt_method_options
 from costaware.rollouts.stage import PromptStage
 from costaware.rollouts.state import StateConfig
 
@@ -66,15 +66,19 @@ try:  # verl <= 0.8: verl.trainer checks isinstance(sampler, AbstractCurriculumS
 except ImportError:  # no verl, or verl 0.9 (the plugin's hook, curriculum.py, needs no base): a torch sampler
     _Base = Sampler
 
-__all__ = ["OPTIONS_KEY", "PROMPT_METHODS", "CostAwarePromptSampler", "dataset_keys", "fold_batch"]
+__all__ = ["OPTIONS_KEY", "CostAwarePromptSampler", "dataset_keys", "fold_batch"]
 
 OPTIONS_KEY = "data.sampler.costaware"
 _REFUSED = {"two_stage": "it needs a second generation call inside the step, which verl's trainer does not make"}
 
 
-def _offered() -> dict[str, Any]:
-    """The registry's rules verl runs (name -> factory), read when the options are: no weights, not plain."""
-    return {name: f for name, f in REGISTRY.items() if not (m := f()).weighted and not m.plain}
+def _verl_rule(m: PromptMethod) -> bool:
+    return not m.weighted and not m.plain
+
+
+def _offered() -> tuple[str, ...]:
+    """The registered rules verl runs, read when the options are: no weights, not plain."""
+    return prompt_method_names(_verl_rule)
 
 
 def _refused(name: str) -> str | None:
@@ -87,12 +91,10 @@ def _refused(name: str) -> str | None:
         return f"use verl's own sampler (data.shuffle=true) for {name} prompts"
     return (
         f"its prompt factor 1/(N q_j) must multiply every row's loss, but verl gives the sampler no way into "
-        f"the loss; use one of {tuple(_offered())} (no weights), or the TRL integration for {name}"
+        f"the loss; use one of {_offered()} (no weights), or the TRL integration for {name}"
     )
 
 
-# name -> factory of the rules verl runs (at import; the options are checked against the registry itself)
-PROMPT_METHODS = _offered()
 _COMMON = ("method", "seed", "group_size", "index_key", "max_candidate_batches")
 _STATE = tuple(p for p in inspect.signature(StateConfig).parameters if p not in ("group_size", "std", "eps"))
 
@@ -140,9 +142,9 @@ def _read_options(data_config: Any, num_prompts: int) -> tuple[Any, dict[str, An
         raise ValueError(f"{OPTIONS_KEY}.method={method!r} is not offered in verl: {why}")
     offered = _offered()
     if method not in offered:
-        raise ValueError(f"{OPTIONS_KEY}.method must be one of {tuple(offered)}, got {method!r}")
-    factory = offered[method]
-    own = tuple(inspect.signature(factory).parameters)
+        raise ValueError(f"{OPTIONS_KEY}.method must be one of {offered}, got {method!r}")
+    rule = REGISTRY[method]
+    own = prompt_method_options(method)
     unknown = sorted(set(options) - set(_COMMON) - set(_STATE) - set(own))
     if unknown:
         raise ValueError(
@@ -160,7 +162,7 @@ def _read_options(data_config: Any, num_prompts: int) -> tuple[Any, dict[str, An
     seed = options.get("seed")
     seed = _get(data_config, "seed") if seed is None else seed
     try:  # the core checks every value; its message starts with the argument's name
-        built = factory(**{k: options[k] for k in own if options.get(k) is not None})
+        built = rule(**{k: options[k] for k in own if options.get(k) is not None})
         state = StateConfig(group_size=g, **{k: options[k] for k in _STATE if options.get(k) is not None})
         args: dict[str, Any] = {
             "num_prompts": num_prompts,
@@ -285,10 +287,10 @@ class CostAwarePromptSampler(_Base):
     Args (verl passes both by name):
         data_source: the train dataset (its length is N; its rows' keys map scored rows back).
         data_config: verl's ``data`` config; options under ``data.sampler.costaware``: ``method``
-            (a registered rule without weights: ``greso`` | ``cost_aware_skip``), that method's factory
-            arguments, ``seed`` (default ``data.seed``, else 0), ``group_size`` (default
-            ``actor_rollout_ref.rollout.n``), ``index_key`` (default ``index``), ``max_candidate_batches``
-            and the :class:`StateConfig` fields.
+            (a registered rule without weights: ``greso`` | ``cost_aware_skip``), that rule's options
+            (:data:`costaware.sampling_options.PROMPT_OPTIONS`), ``seed`` (default ``data.seed``, else 0),
+            ``group_size`` (default ``actor_rollout_ref.rollout.n``), ``index_key`` (default ``index``),
+            ``max_candidate_batches`` and the :class:`StateConfig` fields.
     """
 
     def __init__(self, data_source: _Rows, data_config: Any) -> None:
