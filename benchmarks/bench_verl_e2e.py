@@ -1,8 +1,8 @@
 """PO tokens and seconds per step on verl's own trainer loop (main_ppo under Ray on the CPU), per method.
 
 Runs stock verl and each ``--methods`` entry (default ``nonzero p_star``) for ``--steps`` steps with the
-same seed, the tiny ``sort`` policy and the CPU support of ``tests/verl_cpu``, in the verl environment
-(``.venv-verl``; ``bash scripts/setup.sh --engine verl``). Everything printed comes from the metrics verl's
+same seed, the tiny ``sort`` policy and the CPU support of ``costaware.integrations.verl.cpu``, in the verl
+environment (``.venv-verl``; ``bash scripts/setup.sh --engine verl``). Everything printed comes from the metrics verl's
 own ``file`` logger wrote:
 
 - PO seconds per step: ``timing_s/old_log_prob`` + ``timing_s/ref`` (when a ref model runs) +
@@ -35,11 +35,8 @@ from typing import Any
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-
-from verl_cpu.fixture import build_model, write_data  # noqa: E402
-from verl_cpu.run import launch, overrides  # noqa: E402
+from costaware.integrations.verl.cpu.fixture import build_model, write_data
+from costaware.integrations.verl.cpu.run import combine, launch, overrides, plugin_overrides
 
 PO_KEYS = ("timing_s/old_log_prob", "timing_s/ref", "timing_s/update_actor")
 
@@ -107,31 +104,12 @@ def main() -> None:
     write_data(root)
     results: dict[str, dict | str] = {}
     for method in ["stock", *args.methods]:
-        extra = (
-            []
-            if method == "stock"
-            else [f"+algorithm.cost_aware.method={method}", f"+algorithm.cost_aware.alpha={args.alpha}"]
-        )
-        try:
-            metrics, _ = launch(
-                root,
-                overrides(
-                    root,
-                    workers=args.workers,
-                    steps=args.steps,
-                    batch=args.batch,
-                    n=args.n,
-                    mini=args.mini,
-                    micro=args.micro,
-                    trainer_v1=args.trainer == "v1",
-                    name=method,
-                    gpu=args.gpu,
-                )
-                + list(args.set)
-                + extra,
-                name=method,
-                gpu=args.gpu,
-            )
+        shape = {"workers": args.workers, "steps": args.steps, "batch": args.batch, "n": args.n, "mini": args.mini}
+        defaults = overrides(
+            root, **shape, micro=args.micro, trainer_v1=args.trainer == "v1", name=method, gpu=args.gpu
+        ) + plugin_overrides(method, args.alpha)
+        try:  # --set comes last and wins, the plugin's own keys included
+            metrics, _ = launch(root, combine(defaults, list(args.set)), name=method, gpu=args.gpu)
             results[method] = summarise(metrics, args.warmup)
         except RuntimeError as err:
             results[method] = f"refused or failed: {refusal(str(err))}"

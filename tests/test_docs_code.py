@@ -57,3 +57,30 @@ def test_the_trl_guide_names_every_config_field():
     guide = (ROOT / "docs" / "trl.md").read_text()
     names = [f.name for f in dataclasses.fields(CostAwareGRPOConfig) if f.name.startswith("cost_aware_")]
     assert names and [n for n in names if f"`{n}`" not in guide] == []
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/verl.md", "examples/verl/README.md"])
+def test_the_verl_turn_on_lines_get_the_saving_and_name_every_key(page):
+    """Where a page says how to turn the verl plugin on, it sets ``calculate_log_probs=false`` (verl's default
+    ``true`` keeps stock's log-prob passes) and names every ``algorithm.cost_aware`` key."""
+    import dataclasses
+
+    from costaware.integrations.verl.config import CostAwareConfig
+
+    text = (ROOT / page).read_text()
+    turn_on = text[text.index("python -m verl.trainer.main_ppo") :][:600]
+    assert "actor_rollout_ref.rollout.calculate_log_probs=false" in turn_on
+    names = [f.name for f in dataclasses.fields(CostAwareConfig)]
+    assert [n for n in names if f"`{n}`" not in text] == []
+
+
+def test_the_verl_example_config_sets_every_key_and_gets_the_saving():
+    import dataclasses
+
+    from costaware.integrations.verl.config import CostAwareConfig
+
+    text = (ROOT / "examples" / "verl" / "cost_aware_grpo.yaml").read_text()
+    block = text[text.index("  cost_aware:") : text.index("\ndata:")]
+    names = [f.name for f in dataclasses.fields(CostAwareConfig)]
+    assert [n for n in names if f"\n    {n}:" not in block] == []
+    assert "\n    calculate_log_probs: false" in text

@@ -66,17 +66,25 @@ def test_trl_example_on_two_processes_with_torchrun(tmp_path, trl):
 
 
 def test_verl_cpu_example_runs_verls_own_loop_with_the_plugin(tmp_path):
-    """examples/verl/run_cpu.sh as a user runs it: main_ppo under Ray on the CPU, p* on, 1 step; the
-    per-step metrics it prints hold the plugin's (the loop itself is tested in tests/test_verl_e2e.py)."""
-    if not (ROOT / ".venv-verl" / "bin" / "python").exists():
+    """examples/verl/run_cpu.sh as a user runs it: main_ppo under its own Ray on the CPU, p* on, 1 step, with
+    the user's ``+algorithm.cost_aware.*`` overrides of a key the script sets (alpha) and of one it does not
+    (seed); the per-step metrics it prints hold the plugin's (the loop itself: tests/test_verl_e2e.py)."""
+    python = Path(os.environ.get("COSTAWARE_VERL_PYTHON", ROOT / ".venv-verl" / "bin" / "python"))
+    if not python.exists():
         if os.environ.get("CI") == "true":
-            raise RuntimeError("CI: the verl environment .venv-verl is missing (bash scripts/setup.sh --engine verl)")
-        pytest.skip("no verl environment at .venv-verl: run `bash scripts/setup.sh --engine verl`")
-    env = {**os.environ, "METHOD": "p_star", "OUT": str(tmp_path / "verl")}
-    proc = subprocess.run(["bash", str(EXAMPLES / "verl" / "run_cpu.sh"), "trainer.total_training_steps=1"],
+            raise RuntimeError(f"CI: the verl environment {python} is missing (bash scripts/setup.sh --engine verl)")
+        pytest.skip(f"no verl environment at {python}: run `bash scripts/setup.sh --engine verl`")
+    out = tmp_path / "verl"
+    path = os.pathsep.join([str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = {**os.environ, "METHOD": "p_star", "OUT": str(out), "PYTHON": str(python), "PYTHONPATH": path}
+    args = ["--steps", "1", "--batch", "4", "--mini", "2", "--micro", "8"]
+    user = ["+algorithm.cost_aware.alpha=0.05", "+algorithm.cost_aware.seed=3"]
+    proc = subprocess.run(["bash", str(EXAMPLES / "verl" / "run_cpu.sh"), *args, *user],
                           capture_output=True, text=True, timeout=900, env=env)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     import json
 
     steps = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert len(steps) == 1 and any(k.startswith("cost_aware/") for k in steps[0]), proc.stdout[-2000:]
+    log = (out / "run.log").read_text()  # the trainer logs the config it runs with
+    assert "alpha=0.05" in log and "seed=3" in log and "alpha=0.01" not in log, log[-3000:]

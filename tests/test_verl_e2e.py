@@ -2,8 +2,8 @@
 
 Each run is verl's real entry point (Ray, FSDP2 actor/ref workers, TransferQueue, the agent loop, the
 reward loop) in the verl environment (``.venv-verl``, made by ``scripts/setup.sh --engine verl``: verl
-cannot build a model where TRL 1.16 is installed), with the CPU support of ``tests/verl_cpu``. The
-policy is a tiny Qwen2 warmed up on ``sort``; the reward is the exact verifier. Every assertion reads
+cannot build a model where TRL 1.16 is installed), with the CPU support of ``costaware.integrations.verl.cpu``.
+The policy is a tiny Qwen2 warmed up on ``sort``; the reward is the exact verifier. Every assertion reads
 the metrics verl's own ``file`` logger wrote.
 
 Runs (about 1 min each on 2 cores, most of it Ray start-up): stock and ``none`` (1 worker, same seed),
@@ -17,16 +17,15 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from costaware.integrations.verl.cpu.run import environment, launch, overrides  # stdlib only at import
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-from verl_cpu.run import environment, launch, overrides  # noqa: E402 - stdlib only at import
 
 VERL_PYTHON = Path(os.environ.get("COSTAWARE_VERL_PYTHON", REPO / ".venv-verl" / "bin" / "python"))
 STEPS, BATCH, N = 2, 4, 8
@@ -47,7 +46,7 @@ def root():
     # its own folder, not pytest's basetemp: a concurrent pytest session prunes old basetemps mid-run
     root = Path(tempfile.mkdtemp(prefix="costaware_verl_e2e_"))
     subprocess.run(
-        [str(VERL_PYTHON), "-m", "verl_cpu.fixture", str(root)],
+        [str(VERL_PYTHON), "-m", "costaware.integrations.verl.cpu.fixture", str(root)],
         env=environment(),
         check=True,
         capture_output=True,
@@ -136,7 +135,7 @@ def test_p_star_two_node_cluster_token_budget(root):
         root,
         "cluster",
         plugin("p_star", alpha=0.01, token_budget=1) + ["trainer.nnodes=2", "trainer.n_gpus_per_node=1"],
-        module="verl_cpu.cluster",
+        module="costaware.integrations.verl.cpu.cluster",
         workers=2,
         steps=3,
     )

@@ -5,6 +5,8 @@
 #    Every node needs the same Python env with costaware installed: the verl.plugins entry point then
 #    loads the plugin in every Ray worker (or export VERL_USE_EXTERNAL_MODULES=costaware.integrations.verl).
 # 3. On the head node:     NNODES=4 bash run_multi_node.sh
+# cost_aware_grpo.yaml sets every algorithm.cost_aware key and rollout.calculate_log_probs=false (what the
+# log-prob saving needs); override any of them after the script's arguments.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 METHOD=${METHOD:-p_star}

@@ -2,6 +2,8 @@
 # Cost-Aware GRPO, one node with 8 GPUs (not run by the costaware authors' CI: needs GPUs + vLLM).
 #   METHOD=p_star|p_smooth|inv_sqrt_cost|none  LOSS=vanilla|cispo  ZVF=true|false  bash run_single_node.sh
 # Install: pip install "costaware[verl]" "verl[vllm]>=0.9,<0.10"  (verl-core brings TransferQueue, vLLM).
+# cost_aware_grpo.yaml sets every algorithm.cost_aware key and rollout.calculate_log_probs=false (what the
+# log-prob saving needs); override any of them after the script's arguments, e.g. algorithm.cost_aware.alpha=0.05.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 METHOD=${METHOD:-p_star}

@@ -9,7 +9,8 @@ Importing is cheap and changes nothing in verl: it only installs an import hook 
 maps each verl module to the function that patches it). When verl imports ``ray_trainer`` (trainer v0)
 or ``v1.trainer_base`` (trainer v1, the default), the hook wraps the trainer's ``_update_actor``; when it
 imports ``workers.utils.losses``, it wraps ``ppo_loss`` so that the entropy and KL terms get the row's
-factor too; when it imports ``v1.utils``, it makes the metrics window keep the cumulative counters. Every
+factor too; when it imports ``v1.utils``, it makes the metrics window keep the cumulative counters; and
+``main_ppo``'s driver checks every plugin setting before Ray starts (``driver``). Every
 wrapper calls verl's original untouched unless the Hydra config holds ``algorithm.cost_aware`` with
 ``enable=true`` (the default once the key exists), or, for ``ppo_loss``, unless the batch carries
 ``cost_aware_weights``::

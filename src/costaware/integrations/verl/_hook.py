@@ -18,6 +18,7 @@ from collections.abc import Callable
 from types import ModuleType
 
 from costaware.integrations.verl.curriculum import patch_sampler_factory, patch_sampler_factory_v1
+from costaware.integrations.verl.driver import patch_main_ppo, patch_validate_config
 from costaware.integrations.verl.patch import (
     PATCH_MARK,
     patch_losses,
@@ -40,9 +41,11 @@ def _v1_metrics(module: ModuleType) -> None:
     patch_metrics_aggregator(module.MetricsAggregator)
 
 
-# module name -> the callable that patches it (trainer update, actor loss, v1 metrics window, the train
-# sampler: ``utils`` before the trainers that bind its ``create_rl_sampler`` by name)
+# module name -> the callable that patches it (the driver's config checks, trainer update, actor loss, v1
+# metrics window, the train sampler: ``utils`` before the trainers that bind its ``create_rl_sampler`` by name)
 TARGETS: dict[str, Callable[[ModuleType], None]] = {
+    "verl.utils.config": patch_validate_config,
+    "verl.trainer.main_ppo": patch_main_ppo,
     "verl.trainer.ppo.utils": patch_sampler_factory,
     "verl.trainer.ppo.ray_trainer": _v0,
     "verl.trainer.ppo.v1.trainer_base": _v1,

@@ -222,6 +222,20 @@ class CostAwareConfig:
             raise ValueError(f"{CONFIG_KEY}.{exc}") from None
 
 
+def uses_trainer_v1(config: Any) -> bool:
+    """True when a full verl config runs trainer v1 (``trainer.use_v1``, verl 0.9's default)."""
+    return bool(get_dotted(config, "trainer.use_v1", True))
+
+
+def check_trainer(cfg: CostAwareConfig, *, use_v1: bool) -> None:
+    """Refuse a method the chosen trainer cannot run: one that recomputes group advantages (PODS) on trainer v1."""
+    if use_v1 and cfg.rule.needs_groups:
+        raise ValueError(
+            f"{CONFIG_KEY}.method={cfg.method!r} recomputes group advantages, which the plugin does on "
+            "trainer v0 only (trainer.use_v1=false); on trainer v1 use nonzero, p_star or p_smooth"
+        )
+
+
 def get_dotted(node: Any, dotted: str, default: Any = None) -> Any:
     for part in dotted.split("."):
         if node is None:

@@ -64,15 +64,28 @@ def _load_class(path: str, name: str) -> Any:
     return load_extern_object(path, name)
 
 
-def build_sampler(data_config: Any, dataset: Any) -> Any:
-    """``cls(data_source=dataset, data_config=data_config)`` for the class at ``data.sampler.class_path``.
+def _v1_refusal(path: str) -> str:
+    return (
+        f"{CLASS_PATH_KEY}={path!r} is not supported by verl's trainer v1 (trainer.use_v1=true, the "
+        "default): it draws prompts in gen_batch_size chunks through TransferQueue ahead of their "
+        "rewards, so no scored batch per drawn round reaches the sampler's update(); set "
+        "trainer.use_v1=false (trainer v0) to use a curriculum sampler"
+    )
 
-    Refused, one ``ValueError`` naming the key: ``data.dataloader_num_workers`` other than 0 (a worker
-    fetches the next round before this one's rewards reach ``update``), a missing ``data.sampler.class_name``,
-    and ``trainer.critic_warmup`` > 0 (verl skips ``_update_actor``, where ``update`` is called, while the
-    critic warms up).
+
+def check_sampler_config(data_config: Any, *, use_v1: bool, critic_warmup: Any = 0) -> None:
+    """The checks ``data.sampler.class_path`` gets before any dataset or class is loaded (nothing when unset).
+
+    Refused, one ``ValueError`` naming the key: the key on trainer v1, ``data.dataloader_num_workers`` other
+    than 0 (a worker fetches the next round before this one's rewards reach ``update``), a missing
+    ``data.sampler.class_name``, and ``trainer.critic_warmup`` > 0 (verl skips ``_update_actor``, where
+    ``update`` is called, while the critic warms up).
     """
     path = sampler_class_path(data_config)
+    if path is None:
+        return
+    if use_v1:
+        raise ValueError(_v1_refusal(path))
     name = _get(_get(data_config, "sampler"), "class_name")
     workers = _get(data_config, "dataloader_num_workers", 8)  # verl ≤ 0.8's default when the key is absent
     if workers != 0:
@@ -82,12 +95,19 @@ def build_sampler(data_config: Any, dataset: Any) -> Any:
         )
     if not name:
         raise ValueError(f"data.sampler.class_name must name the class in {CLASS_PATH_KEY}={path!r}, got {name!r}")
-    warmup = _critic_warmup(data_config)
-    if warmup:
+    if critic_warmup:
         raise ValueError(
             f"trainer.critic_warmup must be 0 with {CLASS_PATH_KEY} (verl skips _update_actor, "
-            f"which feeds the sampler, during the warm-up), got {warmup!r}"
+            f"which feeds the sampler, during the warm-up), got {critic_warmup!r}"
         )
+
+
+def build_sampler(data_config: Any, dataset: Any) -> Any:
+    """``cls(data_source=dataset, data_config=data_config)`` for the class at ``data.sampler.class_path``,
+    after :func:`check_sampler_config` (trainer v0)."""
+    check_sampler_config(data_config, use_v1=False, critic_warmup=_critic_warmup(data_config))
+    path = sampler_class_path(data_config)
+    name = _get(_get(data_config, "sampler"), "class_name")
     assert path is not None  # verl's factory calls this only with the key set
     cls = _load_class(path, str(name))
     if not isinstance(cls, type):
@@ -148,12 +168,7 @@ def patch_sampler_factory_v1(module: Any) -> None:
     def create_rl_sampler(data_config, dataset):
         path = sampler_class_path(data_config)
         if path is not None:
-            raise ValueError(
-                f"{CLASS_PATH_KEY}={path!r} is not supported by verl's trainer v1 (trainer.use_v1=true, the "
-                "default): it draws prompts in gen_batch_size chunks through TransferQueue ahead of their "
-                "rewards, so no scored batch per drawn round reaches the sampler's update(); set "
-                "trainer.use_v1=false (trainer v0) to use a curriculum sampler"
-            )
+            raise ValueError(_v1_refusal(path))
         return original(data_config, dataset)
 
     create_rl_sampler.__costaware_v1__ = True  # type: ignore[attr-defined]  # a marker on the wrapper function

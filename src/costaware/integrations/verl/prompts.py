@@ -66,7 +66,14 @@ try:  # verl <= 0.8: verl.trainer checks isinstance(sampler, AbstractCurriculumS
 except ImportError:  # no verl, or verl 0.9 (the plugin's hook, curriculum.py, needs no base): a torch sampler
     _Base = Sampler
 
-__all__ = ["OPTIONS_KEY", "CostAwarePromptSampler", "dataset_keys", "fold_batch"]
+__all__ = [
+    "OPTIONS_KEY",
+    "CostAwarePromptSampler",
+    "check_options",
+    "dataset_keys",
+    "fold_batch",
+    "is_prompt_sampler",
+]
 
 OPTIONS_KEY = "data.sampler.costaware"
 _REFUSED = {"two_stage": "it needs a second generation call inside the step, which verl's trainer does not make"}
@@ -127,8 +134,11 @@ def _group_size(data_config: Any, options: Mapping[str, Any]) -> int:
     return integer(n, "actor_rollout_ref.rollout.n", minimum=1)
 
 
-def _read_options(data_config: Any, num_prompts: int) -> tuple[Any, dict[str, Any]]:
-    """(the prompt method, the PromptStage arguments) from ``data.sampler.costaware``, each checked once."""
+def _read_options(data_config: Any, num_prompts: int | None) -> tuple[Any, dict[str, Any]]:
+    """(the prompt method, the PromptStage arguments) from ``data.sampler.costaware``, each checked once.
+
+    ``num_prompts``: the dataset's size; None (on the driver, before the dataset is loaded) checks
+    everything but the round's size against it."""
     node = _get(data_config, "sampler.costaware")
     if node is None:
         raise ValueError(f"{OPTIONS_KEY} must be set (at least +{OPTIONS_KEY}.method={'|'.join(_offered())}), got None")
@@ -164,11 +174,12 @@ def _read_options(data_config: Any, num_prompts: int) -> tuple[Any, dict[str, An
     try:  # the core checks every value; its message starts with the argument's name
         built = rule(**{k: options[k] for k in own if options.get(k) is not None})
         state = StateConfig(group_size=g, **{k: options[k] for k in _STATE if options.get(k) is not None})
+        per_round = integer(batch, "data.train_batch_size", minimum=1, maximum=num_prompts)
         args: dict[str, Any] = {
-            "num_prompts": num_prompts,
+            "num_prompts": per_round if num_prompts is None else num_prompts,
             "group_size": g,
             "state_config": state,
-            "prompts_per_round": integer(batch, "data.train_batch_size", minimum=1, maximum=num_prompts),
+            "prompts_per_round": per_round,
             "seed": integer(0 if seed is None else seed, "seed", minimum=0),
             "max_candidate_batches": 64
             if options.get("max_candidate_batches") is None
@@ -179,6 +190,19 @@ def _read_options(data_config: Any, num_prompts: int) -> tuple[Any, dict[str, An
         text = str(e)
         raise type(e)(text if text.startswith("data.") else f"{OPTIONS_KEY}.{text}") from None
     return built, args
+
+
+def is_prompt_sampler(data_config: Any) -> bool:
+    """True when ``data.sampler`` names this module's :class:`CostAwarePromptSampler`."""
+    path, name = _get(data_config, "sampler.class_path"), _get(data_config, "sampler.class_name")
+    module = str(path or "").removeprefix("pkg://").replace("/", ".")
+    return module == __name__ and name == "CostAwarePromptSampler"
+
+
+def check_options(data_config: Any) -> None:
+    """Check ``data.sampler.costaware`` before the dataset is loaded (the driver's check); the size of a
+    round against the dataset's is checked when the sampler is built."""
+    _read_options(data_config, None)
 
 
 class _Rows(Protocol):

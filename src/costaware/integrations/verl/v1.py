@@ -37,7 +37,7 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
     from tensordict import TensorDict
     from transfer_queue import KVBatchMeta
 
-    from costaware.integrations.verl.config import actor_loss
+    from costaware.integrations.verl.config import actor_loss, check_trainer
     from costaware.integrations.verl.logprobs import DEFERRED, pad_multiple
     from costaware.integrations.verl.resample import content_order, plan_resampling, tag_costs
     from costaware.integrations.verl.transfer import (
@@ -53,11 +53,7 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
         return batch
     start = time.perf_counter()
     pid = batch.partition_id
-    if cfg.rule.needs_groups:
-        raise ValueError(
-            f"algorithm.cost_aware.method={cfg.method!r} recomputes group advantages, which the plugin does on "
-            "trainer v0 only (trainer.use_v1=false); on trainer v1 use nonzero, p_star or p_smooth"
-        )
+    check_trainer(cfg, use_v1=True)  # the driver checks it first when main_ppo runs (``driver``)
     data = tq.kv_batch_get(keys=batch.keys, partition_id=pid, select_fields=["advantages", "response_mask"])
     mode, regularised = actor_loss(trainer.config)
     advantages = nested_row_means(data["advantages"], data["response_mask"])

@@ -133,7 +133,8 @@ class HFServer:
 class HFReplica(RolloutReplica):
     async def launch_servers(self) -> None:
         name = f"{SERVER_PREFIX}{self.replica_rank}{self.name_suffix}"
-        server = HFServer.options(name=name, max_concurrency=self.max_concurrency).remote(
+        actor: Any = HFServer  # a Ray actor class: ray.remote adds .options
+        server = actor.options(name=name, max_concurrency=self.max_concurrency).remote(
             self.model_config.path, int(self.config.response_length), int(self.config.seed or 0)
         )
         await server.weights_version.remote()  # wait until the model is loaded

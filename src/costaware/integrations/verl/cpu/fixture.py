@@ -86,7 +86,7 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **_)
     return float(sorting.is_correct([solution_str.strip()], np.array([str(ground_truth)]))[0])
 
 
-if __name__ == "__main__":  # python -m verl_cpu.fixture OUT: build once, print the paths
+if __name__ == "__main__":  # python -m costaware.integrations.verl.cpu.fixture OUT: build once, print the paths
     import sys
 
     root = Path(sys.argv[1])

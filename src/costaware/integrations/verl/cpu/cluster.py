@@ -3,7 +3,7 @@
 verl's ``run_ppo`` skips ``ray.init`` when Ray is already initialised, so the cluster is started and
 joined first; the runtime env verl would have passed to ``ray.init`` goes into the nodes' environment.
 
-    python -m verl_cpu.cluster <main_ppo overrides>
+    python -m costaware.integrations.verl.cpu.cluster <main_ppo overrides>
 """
 
 from __future__ import annotations

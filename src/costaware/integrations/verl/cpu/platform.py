@@ -93,7 +93,7 @@ class PlatformCPU(PlatformBase):
     def is_available(self) -> bool:
         return True
 
-    def current_device(self) -> str:
+    def current_device(self) -> str:  # type: ignore[override]  # verl annotates int, and means a device
         # verl passes this to .to(device=...) and torch.device(...): an int there means an accelerator
         # ("Cannot access accelerator device", utils/fsdp_utils.py:507); "cpu" is what torch.cpu returns
         return "cpu"

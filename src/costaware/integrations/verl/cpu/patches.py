@@ -1,8 +1,8 @@
-"""CPU support for running verl 0.9.x's own trainer (``python -m verl.trainer.main_ppo``) in tests.
+"""CPU support for running verl 0.9.x's own trainer (``python -m verl.trainer.main_ppo``) on a machine without a GPU.
 
-Loaded in every process through verl's ``VERL_USE_EXTERNAL_MODULES=verl_cpu.patches`` hook (``verl/__init__.py``
-imports it at ``import verl``, before any trainer or worker module). No verl file is edited: this
-registers a ``cpu`` platform (``platform.py``) and an HF rollout server (``rollout.py``), and patches
+Loaded in every process through verl's ``VERL_USE_EXTERNAL_MODULES=costaware.integrations.verl.cpu.patches``
+hook (``verl/__init__.py`` imports it at ``import verl``, before any trainer or worker module). No verl file is
+edited: this registers a ``cpu`` platform (``platform.py``) and an HF rollout server (``rollout.py``), and patches
 three verl modules at import time, each standing in for the verl lines named below:
 
 - ``verl.utils.distributed.initialize_global_process_group_ray`` (``utils/distributed.py:89``) builds
@@ -25,6 +25,7 @@ import os
 import sys
 from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 SUPPORTED = ("0.9.",)
 
@@ -35,11 +36,12 @@ def _check_version() -> None:
     version = getattr(verl, "__version__", "?")
     if not version.startswith(SUPPORTED):
         raise RuntimeError(
-            f"verl_cpu supports verl 0.9.x (its patches stand in for lines of that release), found verl {version}"
+            "costaware.integrations.verl.cpu supports verl 0.9.x (its patches stand in for lines of that "
+            f"release), found verl {version}"
         )
 
 
-def _patch_distributed(module: ModuleType) -> None:
+def _patch_distributed(module: Any) -> None:  # Any: a verl module whose attributes are set
     inner = module.initialize_global_process_group_ray
 
     def initialize_global_process_group_ray(timeout_second=None, backend=None):  # noqa: ANN001 - verl's signature
@@ -48,12 +50,12 @@ def _patch_distributed(module: ModuleType) -> None:
     module.initialize_global_process_group_ray = initialize_global_process_group_ray
 
 
-def _patch_fsdp_engine(module: ModuleType) -> None:
+def _patch_fsdp_engine(module: Any) -> None:
     from verl.workers.engine.base import EngineRegistry
 
-    policy = module.CPUOffloadPolicy
+    policy: type = module.CPUOffloadPolicy
 
-    class UnpinnedCPUOffloadPolicy(policy):
+    class UnpinnedCPUOffloadPolicy(policy):  # type: ignore[misc,valid-type]  # torch's class, known at run time
         def __init__(self, pin_memory: bool = False) -> None:
             super().__init__(pin_memory=False)
 
@@ -66,12 +68,12 @@ def _patch_fsdp_engine(module: ModuleType) -> None:
 
 
 def _patch_rollout_base(module: ModuleType) -> None:
-    module._ROLLOUT_REGISTRY[("hf", "async")] = "verl_cpu.rollout.HFServerAdapter"
+    module._ROLLOUT_REGISTRY[("hf", "async")] = "costaware.integrations.verl.cpu.rollout.HFServerAdapter"
 
 
 def _patch_replica(module: ModuleType) -> None:
     def load():
-        from verl_cpu.rollout import HFReplica
+        from costaware.integrations.verl.cpu.rollout import HFReplica
 
         return HFReplica
 
@@ -118,7 +120,7 @@ class _Finder(importlib.abc.MetaPathFinder):
 def install() -> None:
     _check_version()
     os.environ.setdefault("VERL_PLATFORM", "cpu")
-    from verl_cpu import platform  # noqa: F401 - registers the cpu platform
+    from costaware.integrations.verl.cpu import platform  # noqa: F401 - registers the cpu platform
 
     for name, patch in TARGETS.items():
         if name in sys.modules:  # imported before this hook ran

@@ -1,14 +1,21 @@
 """Launch ``python -m verl.trainer.main_ppo`` on the CPU with the tiny ``sort`` policy, and read its metrics.
 
 ``overrides`` is the whole CPU configuration: every line that is there only because of the CPU says so.
-``launch`` runs verl's entry point in a subprocess of the verl environment (``.venv-verl``) and returns
-the metrics verl's own ``file`` logger wrote, one dict per step.
+``launch`` runs verl's entry point in a subprocess (by default this interpreter: an environment with the
+``verl`` extra and without TRL) and returns the metrics verl's own ``file`` logger wrote, one dict per step.
+Every run starts its own local Ray (``ray_init.address=local``, ``RAY_ADDRESS`` dropped): it never joins a
+cluster already running on the machine.
 
-    python -m verl_cpu.run OUT [key=value ...]      # one run; prints the per-step metrics as JSON lines
+    python -m costaware.integrations.verl.cpu.run OUT [--method M] [--steps 3] [key=value ...]
+
+builds the model and data under OUT, runs once and prints the per-step metrics as JSON lines. The defaults
+(16 prompts x 8 a step, two mini-batches, micro-batches of 8 rows) are a shape where the plugin's saving
+shows; main_ppo overrides come last and win, ``+algorithm.cost_aware.*`` ones included (:func:`combine`).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -17,7 +24,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
+PLUGIN_KEY = "algorithm.cost_aware"
 
 
 def overrides(
@@ -66,7 +73,7 @@ def overrides(
         # CPU: fp32 compute (FSDP's default bf16 params are slow on a CPU, and 1e-3-precise)
         "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
         "+actor_rollout_ref.ref.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
-        "actor_rollout_ref.rollout.name=hf",  # CPU: verl_cpu.rollout (vLLM/SGLang need a GPU)
+        "actor_rollout_ref.rollout.name=hf",  # CPU: cpu/rollout.py (vLLM/SGLang need a GPU)
         "trainer.device=cpu",
         "ray_kwargs.ray_init.num_cpus=16",  # CPU: logical CPUs, TransferQueue's actors each ask for one
         f"+ray_kwargs.ray_init.num_gpus={workers}",  # CPU: logical GPUs for single_controller/ray/base.py:210
@@ -124,19 +131,32 @@ def _common(
         "trainer.val_before_train=false",
         "trainer.test_freq=-1",
         f"trainer.save_freq={save_freq}",
-        "trainer.project_name=verl_cpu",
+        "trainer.project_name=costaware_verl_cpu",
         f"trainer.experiment_name={name}",
         f"trainer.default_local_dir={root / 'ckpt' / name}",
+        "+ray_kwargs.ray_init.address=local",  # its own Ray: never a cluster already running here
     ]
 
 
+def _source_root() -> str | None:
+    """The folder this costaware was imported from when it is a source tree (``src/``), not an installed one."""
+    root = Path(__file__).resolve().parents[4]
+    return None if root.name in ("site-packages", "dist-packages") else str(root)
+
+
 def environment(*, gpu: bool = False) -> dict[str, str]:
-    """The subprocess environment: this checkout's ``src`` and ``tests`` first; the CPU support unless ``gpu``."""
+    """The subprocess environment: the CPU support unless ``gpu``; no ``RAY_ADDRESS`` (each run starts its own
+    Ray); ``PYTHONPATH`` made absolute (the run starts in its own folder), led by this costaware's source tree
+    when it was not imported from an installed copy."""
     env = dict(os.environ)
-    paths = [str(REPO / "src"), str(REPO / "tests")]
-    env["PYTHONPATH"] = os.pathsep.join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env.pop("RAY_ADDRESS", None)
+    paths = [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    source = _source_root()
+    paths = list(dict.fromkeys(([source] if source else []) + paths))
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(paths)
     if not gpu:
-        env["VERL_USE_EXTERNAL_MODULES"] = "verl_cpu.patches"
+        env["VERL_USE_EXTERNAL_MODULES"] = f"{__package__}.patches"
         env["VERL_PLATFORM"] = "cpu"
     env.update(
         TOKENIZERS_PARALLELISM="false",
@@ -194,13 +214,80 @@ def launch(
     return read_metrics(log_path), out
 
 
-if __name__ == "__main__":
-    from verl_cpu.fixture import build_model, write_data
+def override_key(arg: str) -> str:
+    """The config key a Hydra override names: ``a.b`` for ``a.b=1``, ``+a.b=1``, ``++a.b=1`` and ``~a.b``."""
+    return arg.split("=", 1)[0].lstrip("+~")
 
-    root = Path(sys.argv[1]).resolve()
+
+def combine(defaults: list[str], user: list[str]) -> list[str]:
+    """``defaults`` less those whose key a ``user`` override names, then ``user``: the user's value wins.
+
+    Hydra refuses ``+key=`` for a key already added, so a default is dropped rather than overridden. A user
+    override without ``+`` of a key Hydra's config lacks (one a dropped default added, or any
+    ``algorithm.cost_aware.*``) gets the ``+``; a ``~key`` of a key only a default added removes that default.
+
+    >>> combine(["+algorithm.cost_aware.method=p_star", "+algorithm.cost_aware.alpha=0.01", "a.b=1"],
+    ...         ["+algorithm.cost_aware.alpha=0.1", "algorithm.cost_aware.seed=3", "a.b=2"])
+    ['+algorithm.cost_aware.method=p_star', '+algorithm.cost_aware.alpha=0.1', '+algorithm.cost_aware.seed=3', 'a.b=2']
+    """
+    added = {override_key(d) for d in defaults if d.startswith("+") and not d.startswith("++")}
+    named = {override_key(a) for a in user}
+    out = [d for d in defaults if override_key(d) not in named]
+    for arg in user:
+        key = override_key(arg)
+        if arg.startswith("~") and key in added:
+            continue  # the default that would have added it is gone already
+        if not arg.startswith(("+", "~")) and (key in added or key.startswith(f"{PLUGIN_KEY}.")):
+            arg = f"+{arg}"
+        out.append(arg)
+    return out
+
+
+def plugin_overrides(method: str, alpha: float) -> list[str]:
+    """The plugin's keys for ``method`` (``stock``: none, verl as shipped)."""
+    if method == "stock":
+        return []
+    return [f"+{PLUGIN_KEY}.method={method}", f"+{PLUGIN_KEY}.alpha={alpha}"]
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m costaware.integrations.verl.cpu.run",
+        description="verl's main_ppo on the CPU with the tiny sort policy; prints verl's per-step metrics as JSON.",
+    )
+    parser.add_argument("out", type=Path, help="working folder: the model, the data, the logs")
+    parser.add_argument("overrides", nargs="*", help="main_ppo overrides (key=value, +key=value), applied last")
+    parser.add_argument("--method", default="p_star", help="algorithm.cost_aware.method; 'stock': no plugin")
+    parser.add_argument("--alpha", type=float, default=0.01, help="algorithm.cost_aware.alpha")
+    parser.add_argument("--steps", type=_positive, default=3, help="GRPO steps (trainer.total_training_steps)")
+    parser.add_argument("--batch", type=_positive, default=16, help="prompts a step (data.train_batch_size)")
+    parser.add_argument("-n", type=_positive, default=8, help="responses a prompt (rollout.n)")
+    parser.add_argument("--mini", type=_positive, default=8, help="prompts a mini-batch (ppo_mini_batch_size)")
+    parser.add_argument("--micro", type=_positive, default=8, help="rows a micro-batch and worker")
+    parser.add_argument("--workers", type=_positive, default=1, help="actor workers (logical GPUs)")
+    parser.add_argument("--trainer", choices=["v1", "v0"], default="v1", help="verl's trainer (v1: its default)")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds before the run is stopped")
+    args = parser.parse_intermixed_args(argv)
+    from costaware.integrations.verl.cpu.fixture import build_model, write_data
+
+    root = args.out.resolve()
     root.mkdir(parents=True, exist_ok=True)
     build_model(root)
     write_data(root)
-    metrics, _ = launch(root, overrides(root) + sys.argv[2:], name="cli")
+    shape = {"workers": args.workers, "steps": args.steps, "batch": args.batch, "n": args.n, "mini": args.mini}
+    defaults = overrides(root, **shape, micro=args.micro, trainer_v1=args.trainer == "v1", name="run")
+    defaults += plugin_overrides(args.method, args.alpha)
+    metrics, _ = launch(root, combine(defaults, args.overrides), name="run", timeout=args.timeout)
     for m in metrics:
         print(json.dumps(m))
+
+
+if __name__ == "__main__":
+    main()
