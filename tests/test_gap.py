@@ -91,7 +91,8 @@ def test_the_optimizer_and_the_step_errors_reach_trl(tmp_path):
     spec = RunSpec("headline", "p_star", 0, task="sort")
     p = PROFILES["default"]
     stock = trainer_args(spec, p, tmp_path)
-    assert stock.optim == GRPOConfig(output_dir=str(tmp_path)).optim and stock.max_grad_norm == 1.0
+    default = GRPOConfig.__dataclass_fields__["optim"].default
+    assert stock.optim == default and stock.max_grad_norm == GRPOConfig.__dataclass_fields__["max_grad_norm"].default
     assert stock.cost_aware_mse_interval == 0
     sgd = trainer_args(spec, dataclasses.replace(p, optimizer="sgd", mse_every=10), tmp_path)
     assert (sgd.optim, sgd.max_grad_norm, sgd.cost_aware_mse_interval) == ("sgd", 0.0, 10)
@@ -128,3 +129,19 @@ def test_what_each_gap_profile_changes():
     assert rows // pool.steps_per_generation == 128  # the default's rows per step
     assert oracle.headline_proxy == "oracle"
     assert (pool.optimizer, oracle.optimizer, gap.optimizer) == ("adamw",) * 3
+
+
+def test_a_record_keeps_its_step_errors_and_one_without_is_written_as_before(tmp_path):
+    from costaware.experiments.records import EvalPoint, RunId, RunResult, StepErrorPoint
+
+    rid = RunId(task="sort", method="p_star", seed=0, learning_rate=2e-4, loss_type="grpo")
+    plain = RunResult(rid, (EvalPoint(rounds=0, po_tokens=0, generated_tokens=0, heldout_accuracy=0.5),))
+    assert "step_errors" not in plain.to_json()  # the records written before them: the same bytes
+    points = (StepErrorPoint(step=2, po_tokens=300, measured=0.5, predicted=0.4, grad_sq=0.1),
+              StepErrorPoint(step=4, po_tokens=600, measured=0.3))  # fmt: skip
+    run = dataclasses.replace(plain, step_errors=points)
+    again = RunResult.load(run.save(tmp_path / "r.json"))
+    assert again == run and again.step_errors == points
+    assert list(run.to_json())[-1] == "step_errors"  # after every field a record had before
+    with pytest.raises(ValueError, match="StepErrorPoint.measured"):
+        StepErrorPoint(step=0, po_tokens=0, measured=-1.0)

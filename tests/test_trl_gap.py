@@ -89,13 +89,17 @@ def test_step_errors_are_the_plans_steps_against_the_pools_expected_step(tmp_pat
     trainer.train()
     logged = [h for h in trainer.state.log_history if "cost_aware/mse_measured" in h]
     assert len(logged) == len(seen) == 2
-    for h, (grads, costs, adv), plan in zip(logged, seen, plans, strict=True):
+    for h, (grads, _, _), plan in zip(logged, seen, plans, strict=True):
         signal = plan.probs.numpy() > 0
         mean = grads[torch.from_numpy(signal)].mean(0)  # centred p*: the mean over the rows with A != 0
         steps = [(mb.weights.double() @ grads[mb.indices]) / mb.num_draws for mb in plan.minibatches]
         measured = float(np.mean([float(((s - mean) ** 2).sum()) for s in steps]))
         assert h["cost_aware/mse_measured"] == pytest.approx(measured, rel=1e-4)
-        p, sq, n = plan.probs.double().numpy()[signal], (grads[torch.from_numpy(signal)] ** 2).sum(1).numpy(), signal.sum()
+        p, sq, n = (
+            plan.probs.double().numpy()[signal],
+            (grads[torch.from_numpy(signal)] ** 2).sum(1).numpy(),
+            signal.sum(),
+        )
         p = p / p.sum()
         m = plan.minibatches[0].num_draws
         closed = (float(np.sum(sq / (n**2 * p))) - float(mean @ mean)) / m  # row_variance's V_sub

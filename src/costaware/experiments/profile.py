@@ -118,7 +118,9 @@ class Profile:
     steps_per_generation: int = _opt(2, "rl", "optimiser steps (mini-batches) per round")
     learning_rate: float = _opt(2e-4, "rl", "GRPO learning rate")
     warmup_rounds: int = _opt(5, "rl", "linear LR warm-up over this many generation rounds (the same for every method)")
-    lr_sweep: tuple[float, ...] = _opt((0.5, 2.0), "rl", "GRPO also at these multiples of the LR (x1 is GRPO)")
+    lr_sweep: tuple[float, ...] = _opt(
+        (0.5, 2.0), "rl", "the LR sweep: GRPO (lr_sweep_arms) also at these multiples of the LR (x1 is the headline's)"
+    )
     lr_sweep_arms: tuple[str, ...] = _opt(
         ("none",),
         "rl",
