@@ -31,12 +31,7 @@ LABELS = {
 OPTIONS: dict[str, dict[object, str]] = {
     "weights": {"raw": "raw weights"},
     "step_budget": {"tokens": "tokens/step matched", "support": "nonzero's rows/step"},
-    "proxy": {
-        "advantage": "paper's proxy |A|",
-        "calibrated": "calibrated proxy",
-        "length_aware": "length-aware proxy",
-        "oracle": "oracle ‖∇ℓ‖",
-    },
+    "proxy": {"advantage": "paper's proxy |A|", "calibrated": "calibrated proxy", "length_aware": "length-aware proxy"},
     "rollout": {
         "greso": "GRESO skip, biased",
         "cost_aware_skip": "cost-aware skip, biased",
