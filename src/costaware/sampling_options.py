@@ -68,8 +68,9 @@ AUTO_METHOD = {
     "token_sum": "nonzero",
 }
 # Gradient-norm proxies G_i ≈ |A_i| · c_i^β (costaware.grpo.proxy): "advantage" is the paper's (β = 0),
-# "length_aware" a fixed β, "calibrated" a β the engine fits online and passes in as proxy_beta.
-PROXIES = ("advantage", "length_aware", "calibrated")
+# "length_aware" a fixed β, "calibrated" a β the engine fits online and passes in as proxy_beta; "oracle" is
+# no proxy: every row's exact ‖∇ℓ_i‖, which the engine measures and passes to the plan (an ablation).
+PROXIES = ("advantage", "length_aware", "calibrated", "oracle")
 # How many rows a drawing method draws per pool: the baseline's, as many as the pool has rows with A != 0
 # (`nonzero`'s count), or until the baseline's tokens are matched.
 BUDGETS = ("rows", "support", "tokens")
@@ -166,7 +167,9 @@ SAMPLING_OPTIONS: tuple[Option, ...] = (
         "'auto': 'advantage' (the paper's, β=0) for sequence-mean losses; for token-sum losses 'calibrated' "
         "(β fitted online) where the engine fits β (TRL), else 'length_aware' with the loss family's prior β "
         "(verl, which refuses 'calibrated'). Unused by the other methods, so by method 'auto' under a "
-        "token-sum loss ('nonzero').",
+        "token-sum loss ('nonzero'). 'oracle' (TRL only; an ablation, not a proxy): every row's exact gradient "
+        "norm ‖∇ℓ_i‖ in place of |A_i|, p ∝ ‖∇ℓ_i‖/√c_i, measured each round by one backward pass per row with "
+        "A != 0: expensive.",
         "proxy",
         auto="advantage",
     ),

@@ -15,14 +15,17 @@ from pathlib import Path
 from typing import Any, cast
 
 from costaware.experiments.profile import Profile, RunSpec
-from costaware.experiments.records import EvalPoint, ProxyFidelityPoint
+from costaware.experiments.records import EvalPoint, ProxyFidelityPoint, StepErrorPoint
 from costaware.experiments.tasks import get_task
 from costaware.experiments.worker import EvalSchedule, Evaluator, load_checkpoint
 from costaware.rollouts.logs import RecordingReward
 
-__all__ = ["TRAIN_SEED", "SkipWatch", "jitter", "run_grpo", "trainer_args", "prompt_log"]
+__all__ = ["OPTIMIZER_ARGS", "TRAIN_SEED", "SkipWatch", "jitter", "run_grpo", "trainer_args", "prompt_log"]
 
 TRAIN_SEED = 20_000
+# Profile.optimizer -> TRL's settings: "adamw" leaves TRL's own (AdamW, gradients clipped at norm 1); "sgd" is
+# the theory's setting, a step −η·ĝ (torch's SGD without momentum or weight decay, no clipping).
+OPTIMIZER_ARGS: dict[str, dict[str, Any]] = {"adamw": {}, "sgd": {"optim": "sgd", "max_grad_norm": 0.0}}
 
 
 def prompt_log(workdir: Path) -> Path:
@@ -79,6 +82,8 @@ def trainer_args(spec: RunSpec, profile: Profile, workdir: Path) -> Any:
             cost_aware_diagnostics_rows=max(2, profile.diagnostics_rows),
             cost_aware_logprob_rows=profile.logprob_rows, cost_aware_generation=profile.generation,
             cost_aware_token_budget=profile.token_budget,  # stops at the end of the round that reaches it
+            cost_aware_mse_interval=profile.mse_every,
+            **OPTIMIZER_ARGS[profile.optimizer],
         )  # fmt: skip
 
 
@@ -215,10 +220,18 @@ def run_grpo(spec: RunSpec, profile: Profile, sft_dir: Path, workdir: Path) -> d
                            **{k: _finite(h.get(f"cost_aware/{k}")) for k in ("pearson", "chi2", "j_vs_uniform")})
         for h in trainer.state.log_history if "cost_aware/chi2" in h
     )  # fmt: skip
+    step_errors = tuple(
+        StepErrorPoint(step=int(h["step"]), po_tokens=int(h["cost_aware/total/tokens"]),
+                       measured=float(h["cost_aware/mse_measured"]),
+                       predicted=_finite(h.get("cost_aware/mse_predicted")),
+                       grad_sq=_finite(h.get("cost_aware/mse_grad_sq")))
+        for h in trainer.state.log_history if "cost_aware/mse_measured" in h
+    )  # fmt: skip
     return {
         "evals": evals,
         "counters": counters,
         "fidelity": fidelity,
+        "step_errors": step_errors,
         "generation_seconds": generation["seconds"],
         "eval_seconds": evaluate.seconds,
         "trainer": trainer,

@@ -49,13 +49,15 @@ NOT_IN_RUN_KEY = (
     "rollout_train_prompts",
     "headline_arms",
     "run_order",
+    "lr_sweep_arms",
+    "headline_proxy",  # the spec carries it: a run's proxy
 )
 
 
 # RunSpec and Profile fields added after runs were recorded: at their default they stay out of the key,
 # so the results recorded before them stay valid.
 SPEC_FIELDS_ADDED = ("budget_scale", "rollout", "train_prompts")
-PROFILE_FIELDS_ADDED = ("logprob_rows", "train_prompts", "numeric_jitter")
+PROFILE_FIELDS_ADDED = ("logprob_rows", "train_prompts", "numeric_jitter", "optimizer", "mse_every")
 # Profile fields added with a default that changes what runs do: they stay out of the key only at the
 # value the runs recorded before them had, so those keep their files and the new default makes new runs.
 PROFILE_FIELDS_OLD_VALUE = {"generation": "transformers"}

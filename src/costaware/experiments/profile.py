@@ -26,6 +26,7 @@ from costaware._checks import generation_cost as check_generation_cost
 from costaware._checks import integer, is_real_number, positive_scalar, value_error
 from costaware.experiments.arms import Arm, ArmOptions
 from costaware.experiments.tasks import TASKS, describe_sizes, split_task_id
+from costaware.sampling_options import PROXIES
 
 # The headline methods, by registry id (grpo.plan.METHODS): GRPO, nonzero (GRPO's rows with A != 0,
 # renormalised: the effective-step control), p* (centred weights), p* with raw weights (GRPO's expected
@@ -68,6 +69,12 @@ PROXY_ARMS: tuple[tuple[str, str], ...] = (
     ("p_star", "auto"),
     ("p_star", "advantage"),
 )
+
+
+# Profile.optimizer: the optimisers a run may use (experiments.grpo_run.OPTIMIZER_ARGS gives TRL's settings).
+OPTIMIZERS = ("adamw", "sgd")
+# The headline methods whose p reads the gradient-norm proxy (grpo.methods: uses_proxy): Profile.headline_proxy's.
+PROXY_METHODS = ("p_star", "p_smooth")
 
 
 def _opt(default: Any, group: str, help_: str, **kw: Any) -> Any:
@@ -113,7 +120,21 @@ class Profile:
     steps_per_generation: int = _opt(2, "rl", "optimiser steps (mini-batches) per round")
     learning_rate: float = _opt(2e-4, "rl", "GRPO learning rate")
     warmup_rounds: int = _opt(5, "rl", "linear LR warm-up over this many generation rounds (the same for every method)")
-    lr_sweep: tuple[float, ...] = _opt((0.5, 2.0), "rl", "GRPO also at these multiples of the LR (x1 is GRPO)")
+    lr_sweep: tuple[float, ...] = _opt(
+        (0.5, 2.0), "rl", "the LR sweep: GRPO (lr_sweep_arms) also at these multiples of the LR (x1 is the headline's)"
+    )
+    lr_sweep_arms: tuple[str, ...] = _opt(
+        ("none",),
+        "rl",
+        "the headline arms (by key) that the LR sweep runs at lr_sweep's multiples, each with the headline's seeds; "
+        "the report picks each swept arm's LR on the validation split",
+    )
+    optimizer: str = _opt(
+        "adamw",
+        "rl",
+        "'adamw': TRL's AdamW (gradients clipped at norm 1); 'sgd': plain SGD, the theory's setting (a step "
+        "−lr·ĝ: no momentum, no weight decay, no clipping; its LR is on another scale than AdamW's)",
+    )
     loss_type: str = _opt("grpo", "rl", "TRL loss_type of the GRPO setting")
     pods_keep: int = _opt(5, "rl", "PODS rows kept per group")
     token_budget: int = _opt(300_000, "rl", "PO tokens every run spends (0: stop after rounds)")
@@ -153,6 +174,13 @@ class Profile:
     eval_k: int = _opt(2, "eval", "samples per prompt (mean@k)")
     diagnostics_rows: int = _opt(16, "eval", "rows whose exact gradient norm is measured (0: off)")
     diagnostics_every: int = _opt(10, "eval", "measure those rows every this many generation rounds")
+    mse_every: int = _opt(
+        0,
+        "eval",
+        "every this many generation rounds, measure each step's squared error against the pool's expected step "
+        "beside J's closed form of it, from every fed row's exact gradient (one backward per row with A != 0; "
+        "the run's record holds them; 0: off)",
+    )
     generation_cost: float = _opt(
         1 / 3, "eval",
         "cost of one generated token in PO tokens, for the total-cost axis. A PO token costs a forward and a "
@@ -187,6 +215,13 @@ class Profile:
         "runs",
         "the headline's arms by key (none, nonzero, p_star, p_star:raw, p_smooth, pods); () = all of them",
     )
+    headline_proxy: str = _opt(
+        "auto",
+        "runs",
+        "the gradient-norm proxy of the headline's and the LR sweep's p* and p*_smooth arms (TRL's "
+        "cost_aware_proxy): 'auto', 'advantage', 'length_aware', 'calibrated' or 'oracle' (every row's exact "
+        "gradient norm, measured each round: an ablation, expensive)",
+    )
     run_order: str = _opt(
         "task",
         "runs",
@@ -200,7 +235,7 @@ class Profile:
                 "steps_per_generation": 1, "pods_keep": 1,
                 "token_budget": 0, "skipped_warn_rounds": 1, "eval_points": 1, "eval_every": 1, "eval_prompts": 1,
                 "validation_prompts": 0, "eval_k": 1, "diagnostics_rows": 0, "diagnostics_every": 1, "train_prompts": 0,
-                "rollout_train_prompts": 1}  # fmt: skip
+                "rollout_train_prompts": 1, "mse_every": 0}  # fmt: skip
         for name, low in ints.items():
             integer(getattr(self, name), name, minimum=low, strict=True)
         if not (is_real_number(self.numeric_jitter) and 0 <= self.numeric_jitter <= 1e-2):
@@ -243,6 +278,14 @@ class Profile:
             raise value_error("headline_arms", self.headline_arms, "must hold 'none' (GRPO, the report's baseline)")
         if self.run_order not in ("task", "seed"):
             raise value_error("run_order", self.run_order, "must be 'task' or 'seed'")
+        if not isinstance(self.lr_sweep_arms, tuple) or any(a not in arm_keys for a in self.lr_sweep_arms):
+            raise value_error("lr_sweep_arms", self.lr_sweep_arms, f"must be a tuple of arm keys among {arm_keys}")
+        if self.headline_arms and any(a not in self.headline_arms for a in self.lr_sweep_arms):
+            raise value_error("lr_sweep_arms", self.lr_sweep_arms, f"must be among headline_arms {self.headline_arms}")
+        if self.optimizer not in OPTIMIZERS:
+            raise value_error("optimizer", self.optimizer, f"must be one of {OPTIMIZERS}")
+        if self.headline_proxy not in ("auto", *PROXIES):
+            raise value_error("headline_proxy", self.headline_proxy, f"must be one of {('auto', *PROXIES)}")
         if 0 < self.train_prompts < self.prompts_per_round or self.rollout_train_prompts < self.prompts_per_round:
             raise ValueError(
                 f"train_prompts and rollout_train_prompts must hold at least prompts_per_round="
@@ -367,13 +410,19 @@ def run_specs(profile: Profile, methods: list[str] | None = None, groups: tuple[
         if (methods is None or m in methods)
         and (not profile.headline_arms or Arm(m, weights=w).key in profile.headline_arms)
     ]
+    swept = [(m, w) for m, w in HEADLINE
+             if (methods is None or m in methods) and Arm(m, weights=w).key in profile.lr_sweep_arms]  # fmt: skip
+
+    def arm(m: str, w: str) -> dict[str, Any]:  # the arm's options: its weights, and the profile's proxy
+        proxy = {"proxy": profile.headline_proxy} if m in PROXY_METHODS and profile.headline_proxy != "auto" else {}
+        return {"weights": w, **proxy}
 
     def headline(task: str, seeds: tuple[int, ...] = profile.seeds) -> list[RunSpec]:
         out: list[RunSpec] = []
         for s in seeds:
-            out += [RunSpec("headline", m, s, task=task, weights=w) for m, w in head]
-            if methods is None or "none" in methods:
-                out += [RunSpec("lr_sweep", "none", s, task=task, lr_scale=x) for x in profile.lr_sweep]
+            out += [RunSpec("headline", m, s, task=task, **arm(m, w)) for m, w in head]
+            out += [RunSpec("lr_sweep", m, s, task=task, lr_scale=x, **arm(m, w)) for m, w in swept
+                    for x in profile.lr_sweep]  # fmt: skip
         return out
 
     if profile.run_order == "seed":  # the headline seed by seed across the tasks, then the rest
@@ -472,6 +521,18 @@ PROFILES: dict[str, Profile] = {
         rollout_arms="off",
         seeds=tuple(range(40)),
     ),
+    # The gap between J's predicted saving of p* over nonzero and the measured one (docs/design.md, "The gap
+    # between J and practice: the ablations"): each profile an arm pair, nonzero against p*, 20 seeds on sort,
+    # with GRPO as the report's baseline; every run records its step errors beside J's closed form. `gap`: AdamW
+    # with each arm's LR chosen on validation from x0.5, x1, x2 (lower variance may allow a larger step).
+    "gap": Profile(
+        headline_arms=("none", "nonzero", "p_star"),
+        lr_sweep_arms=("nonzero", "p_star"),
+        rollout_arms="off",
+        logprob_rows="fed",
+        mse_every=10,
+        seeds=tuple(range(20)),
+    ),
     "full": Profile(
         second_task="arith",
         extra_tasks=("sort:9", "sortcheck:7"),
@@ -480,3 +541,15 @@ PROFILES: dict[str, Profile] = {
         rollout_arms="full",
     ),
 }
+# gap-sgd: the theory's own setting, plain SGD, each arm's LR chosen on validation over a wider sweep (SGD's LR
+# is on another scale: a GRPO step's gradient has norm about 1 at the SFT policy, so 0.05 moves the policy about
+# as far as AdamW's 2e-4 does). gap-pool4x: a pool 4x larger per round at the default's 128 rows per step.
+# gap-oracle: p* with every row's exact gradient norm in place of |A| (its GRPO and nonzero runs are gap's own:
+# the same run keys, reused when both run into one --out).
+PROFILES["gap-sgd"] = dataclasses.replace(
+    PROFILES["gap"], optimizer="sgd", learning_rate=0.05, lr_sweep=(0.25, 0.5, 2.0, 4.0)
+)
+PROFILES["gap-pool4x"] = dataclasses.replace(
+    PROFILES["gap"], prompts_per_round=128, steps_per_generation=8, lr_sweep_arms=(), mse_every=3
+)
+PROFILES["gap-oracle"] = dataclasses.replace(PROFILES["gap"], headline_proxy="oracle", lr_sweep_arms=())

@@ -38,7 +38,7 @@ from costaware._checks import (
 from costaware._io import write_json_atomic
 from costaware.experiments.arms import Arm, ArmOptions
 
-__all__ = ["ID_ORDER", "SCHEMA_VERSION", "RunId", "EvalPoint", "ProxyFidelityPoint", "RunResult"]
+__all__ = ["ID_ORDER", "SCHEMA_VERSION", "RunId", "EvalPoint", "ProxyFidelityPoint", "StepErrorPoint", "RunResult"]
 
 SCHEMA_VERSION = 1
 # The order of a run id's fields in a record's file: the order RunId declared them in before its arm's
@@ -130,6 +130,26 @@ class ProxyFidelityPoint:
                 positive_scalar(getattr(self, name), f"ProxyFidelityPoint.{name}", allow_zero=True, strict=True)
 
 
+@dataclass(frozen=True)
+class StepErrorPoint:
+    """The trainer's step-error measurement at one logged step (``cost_aware_mse_interval``): the mean over a
+    round's steps of ‖ĝ_s − ḡ‖², measured from exact per-row gradients, beside J's closed form of it (None:
+    the plan has none), and ‖ḡ‖² (ḡ the pool's expected step)."""
+
+    step: int
+    po_tokens: int
+    measured: float
+    predicted: float | None = None
+    grad_sq: float | None = None
+
+    def __post_init__(self) -> None:
+        integer(self.step, "StepErrorPoint.step", minimum=0, strict=True)
+        integer(self.po_tokens, "StepErrorPoint.po_tokens", minimum=0, strict=True)
+        for name in ("measured", "predicted", "grad_sq"):
+            if getattr(self, name) is not None:
+                positive_scalar(getattr(self, name), f"StepErrorPoint.{name}", allow_zero=True, strict=True)
+
+
 _MONOTONE = ("rounds", "po_tokens", "generated_tokens", "step")
 
 
@@ -140,7 +160,8 @@ class RunResult:
     ``po_seconds_controlled`` is True only when the PO seconds were measured under control (one
     process, fixed threads); otherwise the report labels them as contended. ``generation_seconds`` is the
     wall time of the training's generation rounds and ``eval_seconds`` that of its evaluations, both
-    within ``wall_seconds`` (None: a record from before they were measured).
+    within ``wall_seconds`` (None: a record from before they were measured). ``step_errors``: the step-error
+    measurements of a run that asked for them (a record without them is written as before they existed).
     """
 
     id: RunId
@@ -152,12 +173,14 @@ class RunResult:
     spec: dict[str, Any] = field(default_factory=dict)
     generation_seconds: float | None = None
     eval_seconds: float | None = None
+    step_errors: tuple[StepErrorPoint, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, RunId):
             raise value_error("RunResult.id", self.id, "must be a RunId")
         object.__setattr__(self, "evals", tuple(self.evals))
         object.__setattr__(self, "fidelity", tuple(self.fidelity))
+        object.__setattr__(self, "step_errors", tuple(self.step_errors))
         if not self.evals:
             raise value_error("RunResult.evals", self.evals, "must hold at least one EvalPoint")
         for name in _MONOTONE:
@@ -178,6 +201,10 @@ class RunResult:
         d["evals"], d["fidelity"] = list(d["evals"]), list(d["fidelity"])
         if d["id"]["rollout"] == "all":  # added later: at its default a record is written as before it existed
             del d["id"]["rollout"]
+        if d["step_errors"]:
+            d["step_errors"] = list(d["step_errors"])
+        else:  # added later: a record without them is written as before they existed
+            del d["step_errors"]
         return {"schema_version": SCHEMA_VERSION, **d}
 
     @classmethod
@@ -196,6 +223,7 @@ class RunResult:
                 counters={k: float(v) for k, v in d.get("counters", {}).items()},
                 spec=dict(d.get("spec", {})),
                 **{k: None if d.get(k) is None else float(d[k]) for k in ("generation_seconds", "eval_seconds")},
+                step_errors=tuple(StepErrorPoint(**e) for e in d.get("step_errors", ())),
             )
         except (KeyError, TypeError) as e:  # missing or unknown field: say which
             raise ValueError(f"not a RunResult record: {e}") from e

@@ -316,6 +316,7 @@ def _reproduce(
     archive: Path | None = None,
 ) -> int:
     from costaware.experiments import archive as archived
+    from costaware.experiments.arms import Arm
     from costaware.experiments.records import RunResult
     from costaware.experiments.sft import warm_up
     from costaware.report import grpo as report
@@ -364,7 +365,9 @@ def _reproduce(
         run_pool(todo, min(jobs, len(todo)), None if archive is None else lambda f: archived.store_run(archive, f))
     results = [RunResult.load(f) for f in files.values()]  # exactly this profile's runs
     sft_info = json.loads((sft_dirs[profile.task] / "sft.json").read_text()) if profile.task in sft_dirs else None
-    paths = report.write_report(results, out, baseline="none", command=command, profile=dataclasses.asdict(profile),
+    candidate = Arm("p_star", proxy=profile.headline_proxy)  # the headline's p*, with the profile's proxy
+    paths = report.write_report(results, out, baseline="none", candidate=candidate, command=command,
+                                profile=dataclasses.asdict(profile),
                                 sft=sft_info, generation_cost=profile.generation_cost, notice=notice,
                                 logs={r.id: f.with_suffix(".prompts.jsonl")
                                       for r, f in zip(results, files.values(), strict=True)})  # fmt: skip

@@ -51,7 +51,7 @@ def run_one(spec_d: dict[str, Any], profile_d: dict[str, Any], sft_dir: str, out
     )
     RunResult(id=rid, evals=tuple(out["evals"]), wall_seconds=time.perf_counter() - start, fidelity=out["fidelity"],
               counters=out["counters"], spec=asdict(spec), generation_seconds=out["generation_seconds"],
-              eval_seconds=out["eval_seconds"]).save(out_file)  # fmt: skip
+              eval_seconds=out["eval_seconds"], step_errors=out.get("step_errors", ())).save(out_file)  # fmt: skip
     log = prompt_log(Path(out_file).with_suffix(""))
     if log.exists():  # the per-prompt log, beside the run file (`costaware rollouts analyse runs/*.prompts.jsonl`)
         os.replace(log, Path(out_file).with_suffix(".prompts.jsonl"))

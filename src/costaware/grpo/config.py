@@ -54,6 +54,8 @@ __all__ = [
 # The most optimiser steps (mini-batches) one pool may be split into: a bound on the arrays and loops
 # sized by a step count (10**30 would otherwise run for ever); real runs use a handful per pool.
 MAX_STEPS = 1 << 20
+# The proxies without a β: the paper's |A| and the oracle's exact ‖∇ℓ‖ (p ∝ G/√c with G itself).
+BETA_FREE = {"advantage": "the paper's, beta 0", "oracle": "the exact gradient norms, beta 0"}
 
 
 @dataclass(frozen=True)
@@ -89,9 +91,12 @@ class SamplingConfig:
         proxy: the gradient-norm proxy behind ``p_star``/``p_smooth``, p ∝ |A|·c^(β−½): one of
             :data:`PROXIES`. ``"advantage"`` is the paper's (β = 0, right for sequence-mean losses);
             ``"length_aware"`` uses ``proxy_beta``; ``"calibrated"`` is ``"length_aware"`` with a β
-            the engine fits online (:class:`costaware.grpo.proxy.BetaCalibrator`) and sets per pool.
+            the engine fits online (:class:`costaware.grpo.proxy.BetaCalibrator`) and sets per pool;
+            ``"oracle"`` takes every row's exact gradient norm from the engine (``grad_norms`` of
+            :func:`~costaware.grpo.plan.plan_minibatches`): p ∝ ‖∇ℓ_i‖/√c_i, an ablation.
         proxy_beta: β for ``"length_aware"``/``"calibrated"`` (required there, within
-            :data:`costaware.grpo.proxy.BETA_BOUNDS`); must stay None (or 0) for ``"advantage"``.
+            :data:`costaware.grpo.proxy.BETA_BOUNDS`); must stay None (or 0) for ``"advantage"`` and
+            ``"oracle"``.
         adaptive_alpha_max_weight: ``p_smooth`` only (its ``adaptive_max_weight``). When set (W > 1),
             each plan uses the smallest α in [``alpha``, :data:`ALPHA_AUTO_MAX`] for which no row with
             A ≠ 0 gets a raw weight
@@ -153,11 +158,16 @@ class SamplingConfig:
         beta = self.proxy_beta
         if beta is not None and not is_real_number(beta):
             raise ValueError(f"proxy_beta must be a finite number or None, got {beta!r}")
-        if self.proxy == "advantage" and beta not in (None, 0, 0.0):
+        if self.proxy in BETA_FREE and beta not in (None, 0, 0.0):
             raise ValueError(
-                f"proxy_beta={beta!r} with proxy='advantage' (the paper's, beta 0); use proxy='length_aware'"
+                f"proxy_beta={beta!r} with proxy={self.proxy!r} ({BETA_FREE[self.proxy]}); use proxy='length_aware'"
             )
-        if self.proxy != "advantage":
+        if self.proxy == "oracle" and not rule.uses_proxy:
+            raise ValueError(
+                f"proxy='oracle' with method={self.method!r}: only {method_names(lambda m: m.uses_proxy)} build p "
+                "from the gradient norms; use proxy='advantage'"
+            )
+        if self.proxy not in BETA_FREE:
             if beta is None:
                 raise ValueError(f"proxy={self.proxy!r} needs proxy_beta (a number), got None")
             lo, hi = BETA_BOUNDS
@@ -176,8 +186,8 @@ class SamplingConfig:
 
     @property
     def beta(self) -> float:
-        """The β the plan uses: 0 for the paper's proxy, else ``proxy_beta``."""
-        return 0.0 if self.proxy == "advantage" or self.proxy_beta is None else float(self.proxy_beta)
+        """The β the plan uses: 0 for the paper's proxy and the oracle, else ``proxy_beta``."""
+        return 0.0 if self.proxy in BETA_FREE or self.proxy_beta is None else float(self.proxy_beta)
 
     @property
     def full_support(self) -> bool:
@@ -270,12 +280,12 @@ def resolve_proxy(
             proxy = "advantage"
         else:
             proxy = "calibrated" if fitted else "length_aware"
-    if proxy == "advantage":
+    if proxy in BETA_FREE:
         if proxy_beta not in (None, 0, 0.0):
             raise ValueError(
-                f"proxy_beta={proxy_beta!r} with proxy='advantage' (the paper's, beta 0); use proxy='length_aware'"
+                f"proxy_beta={proxy_beta!r} with proxy={proxy!r} ({BETA_FREE[proxy]}); use proxy='length_aware'"
             )
-        return "advantage", 0.0
+        return proxy, 0.0
     return proxy, float(fam.prior_beta if proxy_beta is None else proxy_beta)
 
 

@@ -14,7 +14,7 @@ gradient norm G_i = ‖∇_θ ℓ_i‖. These helpers measure G_i exactly on a f
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,7 @@ from costaware import theory
 from costaware._checks import nonnegative_vector, positive_vector, same_length
 from costaware.theory._numeric import scaled
 
-__all__ = ["per_sequence_grad_norms", "proxy_fidelity"]
+__all__ = ["per_sequence_grad_norms", "per_sequence_grads", "proxy_fidelity"]
 
 
 def _row_count(rows: Mapping[str, torch.Tensor]) -> int:
@@ -121,6 +121,35 @@ def per_sequence_grad_norms(
         sq = sum((g.double() ** 2).flatten(1).sum(dim=1) for g in grads.values())
         return _finite_norms(torch.sqrt(sq))
     raise ValueError(f"method must be 'loop' or 'vmap', got {method!r}")
+
+
+def per_sequence_grads(
+    model: torch.nn.Module,
+    loss_fn: Callable[[torch.nn.Module, dict[str, torch.Tensor]], torch.Tensor],
+    rows: Mapping[str, torch.Tensor],
+) -> Iterator[torch.Tensor]:
+    """Each row's exact gradient ∇_θ ℓ_i over the trainable parameters, flattened to float64, one row at a
+    time (one backward each, as :func:`per_sequence_grad_norms` with ``method="loop"``), so that a caller
+    summing them holds one gradient at a time; ``loss_fn`` and ``rows`` as there.
+
+    >>> lin = torch.nn.Linear(2, 1, bias=False)
+    >>> _ = torch.nn.init.ones_(lin.weight)
+    >>> [g.tolist() for g in per_sequence_grads(lin, lambda m, b: m(b["x"]).sum(), {"x": torch.eye(2)})]
+    [[1.0, 0.0], [0.0, 1.0]]
+    """
+    k = _row_count(rows)
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("model has no parameters with requires_grad=True")
+    for i in range(k):
+        loss = loss_fn(model, {key: v[i : i + 1] for key, v in rows.items()})
+        _check_loss(loss, i)
+        grads = torch.autograd.grad(loss, params, allow_unused=True)
+        flat = torch.cat([(torch.zeros_like(p) if g is None else g).detach().double().flatten()
+                          for p, g in zip(params, grads, strict=True)])  # fmt: skip
+        if not bool(torch.isfinite(flat).all()):
+            raise ValueError(f"rows give a non-finite gradient at row {i}: the loss or its gradient overflows")
+        yield flat
 
 
 def _check_loss(loss: Any, i: int) -> None:

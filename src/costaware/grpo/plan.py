@@ -123,6 +123,23 @@ def _as_vector(x: Any, name: str, dtype: torch.dtype) -> torch.Tensor:
     return t
 
 
+def _oracle_norms(grad_norms: Any | None, config: SamplingConfig, n: int) -> np.ndarray | None:
+    """``grad_norms`` as float64 for ``proxy="oracle"`` (which needs them), else None (they must be absent)."""
+    if config.proxy != "oracle":
+        if grad_norms is not None:
+            raise ValueError(f"grad_norms is read by proxy='oracle' alone, got it with proxy={config.proxy!r}")
+        return None
+    if grad_norms is None:
+        raise ValueError("proxy='oracle' needs grad_norms (every row's exact gradient norm), got None")
+    g = _as_vector(grad_norms, "grad_norms", torch.float64).numpy()
+    if g.size != n:
+        raise ValueError(f"grad_norms has {g.size} rows but advantages has {n}")
+    if (g < 0).any():
+        i = int(np.flatnonzero(g < 0)[0])
+        raise ValueError(f"grad_norms must be >= 0, got {g[i]} at row {i}")
+    return g
+
+
 def _numpy_rng(gen: torch.Generator | None) -> np.random.Generator:
     """A numpy generator seeded from the torch one, so that a seeded torch generator fixes the plan."""
     return np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=gen)))
@@ -189,6 +206,7 @@ def plan_minibatches(
     group_size: int | None = None,
     generator: torch.Generator | None = None,
     keep_zero_pool: bool = False,
+    grad_norms: Any | None = None,
 ) -> Plan:
     """Build the policy-optimisation mini-batches for one pool of rollouts.
 
@@ -207,6 +225,9 @@ def plan_minibatches(
             full-support method then draws it instead of skipping it: ``p_smooth`` from its
             advantage-free part, the uniform α/N renormalised (p* has no mass), the others from
             their own p. Other methods still skip (no row is drawable).
+        grad_norms: (N,) every row's exact gradient norm ‖∇ℓ_i‖ >= 0, read by ``proxy="oracle"`` alone
+            (required there, refused elsewhere): p is built from it in place of |A| (rows with A = 0 still
+            get the proxy's 0).
 
     On several ranks, build the plan on the *global* pool (every rank's rows, in rank order) with
     the same seed on every rank, then give each rank its part with
@@ -234,6 +255,7 @@ def plan_minibatches(
     if not isinstance(keep_zero_pool, bool):
         raise TypeError(f"keep_zero_pool must be True or False, got {keep_zero_pool!r}")
     method = config.rule
+    oracle = _oracle_norms(grad_norms, config, n)
     r = None
     if method.needs_groups:
         if rewards is None or group_size is None:
@@ -282,6 +304,10 @@ def plan_minibatches(
 
     # Drawing methods: p from the proxy |A| (zero below the tolerance, optionally noised) and the costs.
     proxy = np.where(nonzero_np, abs_np, 0.0)
+    if oracle is not None:  # the exact norms in place of |A|, on the same rows
+        proxy = np.where(nonzero_np, oracle, 0.0)
+        if not (proxy > 0).any() and not keep_zero:
+            return Plan((), probs=None, advantages=adv, skipped="every row's gradient norm is zero", **common)
     if config.proxy_noise > 0:
         noise = torch.randn(n, generator=generator, dtype=torch.float64) * math.sqrt(config.proxy_noise)
         proxy = (torch.from_numpy(proxy) + noise).clamp(min=0.0).numpy()

@@ -54,7 +54,8 @@ class GlobalPool:
     advantages: (N,) A_i; costs: (N,) c_i > 0, prompt + completion tokens (what a fed row costs);
     lengths: (N,) completion tokens each row's loss counts (the token normalisers); rewards: (N,), read
     by methods that ``needs_groups`` (None otherwise); rank_sizes: rows held by each rank, in rank
-    order (empty: one rank holds every row).
+    order (empty: one rank holds every row); grad_norms: (N,) every row's exact ‖∇ℓ_i‖, for
+    ``proxy="oracle"`` alone (None otherwise).
     """
 
     advantages: torch.Tensor
@@ -62,6 +63,7 @@ class GlobalPool:
     lengths: torch.Tensor
     rewards: torch.Tensor | None = None
     rank_sizes: tuple[int, ...] = ()
+    grad_norms: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -161,7 +163,7 @@ def plan_round(
     plan = plan_minibatches(
         pool.advantages, pool.costs, num_minibatches=num_steps, minibatch_size=minibatch_size, config=config,
         rewards=pool.rewards, group_size=group_size, generator=torch.Generator().manual_seed(used_seed),
-        keep_zero_pool=keep_zero_pool,
+        keep_zero_pool=keep_zero_pool, grad_norms=pool.grad_norms,
     )  # fmt: skip
     n = plan.advantages.numel()
     lengths = torch.from_numpy(nonnegative_vector(pool.lengths, "lengths"))

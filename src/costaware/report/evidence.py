@@ -106,7 +106,8 @@ def sections(results: Sequence[RunResult], baseline: str | Arm) -> list[Section]
     for (task, setting), arms in sorted(by.items(), key=lambda kv: (kv[0][1] != "grpo", kv[0])):  # headline first
         if not any(a == baseline for a, _ in arms):
             continue
-        others = [lr for (a, lr), runs in arms.items() if a != baseline for _ in runs]
+        # the methods' LR: an arm's LR sweep (group lr_sweep) runs it at other LRs, never at the methods' own
+        others = [lr for (a, lr), runs in arms.items() if a != baseline for r in runs if r.id.group != "lr_sweep"]
         lrs = others or [lr for (a, lr) in arms if a == baseline]
         default_lr = max(set(lrs), key=lambda v: (lrs.count(v), -v))  # the methods' LR; ties: the smaller
         out.append(Section(task, setting, {k: sorted(v, key=lambda r: r.id.seed) for k, v in arms.items()}, default_lr))

@@ -31,7 +31,9 @@ from costaware.report import evidence as E
 from costaware.report import opening as O
 from costaware.report import predicted as P
 from costaware.report import rollout as R
+from costaware.report import step_errors as SE
 from costaware.report import sweeps as S
+from costaware.report import tuned as T
 from costaware.report.charts import plot_cost_to_target, plot_price_sweep, plot_waterfall
 from costaware.report.cost_structure import runs_cost_structure_section
 from costaware.report.curves import (
@@ -728,6 +730,7 @@ def write_report(
     for section in TASK_SECTIONS:
         lines += section(results, logs)
 
+    tuned = T.evaluate(evs, target_fraction=target_fraction)  # each swept arm at its own LR (none: nothing)
     for ev in evs:
         lines += _section_lines(ev, baseline)
         sid = _sid(ev.section)
@@ -736,6 +739,7 @@ def write_report(
         elif sid in preds:  # the headline: the row level's prediction of p*'s edge over nonzero, beside the measured
             matched = next((c for c in ev.decomposition if c.effect is E.Effect.MATCHED_STEP), None)
             lines += [P.row_level_line(preds[sid], matched, ev.section), ""]
+    lines += T.lines(tuned)
     lines += [
         "## Accuracy of the key arms",
         "",
@@ -758,6 +762,7 @@ def write_report(
     ]
     lines += ["#" + line if line.startswith("## ") else line for line in _token_share_lines(results)]
     lines += ["#" + line if line.startswith("## ") else line for line in _fidelity_lines(results)]
+    lines += SE.lines(results)
     if ablations:
         lines += ["### Ablations", "", "![ablations](ablations.png)", ""]
         lines += _ablation_lines(ablations + abl_ref, evs, generation_cost)
@@ -812,6 +817,8 @@ def write_report(
             }
             for ev, pr, tg in zip(evs, prices, targets, strict=True)
         ],
+        **({"tuned_lr": T.summary(tuned)} if tuned else {}),
+        **({"step_errors": errors} if (errors := SE.summary(results)) else {}),
         "command": command,
         "profile": profile,
         "sft": sft,

@@ -40,7 +40,7 @@ from costaware.grpo.config import (  # AUTO_METHOD and resolve_method: the core'
     resolve_proxy,
 )
 from costaware.grpo.factors import NORMALISERS
-from costaware.integrations.trl.losses import SUPPORTED_LOSS_TYPES
+from costaware.integrations.trl.losses import SUPPORTED_LOSS_TYPES, TRL_LOSS_FAMILY
 from costaware.rollouts.prompts import REGISTRY, PromptMethod, prompt_method_options
 from costaware.rollouts.stage import PROMPT_METHODS, prompt_method
 from costaware.sampling_options import PROMPT_OPTIONS, SAMPLING_OPTIONS, trl_field
@@ -195,6 +195,15 @@ class CostAwareGRPOConfig(GRPOConfig):
     cost_aware_diagnostics_rows: int = field(
         default=16, metadata={"help": "[diagnostics] Rows whose exact gradient norm the diagnostics compute."}
     )
+    cost_aware_mse_interval: int = field(
+        default=0,
+        metadata={
+            "help": "[diagnostics] Every k generation batches log each step's squared error against the pool's "
+            "expected step, ‖ĝ_s − ḡ‖² averaged over the batch's steps (cost_aware/mse_measured), beside J's closed "
+            "form of it (cost_aware/mse_predicted), from every fed row's exact gradient: one backward per row with "
+            "A ≠ 0 (expensive; one process, a row-mean loss, beta=0). 0 = off."
+        },
+    )
     # -- [monitoring] -------------------------------------------------------------------------------
     cost_aware_warn_after_skips: int = field(
         default=8,
@@ -226,6 +235,13 @@ class CostAwareGRPOConfig(GRPOConfig):
         self._check_rollout()
         integer(self.cost_aware_diagnostics_interval, "cost_aware_diagnostics_interval", minimum=0, strict=True)
         integer(self.cost_aware_diagnostics_rows, "cost_aware_diagnostics_rows", minimum=2, strict=True)
+        integer(self.cost_aware_mse_interval, "cost_aware_mse_interval", minimum=0, strict=True)
+        if self.cost_aware_mse_interval and (TRL_LOSS_FAMILY[self.loss_type] != "row_mean" or self.beta != 0.0):
+            raise ValueError(
+                f"cost_aware_mse_interval={self.cost_aware_mse_interval!r} with loss_type={self.loss_type!r} and "
+                f"beta={self.beta!r}: the step error is measured for a row-mean loss "
+                f"({', '.join(k for k, v in TRL_LOSS_FAMILY.items() if v == 'row_mean')}) with beta=0"
+            )
         integer(self.cost_aware_warn_after_skips, "cost_aware_warn_after_skips", minimum=0, strict=True)
         integer(self.cost_aware_calibration_interval, "cost_aware_calibration_interval", minimum=1, strict=True)
         integer(self.cost_aware_calibration_rows, "cost_aware_calibration_rows", minimum=3, strict=True)

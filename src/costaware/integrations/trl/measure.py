@@ -37,6 +37,8 @@ import json
 import math
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,9 +48,10 @@ from trl import GRPOTrainer
 
 from costaware._io import write_json_atomic
 from costaware.grpo.beta import BetaCalibrator, BetaFit, fit_from_stats
-from costaware.grpo.diagnostics import proxy_fidelity
+from costaware.grpo.diagnostics import per_sequence_grads, proxy_fidelity
 from costaware.grpo.proxy import predicted_j_ratios
 from costaware.grpo.shard import rank_offsets
+from costaware.grpo.step_error import step_errors, step_law
 from costaware.integrations.trl.batch import index_rows, trim_padding
 
 __all__ = [
@@ -59,7 +62,9 @@ __all__ = [
     "Calibration",
     "maybe_calibrate",
     "measure_global",
+    "oracle_norms",
     "pooled_fit",
+    "step_mse",
 ]
 
 CALIBRATOR_FILE = "cost_aware_calibrator.json"  # beside accounting's STATE_FILE in each checkpoint
@@ -111,6 +116,34 @@ def pooled_fit(rows: Any, *, level: float = 0.95) -> BetaFit:
     return fit_from_stats(sxx, sxy, syy, float(centred - 1), int(arr.shape[0]), level)
 
 
+def _single_rows(
+    trainer: Any, batch: dict[str, Any], advantages: torch.Tensor, idx: torch.Tensor
+) -> tuple[dict[str, Any], dict[str, torch.Tensor], Any]:
+    """Local rows ``idx`` with ``advantages[idx]``: (the rows, their per-row tensors, ``row_loss(model, one
+    row)`` the trainer's own loss of one row)."""
+    n = batch["advantages"].shape[0]
+    rows = trainer._with_ref_logprobs(index_rows(batch, idx, n))  # a deferred reference pass: these rows' own
+    rows["advantages"] = advantages[idx].to(rows["advantages"])
+    per_row = {key: v for key, v in rows.items() if isinstance(v, torch.Tensor) and v.ndim >= 1}
+    scalars = {key: v for key, v in rows.items() if key not in per_row}
+
+    def row_loss(model, one):
+        return GRPOTrainer._compute_loss(trainer, model, trim_padding({**one, **scalars}))
+
+    return rows, per_row, row_loss
+
+
+@contextmanager
+def _metrics_kept(trainer: Any) -> Iterator[None]:
+    """TRL's metrics as they were before the block: single-row losses must not enter them."""
+    saved = {key: list(v) for key, v in trainer._metrics["train"].items()}
+    try:
+        yield
+    finally:
+        trainer._metrics["train"].clear()
+        trainer._metrics["train"].update(saved)
+
+
 def measure_rows(
     trainer: Any, batch: dict[str, Any], advantages: torch.Tensor, idx: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -118,20 +151,10 @@ def measure_rows(
 
     TRL's metrics are left as they were (the single-row losses must not enter them).
     """
-    n = batch["advantages"].shape[0]
-    rows = trainer._with_ref_logprobs(index_rows(batch, idx, n))  # a deferred reference pass: these rows' own
-    rows["advantages"] = advantages[idx].to(rows["advantages"])
+    rows, per_row, row_loss = _single_rows(trainer, batch, advantages, idx)
     abs_a = rows["advantages"].abs().double().cpu()
-    per_row = {key: v for key, v in rows.items() if isinstance(v, torch.Tensor) and v.ndim >= 1}
-    scalars = {key: v for key, v in rows.items() if key not in per_row}
-    saved = {key: list(v) for key, v in trainer._metrics["train"].items()}
-
-    def row_loss(model, one):
-        return GRPOTrainer._compute_loss(trainer, model, trim_padding({**one, **scalars}))
-
-    norms = trainer.per_row_grad_norms(trainer.model, row_loss, per_row)
-    trainer._metrics["train"].clear()
-    trainer._metrics["train"].update(saved)  # the k single-row losses must not enter TRL's metrics
+    with _metrics_kept(trainer):
+        norms = trainer.per_row_grad_norms(trainer.model, row_loss, per_row)
     costs = (rows["prompt_mask"].sum(1) + rows["completion_mask"].sum(1)).clamp(min=1).double().cpu()
     return abs_a, torch.as_tensor(norms).double().cpu(), costs
 
@@ -145,11 +168,12 @@ def measure_global(
     its clip metrics on every call, so every process runs as many single-row losses as the busiest one
     (the others repeat a row of their own, whose norm is discarded), then every process joins one
     gather of a fixed-shape table; every process returns the same rows in the same order. p is the
-    plan's probability of the row (0 when the plan drew nothing); G is NaN where a norm failed.
+    plan's probability of the row (0 when the plan drew nothing, or with no plan: ``plan`` None, the
+    pool's own advantages); G is NaN where a norm failed.
     """
     n = batch["advantages"].shape[0]
     idx = chosen[(chosen >= offset) & (chosen < offset + n)] - offset
-    local = plan.advantages[offset : offset + n]
+    local = (pool.advantages if plan is None else plan.advantages)[offset : offset + n]
     bounds = rank_offsets(pool.rank_sizes)
     busiest = max(int(((chosen >= lo) & (chosen < hi)).sum()) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True))
     table = torch.zeros(chosen.numel(), 5, dtype=torch.float64)
@@ -157,7 +181,11 @@ def measure_global(
         fill = torch.zeros(busiest - idx.numel(), dtype=idx.dtype)
         abs_a, norms, costs = measure_rows(trainer, batch, local, torch.cat([idx, fill]))
         abs_a, norms, costs = abs_a[: idx.numel()], norms[: idx.numel()], costs[: idx.numel()]
-        p = plan.probs[offset + idx].double() if plan.probs is not None else torch.zeros_like(abs_a)
+        p = (
+            plan.probs[offset + idx].double()
+            if plan is not None and plan.probs is not None
+            else torch.zeros_like(abs_a)
+        )
         if idx.numel():
             table[: idx.numel()] = torch.stack([torch.ones_like(abs_a), abs_a, norms.double(), costs, p], 1)
     rows = trainer.accelerator.gather(table.to(trainer.accelerator.device)).cpu()
@@ -185,6 +213,64 @@ def diagnostics(trainer: Any, batch: dict[str, Any], plan: Any, pool: Any, offse
     for key in ("pearson", "chi2", "j_vs_uniform"):
         if math.isfinite(out[key]):
             trainer._metrics["train"][f"cost_aware/{key}"].append(out[key])
+
+
+def oracle_norms(trainer: Any, batch: dict[str, Any], pool: Any, offset: int) -> torch.Tensor:
+    """(N,) float64 exact ‖∇ℓ_i‖ of every row of the global pool with A ≠ 0 (0 elsewhere), for
+    ``proxy="oracle"``: one backward per such row, on whichever process holds it, the same on every process.
+
+    The rows with A ≠ 0 are the plan's (|A| above ``zero_tol`` × the pool's largest); the others get no
+    probability whatever their norm.
+    """
+    start = time.perf_counter()
+    a = pool.advantages.double().abs()
+    out = torch.zeros(a.numel(), dtype=torch.float64)
+    if not bool((a > 0).any()):  # every process knows it: none joins the collectives
+        return out
+    chosen = torch.nonzero(a > trainer.sampling.zero_tol * a.max()).reshape(-1)
+    rows = measure_global(trainer, batch, None, pool, offset, chosen)
+    norms = rows[:, 2]
+    if rows.shape[0] != chosen.numel() or not bool(torch.isfinite(norms).all()):
+        raise ValueError(f"proxy='oracle': {int(torch.isfinite(norms).sum())} of {chosen.numel()} rows with A != 0 "
+                         "got a finite gradient norm; every one needs it")  # fmt: skip
+    out[chosen] = norms
+    trainer._metrics["train"]["cost_aware/oracle_seconds"].append(time.perf_counter() - start)
+    return out
+
+
+def step_mse(trainer: Any, batch: dict[str, Any], rnd: Any, offset: int) -> None:
+    """Log the round's measured step error against the pool's expected step and J's closed form of it
+    (:mod:`costaware.grpo.step_error`), from the exact gradient of every row the round's steps hold.
+
+    One backward per such row with A ≠ 0 (a row with A = 0 has ∇ℓ = 0: the config refuses a KL term here),
+    under the trainer's own single-row loss with the plan's advantages, at the round's θ. One process
+    (the trainer refuses several). GRPO's split is stock TRL's shuffle: its law, the plan's permutation, is
+    measured. Logs ``cost_aware/mse_measured``, ``cost_aware/mse_predicted`` (where a closed form exists),
+    ``cost_aware/mse_grad_sq`` (‖ḡ‖²) and ``cost_aware/mse_seconds``.
+    """
+    start = time.perf_counter()
+    plan = rnd.plan
+    law = step_law(plan, trainer.sampling, normaliser=trainer.args.cost_aware_normaliser)
+    if law is None:
+        return
+    n = batch["advantages"].shape[0]
+    want = law.rows
+    want = want[(want >= offset) & (want < offset + n)]
+    want = want[plan.advantages[torch.from_numpy(want)].numpy() != 0]
+    metrics = trainer._metrics["train"]
+    if want.size:
+        idx = torch.from_numpy(want - offset)
+        _, per_row, row_loss = _single_rows(trainer, batch, plan.advantages[offset : offset + n], idx)
+        with _metrics_kept(trainer):
+            grads = per_sequence_grads(trainer.model, row_loss, per_row)
+            out = step_errors(law, zip(want.tolist(), grads, strict=True))
+    else:
+        out = step_errors(law, ())
+    metrics["cost_aware/mse_measured"].append(out.measured)
+    if out.predicted is not None:
+        metrics["cost_aware/mse_predicted"].append(out.predicted)
+    metrics["cost_aware/mse_grad_sq"].append(out.grad_sq)
+    metrics["cost_aware/mse_seconds"].append(time.perf_counter() - start)
 
 
 @dataclass

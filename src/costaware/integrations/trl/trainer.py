@@ -152,6 +152,11 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, KVRolloutMixin, GR
             self.sampling.proxy, self.loss_type, self.args.cost_aware_calibration_interval
         )
         self._ca_grads_pending = False  # a micro-step since the last optimiser step ran a backward
+        if self.args.cost_aware_mse_interval and self.accelerator.num_processes > 1:
+            raise ValueError(
+                f"cost_aware_mse_interval={self.args.cost_aware_mse_interval!r} with "
+                f"{self.accelerator.num_processes} processes: the step-error measurement runs on one process"
+            )
         self.add_callback(_OptimizerTimer(self))
         self.add_callback(TokenBudget(self))
 
@@ -232,6 +237,10 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, KVRolloutMixin, GR
         sampling, cal = self.sampling, self.cost_aware_calibration.calibrator
         if cal is not None:  # β from the rounds so far (the same on every process)
             sampling = replace(sampling, proxy_beta=cal.beta)
+        if sampling.proxy == "oracle":  # every row's exact gradient norm in place of |A|
+            pool = replace(
+                pool, grad_norms=measure.oracle_norms(self, batch, pool, int(rank_offsets(pool.rank_sizes)[rank]))
+            )
         rnd = plan_round(
             pool, sampling, seed=int(self.args.seed), step=int(self.cost_aware_counters.generations),
             family=TRL_LOSS_FAMILY[self.loss_type], num_steps=spg,
@@ -247,6 +256,9 @@ class CostAwareGRPOTrainer(GenerationMixin, FedLogprobsMixin, KVRolloutMixin, GR
         interval = self.args.cost_aware_diagnostics_interval
         if interval and self.cost_aware_counters.generations % interval == 0:
             measure.diagnostics(self, batch, plan, pool, offset)
+        every = self.args.cost_aware_mse_interval
+        if every and self.cost_aware_counters.generations % every == 0:
+            measure.step_mse(self, batch, rnd, offset)
         if sampling.rule.plain and adv.shape[0] == self.args.per_device_train_batch_size * spg:
             # exactly stock TRL's split (same global RNG draw, same chunks): no padding rows are fed
             self._account(replace(rnd.counts, rows_padding=0.0, tokens_padding=0.0))
