@@ -142,9 +142,9 @@ def test_arm_stats_against_hand_computed_values():
 
     runs = [run([0.2, 0.4, 0.5, 0.6], 0), run([0.2, 0.6, 0.5, 0.4], 1)]  # mean 0.2, 0.5, 0.5, 0.5
     st = grpo.arm_stats(runs, 0.35, 300.0, generation_cost=0.5, n_boot=200)
-    assert st["peak"] == pytest.approx(0.5) and st["seeds"] == 2
-    assert st["po_tokens_to_target"] == pytest.approx(50.0, rel=0.02)  # 0.2 → 0.5 over [0, 100]: 0.35 at 50
-    assert st["rounds_to_target"] == pytest.approx(1.0, rel=0.02)
-    assert st["total_cost_to_target"] == pytest.approx(50.0 + 0.5 * 150.0, rel=0.02)
-    assert st["auc"] == pytest.approx((0.35 * 100 + 0.5 * 200) / 300, rel=0.01)
-    assert st["po_seconds"] == 3.0
+    assert st.peak == pytest.approx(0.5) and st.seeds == 2
+    assert st.to_target["po_tokens"] == pytest.approx(50.0, rel=0.02)  # 0.2 → 0.5 over [0, 100]: 0.35 at 50
+    assert st.to_target["rounds"] == pytest.approx(1.0, rel=0.02)
+    assert st.to_target["total_cost"] == pytest.approx(50.0 + 0.5 * 150.0, rel=0.02)
+    assert st.auc == pytest.approx((0.35 * 100 + 0.5 * 200) / 300, rel=0.01)
+    assert st.po_seconds == 3.0

@@ -12,7 +12,7 @@ from report_fixtures import LR, headline, make_runs
 
 from costaware.experiments.arms import Arm
 from costaware.experiments.records import EvalPoint, RunId, RunResult
-from costaware.report import curves, evidence, labels
+from costaware.report import curves, evidence, evidence_text, labels
 from costaware.report.curves import Estimate, first_crossing, first_crossings, saving, seed_curves
 from costaware.report.evidence import evaluate_section, plateau, sections
 
@@ -30,10 +30,10 @@ def _claim(ev, start):
 
 def _verdict(ev, start):
     claim, comp, why = _claim(ev, start)
-    return evidence.verdict_line(claim, comp, why, target=ev.target)
+    return evidence_text.verdict_line(claim, comp, why, target=ev.target)
 
 
-@pytest.mark.parametrize("mod", [curves, evidence, labels])
+@pytest.mark.parametrize("mod", [curves, evidence, evidence_text, labels])
 def test_docstring_examples_run(mod):
     assert doctest.testmod(mod).failed == 0
 
@@ -127,7 +127,7 @@ def test_verdict_is_decided_by_the_ci_not_the_point():
     claim, comp, why = _claim(ev, "p* beats GRPO")
     s = comp.savings["total_cost"]
     assert s.value > 0 and s.lo < 0 < s.hi  # the fixture really is the ambiguous case
-    assert "**not shown**" in evidence.verdict_line(claim, comp, why, target=ev.target)
+    assert "**not shown**" in evidence_text.verdict_line(claim, comp, why, target=ev.target)
 
 
 def test_plateau_detected_when_flat():
@@ -182,7 +182,7 @@ def test_plateau_says_not_learning_for_a_curve_flat_at_its_start():
     text = p.text("GRPO")
     assert "**GRPO is not learning**" in text and "starts at 0.000" in text and "flattened" not in text
     ev = _evidence(headline(start=0.0, peak=0.0, noise=0.0))
-    assert "The GRPO baseline **is not learning**" in evidence.answer_paragraph(ev, "none")
+    assert "The GRPO baseline **is not learning**" in evidence_text.answer_paragraph(ev, "none")
     # a curve that rose, then flattened, is learning: the plateau line stays
     rose = plateau(make_runs("none", scale=5.0), n_boot=N_BOOT)
     assert rose.learning and "has flattened" in rose.text("GRPO") and "not learning" not in rose.text("GRPO")
@@ -304,7 +304,7 @@ def test_no_improvement_is_said_not_scored():
     ev = _evidence(runs)
     assert not ev.informative and ev.decomposition == []
     assert all(c is None and "not above the starting accuracy" in why for _, c, why in ev.claims)
-    assert "Nothing to compare" in evidence.answer_paragraph(ev, "none")
+    assert "Nothing to compare" in evidence_text.answer_paragraph(ev, "none")
     assert "**cannot say**" in _verdict(ev, "p* beats GRPO")
 
 

@@ -15,8 +15,7 @@ from report_html import Page, chromium, layout, markdown_tables, save_artefact, 
 
 from costaware.experiments.arms import Arm
 from costaware.experiments.records import RunResult
-from costaware.report import evidence as E
-from costaware.report import grpo, labels, opening, sweeps
+from costaware.report import evidence, grpo, labels, opening, sweeps
 from costaware.report.curves import Estimate
 from costaware.report.verdicts import RULE, Verdict, fmt, verdict
 
@@ -45,8 +44,8 @@ def five(tmp_path_factory):
 def test_opening_rows_are_the_claims_objects(five):
     """The opening reads the very Comparison objects the verdict list reads: they cannot disagree."""
     runs, _ = five
-    sec = E.sections(runs, "none")[0]
-    ev = E.evaluate_section(sec, "none", n_boot=300)
+    sec = evidence.sections(runs, "none")[0]
+    ev = evidence.evaluate_section(sec, "none", n_boot=300)
     rows = opening.rows([ev])
     assert [r.claim for r in rows] == [c for c, _, _ in ev.claims]
     assert all(r.comparison is c for r, (_, c, _) in zip(rows, ev.claims, strict=True))
@@ -133,7 +132,7 @@ def _pair(seeds=range(5)):
     """A saves nothing per round; B spends 0.6 of A's PO tokens and 1.5× its generated tokens a round."""
     runs = make_runs("none", po_per_round=5000, gen_per_round=4000, n_evals=61, noise=0.002, seeds=seeds)
     runs += make_runs("nonzero", po_per_round=3000, gen_per_round=6000, n_evals=61, noise=0.002, seeds=seeds)
-    sec = E.sections(runs, "none")[0]
+    sec = evidence.sections(runs, "none")[0]
     return sec, (Arm("none"), sec.default_lr), (Arm("nonzero"), sec.default_lr)
 
 
@@ -141,8 +140,10 @@ def test_price_sweep_is_the_po_saving_at_zero_and_tends_to_the_generated_saving(
     sec, a, b = _pair()
     target = 0.5
     zero, huge = sweeps.price_savings(sec, a, b, target, [0.0, 1e5], n_boot=500)
-    assert zero == E.axis_saving(sec, a, b, "po_tokens", target, 1 / 3, 500, 0)  # exactly: total cost = PO tokens
-    gen = E.axis_saving(sec, a, b, "generated_tokens", target, 1 / 3, 500, 0)
+    assert zero == evidence.axis_saving(
+        sec, a, b, "po_tokens", target, 1 / 3, 500, 0
+    )  # exactly: total cost = PO tokens
+    gen = evidence.axis_saving(sec, a, b, "generated_tokens", target, 1 / 3, 500, 0)
     assert zero.value == pytest.approx(0.4, abs=0.03) and gen.value == pytest.approx(-0.5, abs=0.03)
     assert huge.value == pytest.approx(gen.value, abs=1e-3) and huge.lo == pytest.approx(gen.lo, abs=1e-3)
     mid = sweeps.price_savings(sec, a, b, target, np.linspace(0, 10, 21), n_boot=200)
@@ -151,8 +152,8 @@ def test_price_sweep_is_the_po_saving_at_zero_and_tends_to_the_generated_saving(
 
 def test_price_sweep_uses_the_verdicts_bootstrap(five):
     runs, _ = five
-    sec = E.sections(runs, "none")[0]
-    ev = E.evaluate_section(sec, "none", n_boot=400, generation_cost=1.0)
+    sec = evidence.sections(runs, "none")[0]
+    ev = evidence.evaluate_section(sec, "none", n_boot=400, generation_cost=1.0)
     rows = sweeps.price_claims(ev, prices=(1 / 3, 1.0, 3.0), n_boot=400)
     claims = [(n, c) for n, c, _ in ev.claims if c is not None]
     assert [r.claim for r in rows] == [n for n, _ in claims]
@@ -168,8 +169,8 @@ def test_price_sweep_rejects_a_bad_price():
 
 def test_target_sweep_at_the_jobs_fraction_is_the_verdict(five):
     runs, _ = five
-    sec = E.sections(runs, "none")[0]
-    ev = E.evaluate_section(sec, "none", n_boot=300)
+    sec = evidence.sections(runs, "none")[0]
+    ev = evidence.evaluate_section(sec, "none", n_boot=300)
     rows = sweeps.target_claims(ev, fractions=(0.9, 0.95, 0.98), n_boot=300)
     for row, (_, c, _) in zip(rows, [x for x in ev.claims if x[1] is not None], strict=True):
         assert row.savings[1] == c.savings["total_cost"]

@@ -11,20 +11,19 @@ from report_fixtures import LR, ROLLOUT_COSTS, ROLLOUT_SETTING, hand_logs, headl
 from report_html import Page
 
 from costaware.experiments.arms import Arm
-from costaware.report import grpo, predicted
-from costaware.report import rollout as R
+from costaware.report import grpo, predicted, rollout
 from costaware.report.evidence import Effect, sections
 from costaware.report.verdicts import fmt
 
 N_BOOT = 400
-SKIP, UNBIASED, GRESO, DAPO = R.SKIP, R.UNBIASED, Arm("none", rollout="greso"), Arm("none", rollout="dapo")
+SKIP, UNBIASED, GRESO, DAPO = rollout.SKIP, rollout.UNBIASED, Arm("none", rollout="greso"), Arm("none", rollout="dapo")
 GRPO, NONZERO, PSTAR = Arm("none"), Arm("nonzero"), Arm("p_star")
 
 
 def _rollout(runs):
     (sec,) = sections(runs, "none")
-    assert R.is_rollout(sec)
-    return R.evaluate_rollout(sec, "none", n_boot=N_BOOT)
+    assert rollout.is_rollout(sec)
+    return rollout.evaluate_rollout(sec, "none", n_boot=N_BOOT)
 
 
 def _cost(po, gen):
@@ -182,9 +181,9 @@ def test_decomposition_has_a_line_for_the_prompt_stage():
 
 def test_sections_are_prompt_stage_by_their_finite_train_set():
     (head,) = sections(headline(seeds=range(2)), "none")
-    assert not R.is_rollout(head)
+    assert not rollout.is_rollout(head)
     (sec,) = sections(rollout_runs(seeds=range(2)), "none")
-    assert sec.setting == ROLLOUT_SETTING and R.is_rollout(sec)
+    assert sec.setting == ROLLOUT_SETTING and rollout.is_rollout(sec)
 
 
 def _brute_row_level(path) -> float:
@@ -262,6 +261,10 @@ def test_missing_logs_are_said_in_one_line_not_an_error(tmp_path):
 
 def test_the_peers_are_defined_once():
     """PEERS beside nonzero are exactly what is_peer names, which key_arms reads for the best peer."""
-    assert R.PEERS[0] == Arm("nonzero") and all(R.is_peer(a) for a in R.PEERS[1:]) and not R.is_peer(R.PEERS[0])
-    assert R.PEERS == (Arm("nonzero"), Arm("pods"), Arm("cost_pods"), R.GRESO, R.DAPO)
-    assert R.is_peer(Arm("pods", weights="raw")) and not R.is_peer(Arm("p_star", rollout="cost_aware_skip"))
+    assert (
+        rollout.PEERS[0] == Arm("nonzero")
+        and all(rollout.is_peer(a) for a in rollout.PEERS[1:])
+        and not rollout.is_peer(rollout.PEERS[0])
+    )
+    assert rollout.PEERS == (Arm("nonzero"), Arm("pods"), Arm("cost_pods"), rollout.GRESO, rollout.DAPO)
+    assert rollout.is_peer(Arm("pods", weights="raw")) and not rollout.is_peer(Arm("p_star", rollout="cost_aware_skip"))

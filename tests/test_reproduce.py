@@ -323,9 +323,11 @@ def test_lr_sweep_and_control_records(sft_dir, tmp_path):
         and (sweep.generation_seconds + sweep.eval_seconds < sweep.wall_seconds)
     )
     assert control.generation_seconds == 0.0 and 0 < control.eval_seconds < control.wall_seconds
-    from costaware.report.grpo import _generation_share_line
+    from costaware.report.markdown_appendix import generation_share_lines
+    from costaware.report.run_tables import generation_share
 
-    line = _generation_share_line([sweep, dataclasses.replace(sweep, generation_seconds=None)])[0]
+    share = generation_share([sweep, dataclasses.replace(sweep, generation_seconds=None)])
+    line = generation_share_lines(share)[0]
     share = round(100 * sweep.generation_seconds / sweep.wall_seconds)
     assert line.startswith("Generation's share of the run wall time (1 runs") and f"{share}% in the training" in line
 

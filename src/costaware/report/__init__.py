@@ -4,7 +4,7 @@ below the report: the experiments write them, the report reads them); and the fi
 - ``curves``: accuracy against an x-axis (total cost first, then PO tokens, generated tokens, generation
   rounds), seed means, the one first-crossing helper, savings and gaps with bootstrap CIs over seeds.
 - ``evidence``: the decomposition of a saving by effect, verdicts, the plateau check, the validation-tuned
-  baseline; every sentence generated from numbers.
+  baseline; ``evidence_text``: the same in words, every sentence generated from the numbers.
 - ``rollout``: the prompt-stage sections (a finite train set): the decomposition with the prompt stage,
   the claims against the peers, the prompt-stage target's verdict.
 - ``predicted``: predicted J ratios from the runs' per-prompt logs, shown beside the measured savings.
@@ -16,6 +16,10 @@ below the report: the experiments write them, the report reads them); and the fi
   keys on a label; and the one fixed colour and marker per method.
 - ``md``: the one Markdown escape; every table (``md.table``) and every label in a sentence goes through it.
 - ``figures``: the report's figures, one panel per task and setting, two a row.
-- ``grpo``: the `costaware reproduce` report (Markdown, HTML, JSON, figures).
+- ``grpo``: the `costaware reproduce` report, ``write_report``, a pipeline of stages:
+  ``claims`` and ``run_tables`` compute every number into frozen records (``arm_stats``: one arm's
+  method-table row); ``draw`` draws the figures; ``markdown_report`` joins the Markdown of ``markdown_front``,
+  ``markdown_sweeps``, ``markdown_sections`` and ``markdown_appendix``; ``html_page`` renders it through a
+  Jinja2 template (``templates/report.html.j2``); ``summary_json`` writes the numbers as JSON.
 - ``synthetic``: the figure and table of `costaware synthetic`.
 """

@@ -9,12 +9,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from costaware.report import evidence as E
+from costaware.report.arm_stats import ArmStats
 from costaware.report.curves import DEFAULT_GENERATION_COST, MIN_SEEDS_FOR_CI, Estimate
+from costaware.report.evidence import Comparison, Effect, Evidence, Key
 from costaware.report.figures import DPI, FONT, figure_grid, load_pyplot
 from costaware.report.labels import style
 from costaware.report.verdicts import fmt
@@ -24,14 +24,14 @@ __all__ = ["plot_cost_to_target", "plot_waterfall", "plot_price_sweep"]
 Sid = tuple[str, str]
 
 
-def _sid(ev: E.Evidence) -> Sid:
+def _sid(ev: Evidence) -> Sid:
     return ev.section.task, ev.section.setting
 
 
 def plot_cost_to_target(
-    evs: Sequence[E.Evidence],
-    stats: Mapping[Sid, Mapping[E.Key, Mapping[str, Any]]],
-    keys: Mapping[Sid, Sequence[E.Key]],
+    evs: Sequence[Evidence],
+    stats: Mapping[Sid, Mapping[Key, ArmStats]],
+    keys: Mapping[Sid, Sequence[Key]],
     path: Path,
 ) -> None:
     """Dot and whisker: each arm's total cost to the section's target (seed-mean curve), 95% CI over seeds."""
@@ -49,22 +49,22 @@ def plot_cost_to_target(
         for ax, ev in zip(axes, evs, strict=True):
             sec, st = ev.section, stats[_sid(ev)]
             order = list(keys[_sid(ev)])[::-1]  # the first key on top
-            finite = [st[k]["total_cost_to_target"] for k in order if np.isfinite(st[k]["total_cost_to_target"])]
+            finite = [st[k].to_target["total_cost"] for k in order if np.isfinite(st[k].to_target["total_cost"])]
             right = 1.15 * max(
-                finite + [hi for k in order for hi in st[k]["total_cost_to_target_ci"][1:] if np.isfinite(hi)] + [1.0]
+                finite + [hi for k in order for hi in st[k].to_target_ci["total_cost"][1:] if np.isfinite(hi)] + [1.0]
             )
             for y, k in enumerate(order):
-                s, v = style(k[0], k[1] / sec.default_lr), st[k]["total_cost_to_target"]
-                lo, hi = st[k]["total_cost_to_target_ci"]
+                s, v = style(k[0], k[1] / sec.default_lr), st[k].to_target["total_cost"]
+                lo, hi = st[k].to_target_ci["total_cost"]
                 if not np.isfinite(v):
                     ax.annotate("not reached", (right, y), ha="right", va="center", fontsize=8, color=s.colour)
                     continue
-                if st[k]["seeds"] >= MIN_SEEDS_FOR_CI:
+                if st[k].seeds >= MIN_SEEDS_FOR_CI:
                     ax.plot([lo, min(hi, right)], [y, y], color=s.colour, lw=2)
                 ax.plot([v], [y], marker=s.marker, color=s.colour, ms=8, ls="none")
-            ax.set_yticks(range(len(order)), [f"{sec.name(k)} (n={st[k]['seeds']})" for k in order])
-            if st.get(ev.baseline) and np.isfinite(st[ev.baseline]["total_cost_to_target"]):
-                ax.axvline(st[ev.baseline]["total_cost_to_target"], color="k", lw=0.7, ls=":")
+            ax.set_yticks(range(len(order)), [f"{sec.name(k)} (n={st[k].seeds})" for k in order])
+            if st.get(ev.baseline) and np.isfinite(st[ev.baseline].to_target["total_cost"]):
+                ax.axvline(st[ev.baseline].to_target["total_cost"], color="k", lw=0.7, ls=":")
             ax.set_xlim(0, right)
             ax.set_ylim(-0.6, len(order) - 0.4)
             ax.set(
@@ -83,16 +83,14 @@ def _eng(ax) -> None:
     ax.xaxis.set_major_formatter(EngFormatter(sep=""))
 
 
-def waterfall_steps(ev: E.Evidence) -> tuple[E.Comparison, E.Comparison] | None:
+def waterfall_steps(ev: Evidence) -> tuple[Comparison, Comparison] | None:
     """GRPO → nonzero and nonzero → p* (the section's own steps), when both were computed."""
     by = {c.effect: c for c in ev.decomposition}
-    first, second = by.get(E.Effect.RENORMALISATION), by.get(E.Effect.MATCHED_STEP)
+    first, second = by.get(Effect.RENORMALISATION), by.get(Effect.MATCHED_STEP)
     return None if first is None or second is None else (first, second)
 
 
-def plot_waterfall(
-    evs: Sequence[E.Evidence], stats: Mapping[Sid, Mapping[E.Key, Mapping[str, Any]]], path: Path
-) -> bool:
+def plot_waterfall(evs: Sequence[Evidence], stats: Mapping[Sid, Mapping[Key, ArmStats]], path: Path) -> bool:
     """The decomposition as a waterfall: GRPO's total cost to the target, the change from dropping the
     zero-advantage rows, the change from cost-aware sampling, p*'s cost. False (nothing drawn) when no
     section has both steps."""
@@ -100,7 +98,7 @@ def plot_waterfall(
         (ev, steps)
         for ev in evs
         if (steps := waterfall_steps(ev)) is not None
-        and all(np.isfinite(stats[_sid(ev)][k]["total_cost_to_target"]) for k in (steps[0].a, steps[0].b, steps[1].b))
+        and all(np.isfinite(stats[_sid(ev)][k].to_target["total_cost"]) for k in (steps[0].a, steps[0].b, steps[1].b))
     ]
     if not drawn:
         return False
@@ -109,7 +107,7 @@ def plot_waterfall(
         fig, axes = figure_grid(len(drawn), 0)
         for ax, (ev, (first, second)) in zip(axes, drawn, strict=True):
             sec, st = ev.section, stats[_sid(ev)]
-            a, b, c = (st[k]["total_cost_to_target"] for k in (first.a, first.b, second.b))
+            a, b, c = (st[k].to_target["total_cost"] for k in (first.a, first.b, second.b))
             names = [sec.name(first.a), "drop zero-\nadvantage rows", "cost-aware\nsampling", sec.name(second.b)]
             ax.bar(0, a, color=style(first.a[0]).colour, alpha=0.8)
             for x, (frm, to, comp) in enumerate(((a, b, first), (b, c, second)), start=1):
@@ -143,7 +141,7 @@ def plot_waterfall(
 
 
 def plot_price_sweep(
-    panels: Sequence[tuple[E.Evidence, Mapping[E.Key, Sequence[Estimate]]]],
+    panels: Sequence[tuple[Evidence, Mapping[Key, Sequence[Estimate]]]],
     prices: Sequence[float],
     path: Path,
     *,

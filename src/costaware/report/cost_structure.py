@@ -195,7 +195,7 @@ def cost_structure_section(
 
 
 def runs_cost_structure_section(results: Sequence[Any], logs: Mapping[Any, os.PathLike[str] | str] | None) -> list[str]:
-    """The report's section (a ``report.grpo.TASK_SECTIONS`` entry): :func:`cost_structure_section` over the
+    """The report's section (a ``report.markdown_report.TASK_SECTIONS`` entry): :func:`cost_structure_section` over the
     per-prompt logs of each task's GRPO and ``nonzero`` runs (GRPO setting, every prompt generated); no
     lines when no such run left a log."""
     if not logs:

@@ -4,16 +4,16 @@ Every verdict is decided on the headline axis, total cost (``curves.AXES[0]``); 
 
 docs/design.md, "Evidence: controls and confounders": GRPO → nonzero isolates renormalisation,
 nonzero → p* (centred) and GRPO → p* (raw) isolate cost-aware sampling at a matched expected step,
-and a baseline at its validation-tuned learning rate guards against a weak baseline. Every sentence
-here is generated from the numbers; no label string is ever looked up or compared: runs are grouped by
-their typed :class:`~costaware.experiments.arms.Arm` (``RunId.arm``), and each comparison carries its :class:`Effect`.
+and a baseline at its validation-tuned learning rate guards against a weak baseline. No label string is
+ever looked up or compared: runs are grouped by their typed :class:`~costaware.experiments.arms.Arm`
+(``RunId.arm``), and each comparison carries its :class:`Effect`. The same evidence in words (a saving
+described, a verdict line, the answer paragraph) is :mod:`costaware.report.evidence_text`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,9 +24,8 @@ from costaware.experiments.records import RunResult
 from costaware.grpo.methods import method_names
 from costaware.report.curves import AXES, DEFAULT_GENERATION_COST, Estimate, gap_at, saving, seed_curves
 from costaware.report.labels import label
-from costaware.report.md import escape
 from costaware.report.plateau import MIN_GAIN, Plateau, plateau
-from costaware.report.verdicts import RULE, Verdict, fmt, no_interval, pct, verdict
+from costaware.report.verdicts import RULE
 
 __all__ = [
     "Section",
@@ -43,10 +42,6 @@ __all__ = [
     "axis_saving",
     "baseline_key",
     "HEADLINE_AXIS",
-    "describe",
-    "verdict_line",
-    "verdict_word",
-    "answer_paragraph",
     "as_arm",
     "COST_AWARE",
     "RULE",
@@ -252,46 +247,39 @@ def judge(
     )
 
 
-def evaluate_section(
-    sec: Section,
-    baseline: str | Arm,
-    *,
-    candidate: str | Arm = "p_star",
-    target_fraction: float = 0.95,
-    generation_cost: float = DEFAULT_GENERATION_COST,
-    n_boot: int = 2000,
-    seed: int = 0,
-) -> Evidence:
-    """Target, tuned baseline, best cost-aware arm, decomposition, claims and plateau of one section.
-
-    The common target is ``target_fraction`` × the lowest seed-mean peak among the arms compared, so
-    that every seed-mean curve reaches it. The tuned baseline's LR and the best cost-aware arm are
-    chosen on VALIDATION accuracy; without a validation split there is no tuned baseline.
-    """
-    baseline, candidate = as_arm(baseline, "baseline"), as_arm(candidate, "candidate")
-    base = baseline_key(sec, baseline, target_fraction)
+def _tuned_baseline(sec: Section, baseline: Arm) -> tuple[Key | None, str]:
+    """The baseline at its learning rate of best peak seed-mean VALIDATION accuracy, and how it was chosen
+    (or why there is none)."""
     lrs = sorted(lr for a, lr in sec.arms if a == baseline)
-    tuned, tuned_note = None, ""
     if len(lrs) < 2:
-        tuned_note = f"no learning-rate sweep of {label(baseline)} was run"
-    elif not all(_has_validation(sec.arms[(baseline, lr)]) for lr in lrs):
-        tuned_note = "no validation accuracy was recorded, and the held-out set is never used to tune"
-    else:
-        val = {lr: _peak(sec.arms[(baseline, lr)], "validation") for lr in lrs}
-        tuned = (baseline, max(lrs, key=lambda lr: (val[lr], -lr)))
-        tuned_note = "chosen on peak seed-mean validation accuracy: " + ", ".join(
-            f"lr {lr:g}: {v:.3f}" for lr, v in val.items()
-        )
+        return None, f"no learning-rate sweep of {label(baseline)} was run"
+    if not all(_has_validation(sec.arms[(baseline, lr)]) for lr in lrs):
+        return None, "no validation accuracy was recorded, and the held-out set is never used to tune"
+    val = {lr: _peak(sec.arms[(baseline, lr)], "validation") for lr in lrs}
+    tuned = (baseline, max(lrs, key=lambda lr: (val[lr], -lr)))
+    return tuned, "chosen on peak seed-mean validation accuracy: " + ", ".join(
+        f"lr {lr:g}: {v:.3f}" for lr, v in val.items()
+    )
+
+
+def _best_cost_aware(sec: Section) -> tuple[Key | None, str]:
+    """The unbiased cost-aware arm at the methods' LR with the best peak (validation where every one has it)."""
     ca = [k for k in sec.arms if k[0].method in COST_AWARE and k[0].step_budget == "rows" and k[1] == sec.default_lr]
-    best, best_note = None, ""
-    if ca:
-        metric = "validation" if all(_has_validation(sec.arms[k]) for k in ca) else "heldout"
-        best = max(ca, key=lambda k: _peak(sec.arms[k], metric))
-        best_note = (
-            "chosen on peak seed-mean validation accuracy"
-            if metric == "validation"
-            else "chosen on held-out accuracy (no validation split recorded): an optimistic choice"
-        )
+    if not ca:
+        return None, ""
+    metric = "validation" if all(_has_validation(sec.arms[k]) for k in ca) else "heldout"
+    best = max(ca, key=lambda k: _peak(sec.arms[k], metric))
+    return best, (
+        "chosen on peak seed-mean validation accuracy"
+        if metric == "validation"
+        else "chosen on held-out accuracy (no validation split recorded): an optimistic choice"
+    )
+
+
+def _headline_pairs(
+    sec: Section, base: Key, baseline: Arm, candidate: Arm, tuned: Key | None, best: Key | None
+) -> tuple[list[Pair], list[ClaimPair]]:
+    """The decomposition's steps and the claims of a section without a prompt stage."""
     nonzero, cand = (Arm("nonzero"), sec.default_lr), (candidate, sec.default_lr)
     raw = (dataclasses.replace(candidate, weights="raw"), sec.default_lr)
     pairs: list[Pair] = [
@@ -318,6 +306,30 @@ def evaluate_section(
         ]
     if calibrated in sec.arms:  # the headline loss: is the calibrated proxy at least as good as the paper's?
         claim_pairs.append((f"{label(calibrated[0])} beats {label(candidate)}", cand, calibrated))
+    return pairs, claim_pairs
+
+
+def evaluate_section(
+    sec: Section,
+    baseline: str | Arm,
+    *,
+    candidate: str | Arm = "p_star",
+    target_fraction: float = 0.95,
+    generation_cost: float = DEFAULT_GENERATION_COST,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> Evidence:
+    """Target, tuned baseline, best cost-aware arm, decomposition, claims and plateau of one section.
+
+    The common target is ``target_fraction`` × the lowest seed-mean peak among the arms compared, so
+    that every seed-mean curve reaches it. The tuned baseline's LR and the best cost-aware arm are
+    chosen on VALIDATION accuracy; without a validation split there is no tuned baseline.
+    """
+    baseline, candidate = as_arm(baseline, "baseline"), as_arm(candidate, "candidate")
+    base = baseline_key(sec, baseline, target_fraction)
+    tuned, tuned_note = _tuned_baseline(sec, baseline)
+    best, best_note = _best_cost_aware(sec)
+    pairs, claim_pairs = _headline_pairs(sec, base, baseline, candidate, tuned, best)
     ev = judge(
         sec,
         base,
@@ -332,6 +344,7 @@ def evaluate_section(
         best=best,
         best_note=best_note,
     )
+    nonzero = (Arm("nonzero"), sec.default_lr)
     support = (dataclasses.replace(candidate, step_budget="support"), sec.default_lr)
     if support in sec.arms and nonzero in sec.arms and ev.informative:  # at the section's target, which it
         # does not set (an arm added after the recorded sections must not move their numbers)
@@ -354,140 +367,4 @@ def baseline_key(sec: Section, baseline: Arm, target_fraction: float) -> Key:
     return base
 
 
-AXIS_WORDS = {
-    "total_cost": "total cost",
-    "po_tokens": "PO tokens",
-    "generated_tokens": "generated tokens",
-    "rounds": "generation rounds",
-}
 HEADLINE_AXIS = AXES[0]  # total cost: every verdict is decided by its CI
-
-
-def describe(est: Estimate, axis: str) -> str:
-    """In words, with the signed saving, its CI and whether the CI excludes zero.
-
-    >>> describe(Estimate(0.3, 0.12, 0.45), "po_tokens")
-    '30% fewer PO tokens (saving +30% [+12%, +45%], CI excludes zero)'
-    >>> describe(Estimate(-0.1, -0.3, 0.05), "rounds")
-    '10% more generation rounds (saving -10% [-30%, +5%], within noise)'
-    >>> describe(Estimate(0.3, 0.3, 0.3, seeds=1), "po_tokens")
-    '30% fewer PO tokens (saving +30%, 1 seed: no interval)'
-    """
-    what = AXIS_WORDS[axis]
-    if math.isinf(est.value) and est.value < 0:
-        head = f"never reaches the target ({what})"
-    elif math.isnan(est.value):
-        head = f"neither reaches the target ({what})"
-    else:
-        less, more = ("lower", "higher") if axis == "total_cost" else ("fewer", "more")  # a cost, or a count
-        head = f"{abs(100 * est.value):.0f}% {less if est.value >= 0 else more} {what}"
-    if not est.has_interval:
-        return f"{head} (saving {pct(est.value)}, {no_interval(est.seeds)})"
-    tail = "CI excludes zero" if est.excludes_zero else "within noise"
-    return f"{head} (saving {fmt(est)}, {tail})"
-
-
-def verdict_word(comp: Comparison | None, *, bold: bool = True) -> str:
-    """A claim's verdict in words (bold in a sentence, plain in a table cell): the verdict list and the
-    opening table both use this."""
-    if comp is None:
-        return "**cannot say**" if bold else "cannot say"
-    s = comp.savings[HEADLINE_AXIS]
-    v = verdict(s)
-    if v is Verdict.NO_INTERVAL:
-        return f"{v.value} ({s.seeds} seed{'s' if s.seeds != 1 else ''})"
-    return f"**{v.value}**" if bold else v.value
-
-
-def verdict_line(claim: str, comp: Comparison | None, absent: str, *, target: float) -> str:
-    """One computed verdict: yes / no / not shown, decided by the total-cost CI alone, then the other axes."""
-    claim = escape(claim)  # a label: "p* beats p* (paper's proxy |A|)"
-    if comp is None:
-        return f"- {claim}: **cannot say** ({escape(absent)})."
-    s = comp.savings[HEADLINE_AXIS]
-    rest = "; ".join(f"at {AXIS_WORDS[a]}: {describe(comp.savings[a], a)}" for a in AXES if a != HEADLINE_AXIS)
-    g = comp.rounds_gap
-    gap = (
-        ""
-        if g is None
-        else (
-            f" At equal rounds (round {comp.rounds_at:.0f}) its accuracy differs by {g.value:+.3f} "
-            + (
-                f"[{g.lo:+.3f}, {g.hi:+.3f}], {'CI excludes zero' if g.excludes_zero else 'within noise'}."
-                if g.has_interval
-                else f"({no_interval(g.seeds)})."
-            )
-        )
-    )
-    return (
-        f"- {claim}: {verdict_word(comp)}. To reach {target:.3f}, it needs {describe(s, HEADLINE_AXIS)}; {rest}.{gap}"
-    )
-
-
-def answer_paragraph(ev: Evidence, baseline: str | Arm, candidate: str | Arm = "p_star") -> str:
-    """The report's first paragraph for one section: what a user gains on each axis, and from which effect."""
-    baseline, candidate = as_arm(baseline, "baseline"), as_arm(candidate, "candidate")
-    sec = ev.section
-    base_name, cand_name = escape(label(baseline)), escape(label(candidate))
-
-    def name(key: Key) -> str:
-        return escape(sec.name(key))
-
-    seeds = len(sec.arms[ev.baseline])
-    out = [
-        f"**{escape(sec.task)} / {escape(sec.setting)}** ({seeds} seed{'s' if seeds != 1 else ''}; "
-        f"target accuracy {ev.target:.3f}, "
-        f"{100 * ev.target_fraction:.0f}% of the lowest seed-mean peak among the methods compared; "
-        f"a generated token costs {ev.generation_cost:.2g} PO tokens in the total cost)."
-    ]
-    if not ev.informative:
-        out.append(
-            f"Nothing to compare: the target {ev.target:.3f} is not above the starting accuracy "
-            f"{ev.start:.3f}, so every method reaches it at once; these runs are too short or too small "
-            "to say anything about the methods."
-        )
-        if not ev.plateau.learning:  # the likeliest reason, said where a reader starts
-            out.append(f"The {base_name} baseline **is not learning** (see the plateau check).")
-        return " ".join(out)
-    first = ev.claims[0][1] if ev.claims else None
-    if first is not None:
-        out.append(
-            f"Against {base_name}, {cand_name} needs " + "; ".join(describe(first.savings[a], a) for a in AXES) + "."
-        )
-    if ev.decomposition:
-        out.append(
-            f"By effect, in {AXIS_WORDS[HEADLINE_AXIS]}: "
-            + "; ".join(
-                f"{escape(c.name)} ({name(c.a)} → {name(c.b)}): {describe(c.savings[HEADLINE_AXIS], HEADLINE_AXIS)}"
-                for c in ev.decomposition
-                if c.effect is not Effect.TUNED_BASELINE
-            )
-            + "."
-        )
-    if ev.tuned is not None and ev.best is not None:
-        tuned = next((c for c in ev.decomposition if c.effect is Effect.TUNED_BASELINE), None)
-        if tuned is not None:
-            out.append(
-                f"Against {name(ev.tuned)}, tuned on validation accuracy, the best cost-aware "
-                f"method ({name(ev.best)}) needs {describe(tuned.savings[HEADLINE_AXIS], HEADLINE_AXIS)}."
-            )
-    else:
-        out.append(f"No tuned {base_name} baseline: {escape(ev.tuned_note)}.")
-
-    def state(p: Plateau) -> str:
-        return (
-            "**is not learning**"
-            if not p.learning
-            else "may or may not have plateaued (too few seeds to say)"
-            if p.undecided
-            else "has plateaued"
-            if p.plateaued
-            else "**has not** plateaued"
-        )
-
-    out.append(
-        f"The {base_name} baseline {state(ev.plateau)}"
-        + ("" if ev.tuned_plateau is None else f", the tuned one {state(ev.tuned_plateau)}")
-        + " (see the plateau check)."
-    )
-    return " ".join(out)

@@ -18,8 +18,8 @@ import numpy as np
 
 from costaware.experiments.arms import Arm
 from costaware.experiments.records import RunResult
-from costaware.report import evidence as E
 from costaware.report.curves import MIN_SEEDS_FOR_CI, seed_curves
+from costaware.report.evidence import Evidence, Key
 from costaware.report.labels import label, style
 
 __all__ = [
@@ -108,11 +108,11 @@ X_STRETCH = 1.25
 
 
 def plot_axis(
-    evs: Sequence[E.Evidence],
+    evs: Sequence[Evidence],
     axis: str,
     path: Path,
     sft: Sequence[RunResult],
-    keys: Mapping[tuple[str, str], Sequence[E.Key]] | None = None,
+    keys: Mapping[tuple[str, str], Sequence[Key]] | None = None,
     *,
     title: str = "held-out accuracy",
 ) -> list[str]:
@@ -134,50 +134,60 @@ def plot_axis(
         fig, axes = figure_grid(len(evs), legend_rows)
         for ax, ev in zip(axes, evs, strict=True):
             sec = ev.section
-            ends = []
-            for key in drawn[(sec.task, sec.setting)]:
-                runs = sec.arms[key]
-                st = style(key[0], key[1] / sec.default_lr)
-                c = seed_curves(runs, axis, generation_cost=ev.generation_cost, points=64)
-                ax.plot(
-                    c.grid,
-                    c.mean,
-                    color=st.colour,
-                    ls=st.linestyle,
-                    marker=st.marker,
-                    markevery=8,
-                    ms=4,
-                    label=f"{sec.name(key)} (n={len(runs)})",
-                )
-                if len(runs) >= MIN_SEEDS_FOR_CI:
-                    picks = np.random.default_rng(0).integers(0, len(runs), size=(500, len(runs)))
-                    lo, hi = np.quantile(c.boot_means(picks), [0.025, 0.975], axis=0)
-                    ax.fill_between(c.grid, lo, hi, color=st.colour, alpha=0.15)
-                ends.append((float(c.grid[-1]), sec.name(key)))
+            ends = [_plot_arm(ax, ev, key, axis) for key in drawn[(sec.task, sec.setting)]]
             own = [r for r in sft if r.id.task == sec.task]
             if axis == "po_tokens" and own and sec.setting == "grpo":
                 c = seed_curves(own, axis, points=64)
                 ax.plot(c.grid, c.mean, "k--", lw=1, label=f"{label(Arm('sft'))} (x = SFT tokens, n={len(own)})")
             ax.axhline(ev.target, color="k", lw=0.7, ls=":")
             if ends:
-                right = x_limit([e for e, _ in ends])
-                ax.set_xlim(0, right)
-                cut += [f"{sec.task}/{sec.setting}: {n}" for e, n in ends if e > right]
-                ax.annotate(
-                    f"target {ev.target:.3f}",
-                    (right, ev.target),
-                    xytext=(-3, 3),
-                    textcoords="offset points",
-                    ha="right",
-                    va="bottom",
-                    fontsize=8,
-                )
+                cut += _cut_at_the_limit(ax, ev, ends)
             ax.set(title=f"{sec.task} / {sec.setting}: {title}", xlabel=AXIS_TITLES[axis], ylabel="accuracy")
             _tidy(ax)
             _legend_under(ax, len(ax.get_legend_handles_labels()[1]))
         fig.savefig(path, dpi=DPI)
         plt.close(fig)
     return cut
+
+
+def _plot_arm(ax, ev: Evidence, key: Key, axis: str) -> tuple[float, str]:
+    """One arm's seed-mean curve and its band; returns where the curve ends and its label."""
+    sec = ev.section
+    runs = sec.arms[key]
+    st = style(key[0], key[1] / sec.default_lr)
+    c = seed_curves(runs, axis, generation_cost=ev.generation_cost, points=64)
+    ax.plot(
+        c.grid,
+        c.mean,
+        color=st.colour,
+        ls=st.linestyle,
+        marker=st.marker,
+        markevery=8,
+        ms=4,
+        label=f"{sec.name(key)} (n={len(runs)})",
+    )
+    if len(runs) >= MIN_SEEDS_FOR_CI:
+        picks = np.random.default_rng(0).integers(0, len(runs), size=(500, len(runs)))
+        lo, hi = np.quantile(c.boot_means(picks), [0.025, 0.975], axis=0)
+        ax.fill_between(c.grid, lo, hi, color=st.colour, alpha=0.15)
+    return float(c.grid[-1]), sec.name(key)
+
+
+def _cut_at_the_limit(ax, ev: Evidence, ends: Sequence[tuple[float, str]]) -> list[str]:
+    """Ends the x-axis at :func:`x_limit`, marks the target there; returns the curves the limit cuts."""
+    sec = ev.section
+    right = x_limit([e for e, _ in ends])
+    ax.set_xlim(0, right)
+    ax.annotate(
+        f"target {ev.target:.3f}",
+        (right, ev.target),
+        xytext=(-3, 3),
+        textcoords="offset points",
+        ha="right",
+        va="bottom",
+        fontsize=8,
+    )
+    return [f"{sec.task}/{sec.setting}: {n}" for e, n in ends if e > right]
 
 
 def plot_ablations(runs: Sequence[RunResult], path: Path) -> None:

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from costaware.experiments.arms import Arm
-from costaware.report import evidence as E
-from costaware.report.evidence import HEADLINE_AXIS, Comparison
+from costaware.report.evidence import HEADLINE_AXIS, Comparison, Evidence, Key
+from costaware.report.evidence_text import verdict_word
 from costaware.report.md import escape, table
 from costaware.report.verdicts import Verdict, fmt, no_interval, verdict
 
@@ -29,7 +29,7 @@ class Row:
     absent: str
 
 
-def rows(evs: Sequence[E.Evidence]) -> list[Row]:
+def rows(evs: Sequence[Evidence]) -> list[Row]:
     """The headline section's claims, then each other section's first claim (its candidate against GRPO)."""
     out: list[Row] = []
     for i, ev in enumerate(evs):
@@ -44,14 +44,14 @@ def opening_table(rs: Sequence[Row]) -> list[str]:
         [
             r.claim,
             "–" if r.comparison is None else fmt(r.comparison.savings[HEADLINE_AXIS]),
-            E.verdict_word(r.comparison, bold=False) if r.comparison is not None else f"cannot say ({r.absent})",
+            verdict_word(r.comparison, bold=False) if r.comparison is not None else f"cannot say ({r.absent})",
         ]
         for r in rs
     ]
     return table(["claim", "total-cost saving [95% CI]", "verdict"], cells)
 
 
-def _find(ev: E.Evidence, a: E.Key, b: E.Key) -> Comparison | None:
+def _find(ev: Evidence, a: Key, b: Key) -> Comparison | None:
     return next((c for _, c, _ in ev.claims if c is not None and (c.a, c.b) == (a, b)), None)
 
 
@@ -62,7 +62,7 @@ def _said(c: Comparison) -> str:
     return fmt(s) + ("" if v is Verdict.NO_INTERVAL else f", {v.value}")
 
 
-def sentences(ev: E.Evidence, baseline: Arm, candidate: Arm, target_text: str = "") -> str:
+def sentences(ev: Evidence, baseline: Arm, candidate: Arm, target_text: str = "") -> str:
     """Two or three sentences for one section: what a user gains, and from which effect (the other claims are
     in the table above them)."""
     sec, lr = ev.section, ev.section.default_lr

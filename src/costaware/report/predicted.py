@@ -22,7 +22,8 @@ import numpy as np
 
 from costaware.experiments.arms import Arm
 from costaware.experiments.records import RunId
-from costaware.report.evidence import HEADLINE_AXIS, Comparison, Section, describe
+from costaware.report.evidence import HEADLINE_AXIS, Comparison, Section
+from costaware.report.evidence_text import describe
 from costaware.report.md import escape, table
 from costaware.rollouts.analysis import AnalysisConfig, analyse
 from costaware.rollouts.logs import read_prompt_rounds

@@ -19,9 +19,22 @@ from typing import Any
 import numpy as np
 
 from costaware.experiments.arms import Arm
-from costaware.report import evidence as E
 from costaware.report.curves import DEFAULT_GENERATION_COST, Estimate
-from costaware.report.evidence import HEADLINE_AXIS, Comparison, Effect, Key, Section
+from costaware.report.evidence import (
+    HEADLINE_AXIS,
+    ClaimPair,
+    Comparison,
+    Effect,
+    Evidence,
+    Key,
+    Pair,
+    Section,
+    as_arm,
+    baseline_key,
+    compare,
+    judge,
+)
+from costaware.report.evidence_text import answer_paragraph, describe
 from costaware.report.labels import label
 from costaware.report.md import escape, table
 from costaware.report.predicted import Predictions, prompt_table, row_level_line, source
@@ -135,7 +148,7 @@ class PromptCounts:
 
 @dataclass(frozen=True)
 class RolloutEvidence:
-    evidence: E.Evidence
+    evidence: Evidence
     candidates: tuple[Key, ...]
     targets: tuple[TargetVerdict, ...]
     counts: dict[Key, PromptCounts]
@@ -150,25 +163,16 @@ def _counts(sec: Section, key: Key) -> PromptCounts:
     return PromptCounts(mean("prompts_examined"), mean("prompts_drawn"), mean("zvf_refills"))
 
 
-def evaluate_rollout(
-    sec: Section,
-    baseline: str | Arm = "none",
-    *,
-    target_fraction: float = 0.95,
-    generation_cost: float = DEFAULT_GENERATION_COST,
-    n_boot: int = 2000,
-    seed: int = 0,
-) -> RolloutEvidence:
-    """Decomposition, claims, plateau and target verdicts of a prompt-stage section (see the module doc)."""
-    baseline = E.as_arm(baseline, "baseline")
-    base = E.baseline_key(sec, baseline, target_fraction)
+def _rollout_pairs(
+    sec: Section, base: Key, baseline: Arm, cands: tuple[Key, ...]
+) -> tuple[list[Pair], list[ClaimPair]]:
+    """The decomposition's steps (with the prompt stage) and the claims against GRPO and the peers."""
 
     def k(arm: Arm) -> Key:
         return (arm, sec.default_lr)
 
     nonzero, pstar = k(Arm("nonzero")), k(Arm("p_star"))
-    cands = (k(SKIP),) + ((k(UNBIASED),) if k(UNBIASED) in sec.arms else ())
-    pairs: list[E.Pair] = [
+    pairs: list[Pair] = [
         ("zero-advantage row filter", Effect.RENORMALISATION, base, nonzero),
         ("cost-aware rows", Effect.MATCHED_STEP, nonzero, pstar),
     ]
@@ -179,13 +183,31 @@ def evaluate_rollout(
             if pstar in sec.arms
             else (f"cost-aware rows and prompt stage ({what}), together", Effect.ROWS_AND_PROMPTS, nonzero, c)
         )
-    claims: list[E.ClaimPair] = []
+    claims: list[ClaimPair] = []
     for i, c in enumerate(cands):
         others = [base] + [k(p) for p in PEERS if i == 0 or k(p) in sec.arms]  # the unbiased one: peers run
         others += [o for o in (k(Arm("p_star", rollout="greso")), pstar) if o in sec.arms]
         claims += [(f"{label(c[0])} beats {label(o[0])}", o, c) for o in others]
     claims += [(f"{label(p)} beats {label(baseline)}", base, k(p)) for p in (GRESO, DAPO)]
-    ev = E.judge(
+    return pairs, claims
+
+
+def evaluate_rollout(
+    sec: Section,
+    baseline: str | Arm = "none",
+    *,
+    target_fraction: float = 0.95,
+    generation_cost: float = DEFAULT_GENERATION_COST,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> RolloutEvidence:
+    """Decomposition, claims, plateau and target verdicts of a prompt-stage section (see the module doc)."""
+    baseline = as_arm(baseline, "baseline")
+    base = baseline_key(sec, baseline, target_fraction)
+    unbiased = (UNBIASED, sec.default_lr)
+    cands = ((SKIP, sec.default_lr),) + ((unbiased,) if unbiased in sec.arms else ())
+    pairs, claims = _rollout_pairs(sec, base, baseline, cands)
+    ev = judge(
         sec,
         base,
         pairs,
@@ -199,30 +221,23 @@ def evaluate_rollout(
     done = {(c.a, c.b): c for c in ev.decomposition + [c for _, c, _ in ev.claims if c is not None]}
 
     def comp(a: Key, b: Key) -> Comparison | None:
+        """The comparison of ``b`` against ``a``, computed once (the verdicts' own where they hold it)."""
         if not ev.informative or a not in sec.arms or b not in sec.arms:
             return None
         if (a, b) not in done:
-            done[(a, b)] = E.compare(
-                sec,
-                f"{label(b[0])} against {label(a[0])}",
-                Effect.CLAIM,
-                a,
-                b,
-                ev.target,
-                generation_cost,
-                n_boot,
-                seed,
-            )
+            name = f"{label(b[0])} against {label(a[0])}"
+            done[(a, b)] = compare(sec, name, Effect.CLAIM, a, b, ev.target, generation_cost, n_boot, seed)
         return done[(a, b)]
 
-    peer_savings = {k(p): cmp.savings[HEADLINE_AXIS] for p in TARGET_PEERS if (cmp := comp(base, k(p))) is not None}
+    peer_keys = [(p, sec.default_lr) for p in TARGET_PEERS]
+    peer_savings = {p: cmp.savings[HEADLINE_AXIS] for p in peer_keys if (cmp := comp(base, p)) is not None}
     targets = tuple(_target(sec, ev, c, peer_savings, comp) for c in cands)
     return RolloutEvidence(ev, cands, targets, {key: _counts(sec, key) for key in sec.arms}, peer_savings)
 
 
 def _target(
     sec: Section,
-    ev: E.Evidence,
+    ev: Evidence,
     cand: Key,
     peer_savings: dict[Key, Estimate],
     comp: Callable[[Key, Key], Comparison | None],
@@ -269,7 +284,7 @@ def _target(
 
 def answer(rev: RolloutEvidence, baseline: str | Arm) -> str:
     """The opening paragraph of a prompt-stage section: the usual answer for the candidate, then the target."""
-    para = E.answer_paragraph(rev.evidence, baseline, rev.candidates[0][0])
+    para = answer_paragraph(rev.evidence, baseline, rev.candidates[0][0])
     return (
         para
         + f" {TARGET_WORDS[0].upper()}{TARGET_WORDS[1:]}. "
@@ -312,8 +327,8 @@ def _measured_beside(rev: RolloutEvidence, pred: Predictions) -> list[str]:
                 ""
                 if comp is None
                 else f"; {escape(sec.name(comp.a))} → {escape(sec.name(comp.b))}: "
-                f"{E.describe(comp.savings['generated_tokens'], 'generated_tokens')}, "
-                f"{E.describe(comp.savings[HEADLINE_AXIS], HEADLINE_AXIS)}"
+                f"{describe(comp.savings['generated_tokens'], 'generated_tokens')}, "
+                f"{describe(comp.savings[HEADLINE_AXIS], HEADLINE_AXIS)}"
             )
             + "."
         )
@@ -328,7 +343,7 @@ def _measured_beside(rev: RolloutEvidence, pred: Predictions) -> list[str]:
                 "not computed"
                 if comp is None
                 else f"{escape(sec.name(comp.a))} → {escape(sec.name(comp.b))}: "
-                f"{E.describe(comp.savings[HEADLINE_AXIS], HEADLINE_AXIS)}"
+                f"{describe(comp.savings[HEADLINE_AXIS], HEADLINE_AXIS)}"
             )
             + "."
         )

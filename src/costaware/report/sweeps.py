@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from costaware.experiments.records import RunResult
-from costaware.report import evidence as E
 from costaware.report.curves import Estimate
+from costaware.report.evidence import Evidence, Key, Section, axis_saving
 from costaware.report.verdicts import Verdict, verdict
 
 __all__ = [
@@ -46,13 +46,13 @@ GPU_RATIO = tuple(s / (1 - s) for _, s in GPU_SOURCES)  # ≈ (2.3, 9)
 
 
 def price_savings(
-    sec: E.Section, a: E.Key, b: E.Key, target: float, prices: Sequence[float], *, n_boot: int = 2000, seed: int = 0
+    sec: Section, a: Key, b: Key, target: float, prices: Sequence[float], *, n_boot: int = 2000, seed: int = 0
 ) -> list[Estimate]:
     """The total-cost saving of ``b`` over ``a`` to ``target`` at each price ``g`` of a generated token."""
     bad = [g for g in prices if not (np.isfinite(g) and g >= 0)]
     if bad:
         raise ValueError(f"prices must be finite numbers >= 0, got {bad[0]!r}")
-    return [E.axis_saving(sec, a, b, "total_cost", target, float(g), n_boot, seed) for g in prices]
+    return [axis_saving(sec, a, b, "total_cost", target, float(g), n_boot, seed) for g in prices]
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class PriceRow:
 
 
 def price_claims(
-    ev: E.Evidence, *, prices: Sequence[float] = PRICES, n_boot: int = 2000, seed: int = 0
+    ev: Evidence, *, prices: Sequence[float] = PRICES, n_boot: int = 2000, seed: int = 0
 ) -> list[PriceRow]:
     """Every claim of a section that has a comparison, recomputed at each price."""
     if not ev.informative:
@@ -101,7 +101,7 @@ class TargetRow:
 
 
 def target_claims(
-    ev: E.Evidence, *, fractions: Sequence[float] = TARGET_FRACTIONS, n_boot: int = 2000, seed: int = 0
+    ev: Evidence, *, fractions: Sequence[float] = TARGET_FRACTIONS, n_boot: int = 2000, seed: int = 0
 ) -> list[TargetRow]:
     """Every claim of a section at each target: ``fraction`` × the lowest seed-mean peak of the arms compared."""
     if not ev.informative:
@@ -115,7 +115,7 @@ def target_claims(
             TargetRow(
                 claim,
                 tuple(
-                    E.axis_saving(ev.section, c.a, c.b, "total_cost", f * lowest, ev.generation_cost, n_boot, seed)
+                    axis_saving(ev.section, c.a, c.b, "total_cost", f * lowest, ev.generation_cost, n_boot, seed)
                     if f * lowest > ev.start
                     else None
                     for f in fractions
