@@ -23,6 +23,7 @@ from typing import Any
 from costaware.experiments.arms import Arm
 from costaware.report import evidence as E
 from costaware.report.curves import AXES, seed_curves
+from costaware.report.evidence_text import AXIS_WORDS
 from costaware.report.labels import label
 from costaware.report.md import escape, table
 from costaware.report.verdicts import fmt, verdict
@@ -156,7 +157,7 @@ def lines(tevs: Sequence[TunedEvidence]) -> list[str]:
             continue
         out += [f"Target: **{t.target:.3f}**.", ""]
         out += table(
-            ["each at its tuned LR", *(f"{E.AXIS_WORDS[a]} saving [95% CI]" for a in AXES), "verdict"],
+            ["each at its tuned LR", *(f"{AXIS_WORDS[a]} saving [95% CI]" for a in AXES), "verdict"],
             [
                 [escape(c.name), *(escape(fmt(c.savings[a])) for a in AXES), verdict(c.savings[AXES[0]]).value]
                 for c in t.comparisons
