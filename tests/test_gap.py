@@ -145,3 +145,10 @@ def test_a_record_keeps_its_step_errors_and_one_without_is_written_as_before(tmp
     assert list(run.to_json())[-1] == "step_errors"  # after every field a record had before
     with pytest.raises(ValueError, match="StepErrorPoint.measured"):
         StepErrorPoint(step=0, po_tokens=0, measured=-1.0)
+
+
+def test_gap_oracle_reuses_gaps_grpo_and_nonzero_runs():
+    gap, oracle = set(_names(PROFILES["gap"])), _names(PROFILES["gap-oracle"])
+    shared = [n for n in oracle if n in gap]
+    assert len(shared) == 40 and all("-none-" in n or "-nonzero-" in n for n in shared)
+    assert len(oracle) == 60 and all("p_star_oracle" in n for n in oracle if n not in gap)

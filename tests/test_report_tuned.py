@@ -68,6 +68,7 @@ def test_each_arm_gets_its_validation_best_lr_never_the_held_out_best():
     assert again.savings == comp.savings
     text = "\n".join(T.lines([tev]))
     assert "## Each arm at its own learning rate" in text and "at the edge of the sweep" in text
+    assert "| nonzero → p\\* |" in text and "| p\\* |" in text and "\\\\" not in text  # escaped once
     (row,) = T.summary([tev])
     assert [c["to"] for c in row["comparisons"]] == [["p_star", LR / 2]] and row["tuned"][0]["arm"] == "nonzero"
 
@@ -113,4 +114,6 @@ def test_step_errors_table_averages_rounds_and_seeds_and_prices_by_tokens_per_st
     (p,) = [s for s in SE.summary(runs) if s["arm"] == "p_star"]
     assert p["cost_vs_nonzero_measured"] == pytest.approx(1.0 * 1500 / (2.0 * 1875), rel=0.03)
     assert p["cost_vs_nonzero_predicted"] == pytest.approx(0.5 * 1500 / (2.0 * 1875), rel=0.03)
-    assert "measured / closed form" in "\n".join(SE.lines(runs)) and SE.lines(make_runs("none")) == []
+    text = "\n".join(SE.lines(runs))
+    assert "measured / closed form" in text and "| p\\* |" in text and "\\\\" not in text
+    assert SE.lines(make_runs("none")) == []

@@ -92,7 +92,7 @@ def lines(results: Sequence[RunResult]) -> list[str]:
     for a in rows:
         nz = _nonzero(rows, a)
         body.append([
-            escape(f"{a.task} / {a.setting}"), escape(label(a.arm)), f"{a.learning_rate:g}", str(a.seeds),
+            f"{a.task} / {a.setting}", label(a.arm), f"{a.learning_rate:g}", str(a.seeds),
             str(a.points), num(a.measured), num(a.predicted), num(_ratio(a.measured, a.predicted), ".2f"),
             num(a.tokens_per_step, ".0f"), num(_ratio(a.cost_measured, nz.cost_measured) if nz else None, ".2f"),
             num(_ratio(a.cost_predicted, nz.cost_predicted) if nz else None, ".2f"),

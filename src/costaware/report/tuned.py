@@ -143,7 +143,7 @@ def lines(tevs: Sequence[TunedEvidence]) -> list[str]:
             ["arm", "LR chosen", "peak validation accuracy by LR", "note"],
             [
                 [
-                    escape(label(a.arm)),
+                    label(a.arm),
                     f"{a.learning_rate:g} (×{a.learning_rate / sec.default_lr:.3g})",
                     ", ".join(f"{lr:g}: {v:.3f}" for lr, v in a.validation.items()),
                     "at the edge of the sweep" if a.at_edge else "",
@@ -158,10 +158,7 @@ def lines(tevs: Sequence[TunedEvidence]) -> list[str]:
         out += [f"Target: **{t.target:.3f}**.", ""]
         out += table(
             ["each at its tuned LR", *(f"{AXIS_WORDS[a]} saving [95% CI]" for a in AXES), "verdict"],
-            [
-                [escape(c.name), *(escape(fmt(c.savings[a])) for a in AXES), verdict(c.savings[AXES[0]]).value]
-                for c in t.comparisons
-            ],
+            [[c.name, *(fmt(c.savings[a]) for a in AXES), verdict(c.savings[AXES[0]]).value] for c in t.comparisons],
         )
         out.append("")
     return out
