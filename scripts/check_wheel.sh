@@ -84,7 +84,8 @@ assert run.__file__.startswith(sys.argv[1]), run.__file__  # the installed wheel
 print(f"check_wheel.sh: verl {verl.__version__}, {run.__name__} from {run.__file__}")
 PYEOF
   env -u PYTHONPATH OUT="$WORK/verl_run" PYTHON="$WORK/verl/bin/python" METHOD=p_star \
-    bash "$ROOT/examples/verl/run_cpu.sh" --steps 1 --batch 2 --mini 1 --micro 4 +algorithm.cost_aware.seed=1 \
+    bash "$ROOT/examples/verl/run_cpu.sh" --steps 1 --batch 2 --mini 1 --micro 4 --sft-steps 50 \
+    +algorithm.cost_aware.seed=1 \
     >"$WORK/verl_run.out" 2>&1 || { tail -40 "$WORK/verl_run.out"; exit 1; }
   grep -q '"cost_aware/total/tokens"' "$WORK/verl_run.out" || { tail -40 "$WORK/verl_run.out"; exit 1; }
   echo "check_wheel.sh: examples/verl/run_cpu.sh ran verl's loop from the installed wheel"

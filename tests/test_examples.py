@@ -77,7 +77,7 @@ def test_verl_cpu_example_runs_verls_own_loop_with_the_plugin(tmp_path):
     out = tmp_path / "verl"
     path = os.pathsep.join([str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])
     env = {**os.environ, "METHOD": "p_star", "OUT": str(out), "PYTHON": str(python), "PYTHONPATH": path}
-    args = ["--steps", "1", "--batch", "4", "--mini", "2", "--micro", "8"]
+    args = ["--steps", "1", "--batch", "4", "--mini", "2", "--micro", "8", "--sft-steps", "50"]
     user = ["+algorithm.cost_aware.alpha=0.05", "+algorithm.cost_aware.seed=3"]
     proc = subprocess.run(["bash", str(EXAMPLES / "verl" / "run_cpu.sh"), *args, *user],
                           capture_output=True, text=True, timeout=900, env=env)  # fmt: skip

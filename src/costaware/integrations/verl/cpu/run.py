@@ -274,12 +274,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=_positive, default=1, help="actor workers (logical GPUs)")
     parser.add_argument("--trainer", choices=["v1", "v0"], default="v1", help="verl's trainer (v1: its default)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds before the run is stopped")
+    parser.add_argument("--sft-steps", type=_positive, default=300, help="SFT warm-up steps of a new model")
     args = parser.parse_intermixed_args(argv)
     from costaware.integrations.verl.cpu.fixture import build_model, write_data
 
     root = args.out.resolve()
     root.mkdir(parents=True, exist_ok=True)
-    build_model(root)
+    build_model(root, sft_steps=args.sft_steps)
     write_data(root)
     shape = {"workers": args.workers, "steps": args.steps, "batch": args.batch, "n": args.n, "mini": args.mini}
     defaults = overrides(root, **shape, micro=args.micro, trainer_v1=args.trainer == "v1", name="run")
