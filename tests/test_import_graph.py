@@ -37,6 +37,8 @@ LAYER_OF: dict[str, str] = {
     "costaware": "core",  # the top-level modules and the packages not named below: the math, grpo, sgd, ...
     "costaware.integrations": "integrations",  # adapts the core to TRL and verl
     "costaware.experiments": "experiments",  # the main job: its runs and their records (arms, records)
+    # verl's own loop on a CPU: a job over the main job's task and tiny policy, not part of the adapter
+    "costaware.integrations.verl.cpu": "experiments",
     "costaware.report": "report",  # reads the experiments' records; draws the SGD figure
     "costaware.cli": "cli",
 }

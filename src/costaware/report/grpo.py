@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from costaware._checks import generation_cost as check_generation_cost
 from costaware.experiments.arms import Arm
 from costaware.experiments.records import RunId, RunResult
 from costaware.report.arm_stats import ArmStats, arm_stats
@@ -92,6 +93,7 @@ def write_report(
     one, or a path that does not exist, is said to have none. The predictions beside the measured savings
     (``report.predicted``) come from these.
     """
+    check_generation_cost(generation_cost)  # before any folder or figure: 1e308 a token overflows the plots
     runs = _checked_results(results, logs)
     baseline_arm, candidate_arm = as_arm(baseline, "baseline"), as_arm(candidate, "candidate")
     out = Path(out)
