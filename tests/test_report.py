@@ -38,7 +38,8 @@ def test_report_holds_every_part(report):
     out, paths = report
     md = paths["markdown"].read_text()
     text = Page(paths["html"].read_text()).text  # as rendered: labels with '*' are escaped in the Markdown
-    first = md.split("\n\n")[1]  # the opening is the table of the headline claims, then sentences
+    advice, first = md.split("\n\n")[1:3]  # the opening: which method to use, the table of claims, sentences
+    assert advice.startswith("**Which method to use.** At this job's price, g = 1/3,")
     assert first.startswith("| claim | total-cost saving [95% CI] | verdict |")
     assert "p\\* beats GRPO | +" in first and "arith / cispo: p\\* beats GRPO" in first
     assert "lower total cost" in md and "A user who switches from GRPO to p\\*" in md  # the headline axis
@@ -52,10 +53,11 @@ def test_report_holds_every_part(report):
         "renormalisation",
         "cost-aware sampling at a matched step",
         "cost-aware sampling at GRPO's step",
-        "tuned baseline → best cost-aware method",
+        "GRPO, learning rate tuned on validation → best cost-aware method",
     ):
         assert f"| {step}:" in md
-    for claim in ("p* beats GRPO:", "p* beats nonzero:", "p* beats tuned GRPO:", "p* beats PODS:"):
+    tuned = "p* beats GRPO, learning rate tuned on validation:"
+    for claim in ("p* beats GRPO:", "p* beats nonzero:", tuned, "p* beats PODS:"):
         assert claim in text
     assert "Plateau check:" in md and "PO wall s (contended)" in md
     assert "Total cost counts one generated token as 0.333" in md and "memory-bound" in md

@@ -215,14 +215,14 @@ def test_tuned_baseline_is_chosen_on_validation_not_held_out():
     ev = _evidence(runs)
     assert ev.tuned == (Arm("none"), 2 * LR)
     assert any(c.effect is evidence.Effect.TUNED_BASELINE and c.a == (Arm("none"), 2 * LR) for c in ev.decomposition)
-    assert _claim(ev, "p* beats tuned GRPO")[1] is not None
+    assert _claim(ev, "p* beats GRPO, learning rate tuned on validation")[1] is not None
     assert ev.tuned_plateau is not None and ev.tuned_plateau.plateaued
 
 
 def test_no_tuned_baseline_without_validation_or_sweep():
     ev = _evidence(headline())
     assert ev.tuned is None and "no learning-rate sweep" in ev.tuned_note
-    assert "**cannot say**" in _verdict(ev, "p* beats tuned GRPO")
+    assert "**cannot say**" in _verdict(ev, "p* beats GRPO, learning rate tuned on validation")
     runs = headline() + [
         r.__class__(r.id, tuple(e.__class__(**{**e.__dict__, "validation_accuracy": None}) for e in r.evals))
         for r in make_runs("none", lr=2 * LR)

@@ -61,7 +61,11 @@ def test_opening_table_and_verdict_list_agree_in_the_rendered_report(five):
     assert set(opening_verdicts) == set(listed) and len(listed) >= 5
     for claim, word in opening_verdicts.items():
         assert word == listed[claim], claim
-    assert opening_verdicts["p* beats tuned GRPO"] in ("yes", "no, it is worse", "not shown")
+    assert opening_verdicts["p* beats GRPO, learning rate tuned on validation"] in (
+        "yes",
+        "no, it is worse",
+        "not shown",
+    )
     summary = json.loads(paths["summary"].read_text())
     claims = {c["claim"]: c.get("verdict") for c in summary["sections"][0]["claims"]}
     assert all(claims[o["claim"]] == o["verdict"] for o in summary["opening"] if o["section"] == ["arith", "grpo"])
@@ -74,7 +78,7 @@ def test_the_sentences_name_the_effect_the_numbers_show(five):
     """Synthetic: nonzero saves against GRPO (fewer PO tokens a round for the same gain); p* saves more again."""
     _, paths = five
     md = paths["markdown"].read_text()
-    para = md.split("\n\n")[2]
+    para = md.split("\n\n")[3]  # the title, which method to use, the table, then the sentences
     assert para.startswith("A user who switches from GRPO to p\\* reaches the target accuracy")
     assert "Both effects add to the saving: dropping the zero-advantage rows (nonzero against GRPO:" in para
 
@@ -259,6 +263,8 @@ def test_the_first_screen_holds_the_opening_table(five, tmp_path):
     _, paths = five
     got = layout(paths["html"])
     assert got["opening_text"].startswith("claim\ttotal-cost saving [95% CI]\tverdict")
+    # which method to use sits above the table: on the first screen with it
+    assert Page(paths["html"].read_text()).paragraphs[0]["text"].startswith("Which method to use. At this job's")
     assert 0 < got["opening_bottom"] <= got["viewport"][1], got  # all of it on the first screen
     assert got["page_width"] <= 1280  # nothing wider than the window
     screenshot(paths["html"], tmp_path / "first.png")

@@ -16,6 +16,7 @@ from pathlib import Path
 from costaware.experiments.arms import Arm
 from costaware.experiments.records import RunId, RunResult
 from costaware.report import opening, sweeps
+from costaware.report.advice import MethodChoice, section_choices
 from costaware.report.arm_stats import ArmStats, section_arm_stats
 from costaware.report.curves import Estimate
 from costaware.report.evidence import Evidence, Key, Section, evaluate_section, sections
@@ -27,6 +28,7 @@ from costaware.report.tuned import evaluate as evaluate_tuned
 __all__ = ["SectionId", "SectionClaims", "ReportClaims", "compute_claims", "key_arms", "section_id"]
 
 SectionId = tuple[str, str]  # (task, setting)
+HEADLINE_SETTING = "grpo"  # the job's own loss: the sections the advice speaks for
 
 
 def section_id(sec: Section) -> SectionId:
@@ -64,6 +66,7 @@ class ReportClaims:
     opening_rows: tuple[opening.Row, ...]
     measured_price_ratio: float | None  # seconds per generated token over seconds per PO token (CPU)
     tuned: tuple[TunedEvidence, ...] = ()  # each arm swept over LRs at its own validation-chosen LR
+    advice: tuple[MethodChoice, ...] = ()  # the method to use per headline task and price (``report.advice``)
 
     @property
     def evidences(self) -> list[Evidence]:
@@ -101,7 +104,9 @@ def _section_claims(
             sec, baseline, candidate=candidate, target_fraction=target_fraction, generation_cost=generation_cost
         )
     )
-    predictions = predict(sec, logs, generation_cost) if rollout is not None or sec.setting == "grpo" else None
+    predictions = (
+        predict(sec, logs, generation_cost) if rollout is not None or sec.setting == HEADLINE_SETTING else None
+    )
     stats = section_arm_stats(ev)
     keys = key_arms(ev, stats, rollout.candidates if rollout is not None else ((candidate, sec.default_lr),))
     sweep = (
@@ -141,7 +146,15 @@ def compute_claims(
         generation_cost=generation_cost,
         target_fraction=target_fraction,
         sections=claims,
-        opening_rows=tuple(opening.rows([s.evidence for s in claims])),
+        opening_rows=tuple(
+            opening.rows([s.evidence for s in claims], {s.id: s.rollout.targets for s in claims if s.rollout})
+        ),
         measured_price_ratio=sweeps.measured_ratio([r for r in results if r.id.method != "sft"]),
         tuned=tuple(evaluate_tuned([s.evidence for s in claims], target_fraction=target_fraction)),
+        advice=tuple(
+            choice
+            for s in claims
+            if s.rollout is None and s.evidence.section.setting == HEADLINE_SETTING
+            for choice in section_choices(s.evidence, s.price_rows, candidate)
+        ),
     )

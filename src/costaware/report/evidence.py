@@ -287,15 +287,17 @@ def _headline_pairs(
         ("cost-aware sampling at a matched step", Effect.MATCHED_STEP, nonzero, cand),
         (f"cost-aware sampling at {label(baseline)}'s step", Effect.BASELINE_STEP, base, raw),
     ]
+    tuned_words = f"{label(baseline)}, learning rate tuned on validation"
     if tuned is not None and best is not None:
-        pairs.append(("tuned baseline → best cost-aware method", Effect.TUNED_BASELINE, tuned, best))
+        pairs.append((f"{tuned_words} → best cost-aware method", Effect.TUNED_BASELINE, tuned, best))
     claim_pairs: list[ClaimPair] = [
         (f"{label(candidate)} beats {label(baseline)}", base, cand),
         (f"nonzero beats {label(baseline)}", base, nonzero),
         (f"{label(candidate)} beats nonzero", nonzero, cand),
-        (f"{label(candidate)} beats tuned {label(baseline)}", tuned, cand),
-        (f"{label(candidate)} beats PODS", (Arm("pods"), sec.default_lr), cand),
     ]
+    if tuned != base:  # at the default LR the first claim already is this one (the opening says so)
+        claim_pairs.append((f"{label(candidate)} beats {tuned_words}", tuned, cand))
+    claim_pairs.append((f"{label(candidate)} beats PODS", (Arm("pods"), sec.default_lr), cand))
     paper, calibrated = ((dataclasses.replace(candidate, proxy=p), sec.default_lr) for p in ("advantage", "calibrated"))
     if paper in sec.arms:  # a token-sum setting: p* ('auto' = calibrated proxy) against the paper's proxy,
         # and the paper's p* against the same controls, so "where the paper's p* did not" is computed too

@@ -137,11 +137,11 @@ def _effect_sentences(ev: Evidence, base_name: str, cand_name: str) -> list[str]
         tuned = next((c for c in ev.decomposition if c.effect is Effect.TUNED_BASELINE), None)
         if tuned is not None:
             out.append(
-                f"Against {name(ev.tuned)}, tuned on validation accuracy, the best cost-aware "
+                f"Against {name(ev.tuned)}, its learning rate tuned on validation accuracy, the best cost-aware "
                 f"method ({name(ev.best)}) needs {describe(tuned.savings[HEADLINE_AXIS], HEADLINE_AXIS)}."
             )
     else:
-        out.append(f"No tuned {base_name} baseline: {escape(ev.tuned_note)}.")
+        out.append(f"No {base_name} with its learning rate tuned on validation: {escape(ev.tuned_note)}.")
     return out
 
 
@@ -162,7 +162,7 @@ def answer_paragraph(ev: Evidence, baseline: str | Arm, candidate: str | Arm = "
     out += _effect_sentences(ev, base_name, cand_name)
     out.append(
         f"The {base_name} baseline {_plateau_state(ev.plateau)}"
-        + ("" if ev.tuned_plateau is None else f", the tuned one {_plateau_state(ev.tuned_plateau)}")
+        + ("" if ev.tuned_plateau is None else f", at its tuned learning rate {_plateau_state(ev.tuned_plateau)}")
         + " (see the plateau check)."
     )
     return " ".join(out)

@@ -12,12 +12,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from costaware.experiments.records import RunResult
-from costaware.report.claims import ReportClaims, SectionClaims
+from costaware.report.advice import advice_sentence
+from costaware.report.claims import ReportClaims
 from costaware.report.curves import DEFAULT_GENERATION_COST, MIN_SEEDS_FOR_CI
 from costaware.report.labels import label
 from costaware.report.md import code, escape, table
-from costaware.report.opening import opening_table, sentences
-from costaware.report.rollout import TARGET_WORDS
+from costaware.report.opening import opening_table, sentences, target_sentence
 from costaware.report.run_tables import WhatRanRow
 from costaware.report.verdicts import RULE
 
@@ -26,6 +26,7 @@ __all__ = [
     "SPECS_MARKER",
     "RUN_HEADER",
     "title_markdown",
+    "advice_markdown",
     "opening_table_markdown",
     "opening_text_markdown",
     "what_ran_markdown",
@@ -43,18 +44,14 @@ def title_markdown(notice: str | None) -> list[str]:
     return [TITLE, ""] + ([f"**{notice}**", ""] if notice else [])
 
 
+def advice_markdown(claims: ReportClaims) -> list[str]:
+    """The method to use at the job's price and at g = 1 and g = 3, in one sentence (``report.advice``)."""
+    sentence = advice_sentence(claims.advice, claims.generation_cost)
+    return [sentence, ""] if sentence else []
+
+
 def opening_table_markdown(claims: ReportClaims) -> list[str]:
     return opening_table(claims.opening_rows) + [""]
-
-
-def _prompt_stage_target_text(section: SectionClaims) -> str:
-    """The prompt-stage target's verdict for each candidate, in the words of its section."""
-    assert section.rollout is not None  # only asked of a prompt-stage section
-    sec = section.evidence.section
-    met = "; ".join(
-        f"{escape(sec.name(t.candidate))}: **{'met' if t.met else 'not met'}**" for t in section.rollout.targets
-    )
-    return f"{TARGET_WORDS[0].upper()}{TARGET_WORDS[1:]}: {met} (its section says why)."
 
 
 def _opening_sentences(claims: ReportClaims) -> list[str]:
@@ -64,7 +61,8 @@ def _opening_sentences(claims: ReportClaims) -> list[str]:
         ev = section.evidence
         if section.rollout is not None:
             candidate = section.rollout.candidates[0][0]
-            said = sentences(ev, claims.baseline, candidate, _prompt_stage_target_text(section))
+            own_rows = [r for r in claims.opening_rows if r.section == section.id]
+            said = sentences(ev, claims.baseline, candidate, target_sentence(own_rows, ev.section.name))
             lines += [f"**{escape(ev.section.task)} / {escape(ev.section.setting)}:** " + said, ""]
         elif i == 0:
             lines += [sentences(ev, claims.baseline, claims.candidate), ""]

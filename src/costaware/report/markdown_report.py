@@ -17,6 +17,7 @@ from costaware.report.cost_structure import runs_cost_structure_section
 from costaware.report.draw import ReportFigures
 from costaware.report.markdown_appendix import appendix_markdown, key_arms_markdown
 from costaware.report.markdown_front import (
+    advice_markdown,
     command_markdown,
     opening_table_markdown,
     opening_text_markdown,
@@ -79,6 +80,7 @@ def markdown_parts(
     sections, each section, the key arms' accuracy and the appendix."""
     parts = [
         ("title", title_markdown(context.notice)),
+        ("advice", advice_markdown(claims)),
         (OPENING_TABLE, opening_table_markdown(claims)),
         ("opening_text", opening_text_markdown(claims, with_waterfall="waterfall" in figures.paths)),
         (WHAT_RAN, what_ran_markdown(tables.what_ran)),

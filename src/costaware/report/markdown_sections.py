@@ -141,7 +141,8 @@ def _decomposition(ev: Evidence) -> list[str]:
         "means the later method needs less. Δ accuracy at equal rounds is the later method's seed-mean "
         "accuracy minus the earlier one's at the last generation round both reached: the comparison at "
         "equal rollouts. CIs resample the seeds (paired when both ran the same seeds). "
-        f"Tuned baseline: {escape(sec.name(ev.tuned)) if ev.tuned else 'none'} ({escape(ev.tuned_note)}). "
+        f"{escape(label(ev.baseline[0]))}, learning rate tuned on validation: "
+        f"{escape(sec.name(ev.tuned)) if ev.tuned else 'none'} ({escape(ev.tuned_note)}). "
         f"Best cost-aware method: {escape(sec.name(ev.best)) if ev.best else 'none'}"
         + (f" ({escape(ev.best_note)})." if ev.best_note else "."),
         "",

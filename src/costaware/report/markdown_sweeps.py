@@ -7,15 +7,10 @@ from collections.abc import Sequence
 from costaware.report.claims import ReportClaims, SectionClaims
 from costaware.report.curves import Estimate
 from costaware.report.md import Md, escape, table
-from costaware.report.sweeps import GPU_RATIO, GPU_SOURCES, PRICES, TARGET_FRACTIONS
+from costaware.report.sweeps import GPU_RATIO, GPU_SOURCES, PRICES, TARGET_FRACTIONS, price_name
 from costaware.report.verdicts import fmt, no_interval, pct, verdict
 
-__all__ = ["price_markdown", "target_markdown", "price_name"]
-
-
-def price_name(g: float) -> str:
-    """A price as the tables and ``summary.json`` name it: ``1/3``, ``1``, ``3``."""
-    return "1/3" if abs(g - 1 / 3) < 1e-12 else f"{g:g}"
+__all__ = ["price_markdown", "target_markdown"]
 
 
 def _cell(s: Estimate | None, points: bool) -> Md:

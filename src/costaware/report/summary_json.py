@@ -7,12 +7,11 @@ from typing import Any
 
 from costaware.experiments.records import RunResult
 from costaware.report.claims import ReportClaims, SectionClaims
-from costaware.report.curves import MIN_SEEDS_FOR_CI
+from costaware.report.curves import MIN_SEEDS_FOR_CI, Estimate
 from costaware.report.evidence import HEADLINE_AXIS, Comparison, Evidence, Key, Plateau
-from costaware.report.markdown_sweeps import price_name
 from costaware.report.rollout import summary as rollout_summary
 from costaware.report.step_errors import summary as step_error_summary
-from costaware.report.sweeps import GPU_RATIO, GPU_SOURCES, PRICES, SWEEP, TARGET_FRACTIONS
+from costaware.report.sweeps import GPU_RATIO, GPU_SOURCES, PRICES, SWEEP, TARGET_FRACTIONS, price_name
 from costaware.report.tuned import summary as tuned_summary
 from costaware.report.verdicts import RULE, verdict
 
@@ -124,9 +123,29 @@ def _opening(claims: ReportClaims) -> list[dict[str, Any]]:
             "claim": r.claim,
             "absent": r.absent or None,
             "saving": None if r.comparison is None else r.comparison.savings[HEADLINE_AXIS].as_dict(),
-            "verdict": None if r.comparison is None else verdict(r.comparison.savings[HEADLINE_AXIS]).value,
+            "verdict": r.verdict,
         }
         for r in claims.opening_rows
+    ]
+
+
+def _advice(claims: ReportClaims) -> list[dict[str, Any]]:
+    def saving(s: Estimate | None) -> Any:
+        return None if s is None else s.as_dict()
+
+    return [
+        {
+            "task": c.task,
+            "price": c.price,
+            "use": None if c.use is None else _key(c.use),
+            "saving": saving(c.saving),
+            "candidate_over_baseline": saving(c.candidate_over_baseline),
+            "nonzero_over_baseline": saving(c.nonzero_over_baseline),
+            "candidate_over_nonzero": saving(c.candidate_over_nonzero),
+            "decided": c.decided,
+            "absent": c.absent or None,
+        }
+        for c in claims.advice
     ]
 
 
@@ -146,6 +165,7 @@ def summary(
         "verdict_rule": RULE,
         "min_seeds_for_ci": MIN_SEEDS_FOR_CI,
         "opening": _opening(claims),
+        "advice": _advice(claims),
         "price": {
             "measured_ratio_cpu": claims.measured_price_ratio,
             "gpu_ratio_range": list(GPU_RATIO),

@@ -30,6 +30,7 @@ __all__ = [
     "target_claims",
     "measured_ratio",
     "PriceRow",
+    "price_name",
     "TargetRow",
 ]
 
@@ -55,10 +56,16 @@ def price_savings(
     return [axis_saving(sec, a, b, "total_cost", target, float(g), n_boot, seed) for g in prices]
 
 
+def price_name(g: float) -> str:
+    """A price as the tables and ``summary.json`` name it: ``1/3``, ``1``, ``3``."""
+    return "1/3" if abs(g - 1 / 3) < 1e-12 else f"{g:g}"
+
+
 @dataclass(frozen=True)
 class PriceRow:
     claim: str
     savings: tuple[Estimate, ...]  # at PRICES
+    pair: tuple[Key, Key] | None = None  # the claim's (earlier, later) arms
 
     @property
     def depends_on_price(self) -> bool:
@@ -74,7 +81,11 @@ def price_claims(
     if not ev.informative:
         return []
     return [
-        PriceRow(claim, tuple(price_savings(ev.section, c.a, c.b, ev.target, prices, n_boot=n_boot, seed=seed)))
+        PriceRow(
+            claim,
+            tuple(price_savings(ev.section, c.a, c.b, ev.target, prices, n_boot=n_boot, seed=seed)),
+            (c.a, c.b),
+        )
         for claim, c, _ in ev.claims
         if c is not None
     ]
