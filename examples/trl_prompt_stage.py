@@ -7,12 +7,15 @@ rewards and lengths. With ``cost_aware_rollout="cost_aware"`` each round draws i
 q ∝ Ĝ/√ĉ (predicted signal over the square root of predicted cost) mixed with uniform, and scales each
 prompt's advantages by 1/(N q): unbiased. Training is epoch-based (``max_steps=-1``): the run trains as
 many steps as TRL would without the stage. Each round's counts are logged under ``cost_aware/prompts/*``.
+The last line gives the policy-optimisation tokens fed (padding rows included). It exits with an error
+when every reward was equal within every group (no signal).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -64,6 +67,9 @@ def main() -> None:
             processing_class=tok,
         )
         trainer.train()
+    st = trainer.cost_aware_state
+    if st["tokens_nonzero"] == 0:  # every advantage was 0: no update happened
+        sys.exit(f"no learning signal: every reward was equal within every group in {int(st['generations'])} batches")
     rounds = [h for h in trainer.state.log_history if "cost_aware/prompts/generated" in h]
     print(
         f"{opts.rollout}: {trainer.state.global_step} optimiser steps, {len(rounds)} rounds "
@@ -76,6 +82,10 @@ def main() -> None:
             f"max {h['cost_aware/prompts/weight_max']:.2f}, zero-variance groups "
             f"{h['cost_aware/prompts/zero_variance_share']:.0%}, reward {h['reward']:.3f}"
         )
+    print(
+        f"fed {int(st['tokens'] + st['tokens_padding'])} policy-optimisation tokens (padding rows "
+        f"{int(st['tokens_padding'])} included) against {int(st['tokens_plain'])} for plain GRPO on the same rollouts"
+    )
 
 
 if __name__ == "__main__":

@@ -6,12 +6,15 @@
 On a CPU the config needs ``use_cpu=True``: without it transformers sets up one process per rank and the
 two would train independently (the config refuses that launch and says so). Every process gathers the
 advantages and costs of the whole batch and draws the same global plan, then feeds the drawn rows it
-holds; the counters are totals over both processes.
+holds; the counters are totals over both processes. The tokens printed are those fed, the zero-factor
+padding rows included (a process with fewer drawn rows than the other feeds padding rows so that both run
+the same shapes). It exits with an error when every reward was equal within every group (no signal).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -36,6 +39,7 @@ def main() -> None:
         args = CostAwareGRPOConfig(
             output_dir=out,
             use_cpu=True,  # a CPU process group (gloo); leave it out on GPUs
+            loss_type="grpo",  # the paper's loss: cost_aware_method="auto" is then p_star
             num_generations=8,
             per_device_train_batch_size=8,  # 16 rows per optimiser step over both processes
             steps_per_generation=4,
@@ -57,11 +61,16 @@ def main() -> None:
         )
         trainer.train()
     st = trainer.cost_aware_state
-    if trainer.accelerator.is_main_process:
+    main_process = trainer.accelerator.is_main_process
+    if st["tokens_nonzero"] == 0:  # every advantage was 0 (the counters are global): no update happened
+        message = f"no learning signal: every reward was equal within every group in {int(st['generations'])} batches"
+        sys.exit(message if main_process else 1)  # one line, from the main process
+    if main_process:
         print(
             f"{trainer.accelerator.num_processes} processes ({args.parallel_mode.value}), method "
-            f"{args.resolved_method}: {int(st['tokens'])} policy-optimisation tokens over both processes "
-            f"against {int(st['tokens_plain'])} for plain GRPO; {int(st['generations'])} generation batches"
+            f"{args.resolved_method}: fed {int(st['tokens'] + st['tokens_padding'])} policy-optimisation tokens "
+            f"over both processes (padding rows {int(st['tokens_padding'])} included) against "
+            f"{int(st['tokens_plain'])} for plain GRPO; {int(st['generations'])} generation batches"
         )
 
 

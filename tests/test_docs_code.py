@@ -26,8 +26,32 @@ def python_blocks() -> list[tuple[str, int, str]]:
 BLOCKS = python_blocks()
 
 
+def _is_quickstart(page: str, code: str) -> bool:
+    return page == "README.md" and "CostAwareGRPOTrainer" in code
+
+
+def shown_output(page: str, code: str) -> list[str]:
+    """The lines of the ```text block that follows ``code`` on ``page`` (what the page says it prints)."""
+    text = (ROOT / page).read_text()
+    after = text[text.index(code) + len(code) :]
+    found = re.search(r"^```text\n(.*?)^```", after, re.S | re.M)
+    assert found is not None, f"{page}: no ```text block after the quickstart"
+    return found.group(1).splitlines()
+
+
+def _shape(line: str) -> str:
+    """A printed line with its numbers masked: their values move with the torch build, the line's form not."""
+    return re.sub(r"\d+(\.\d+)?", "#", line)
+
+
 def test_the_readme_has_its_quickstart_block():
-    assert any(page == "README.md" and "CostAwareGRPOTrainer" in code for page, _, code in BLOCKS)
+    quickstart = [(p, code) for p, _, code in BLOCKS if _is_quickstart(p, code)]
+    assert len(quickstart) == 1
+    # both arms, each with the tokens it fed (padding included) and its reward at the start and the end
+    shown = shown_output(*quickstart[0])
+    assert [ln.split(":")[0].strip() for ln in shown] == ["GRPO", "Cost-Aware GRPO (p*)"]
+    assert all(re.search(r": fed \d+ policy-optimisation tokens \(padding included\), reward [\d.]+ -> [\d.]+$", ln)
+               for ln in shown)  # fmt: skip
 
 
 @pytest.mark.parametrize(("page", "k", "code"), BLOCKS, ids=[f"{p}#{k}" for p, k, _ in BLOCKS])
@@ -46,6 +70,8 @@ def test_code_block_runs(tmp_path, page, k, code):
         [sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env
     )
     assert proc.returncode == 0, f"{page} block {k}:\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}"
+    if _is_quickstart(page, code):  # it prints what the README shows, up to the numbers' values
+        assert [_shape(ln) for ln in proc.stdout.splitlines()] == [_shape(ln) for ln in shown_output(page, code)]
 
 
 def test_the_trl_guide_names_every_config_field():
