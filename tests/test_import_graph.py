@@ -7,8 +7,8 @@ do not count. ``from pkg import name`` is an edge to ``pkg.name`` when that is a
 
 Layers, lowest first: the core (``grpo``, ``sgd``, ``rollouts``, ``generation``, ``evaluation``, ``theory`` and
 the top-level modules) < the main job's records (``experiments.arms``, ``experiments.records``) < ``report`` <
-the jobs (the rest of ``experiments``, and ``sgd.figure``); ``integrations`` adapts the core to the engines and
-sits below the jobs. ``cli`` sits above everything (see ``LAYER_OF``).
+the jobs (the rest of ``experiments``, ``sgd.figure``, and ``integrations.verl.cpu``, which runs verl's loop on the
+main job's task and policy); ``integrations`` adapts the core to the engines and sits below the jobs. ``cli`` sits above everything (see ``LAYER_OF``).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ ALLOWED_CYCLES: dict[str, str] = {
 LAYER_OF: dict[str, str] = {
     "costaware": "core",  # the top-level modules and the packages not named below: the math, grpo, sgd, ...
     "costaware.integrations": "integrations",  # adapts the core to TRL and verl
+    "costaware.integrations.verl.cpu": "jobs",  # verl's loop on a CPU with the main job's task and policy
     "costaware.experiments.arms": "records",  # the main job's records: the experiments write them, the report
     "costaware.experiments.records": "records",  # reads them
     "costaware.report": "report",
