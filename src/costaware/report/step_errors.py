@@ -105,7 +105,8 @@ def lines(results: Sequence[RunResult]) -> list[str]:
             "gradient, ḡ the pool's expected step), from exact per-row gradients, beside J's closed form of its "
             "expectation; means over the measured rounds and seeds. Cost to equal variance = step error × PO "
             "tokens per step; its ratio to nonzero's at the same LR is J's cost ratio (below 1: cheaper), "
-            "measured and predicted. The pool's own noise is not in these numbers."
+            "measured and predicted (J compares arms with one expected step: GRPO's and raw-weight p*'s are "
+            "n_supp/N of nonzero's). The pool's own noise is not in these numbers."
         ),
         "",
         *table(
