@@ -13,7 +13,9 @@ computes every row's exact gradient of the loss as TRL aggregates it for ``--los
     python examples/proxy_fidelity_probe.py --sft runs/reproduce/sft-sort-<hash> --loss-type grpo dapo
 
 It exits with an error when no pool has a reward that differs within a group (every advantage 0): the
-policy gets no signal from these prompts, so there is nothing to measure.
+policy gets no signal from these prompts, so there is nothing to measure. Each row's exact gradient takes
+its own backward pass: on 2 CPU cores the defaults (2 losses, 3 pools of 128 rows) take several minutes,
+``--loss-type grpo --prompts 8 --rounds 1`` about 40 s.
 """
 
 import argparse
@@ -23,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from datasets import Dataset
+from transformers import PrinterCallback
 
 import costaware.grpo.diagnostics as diagnostics
 from costaware import distributions as dist
@@ -97,6 +100,7 @@ def capture_pools(sft: Path, loss_type: str, *, prompts: int, rounds: int, sizes
         model=model, args=args, reward_funcs=task.reward, train_dataset=data, processing_class=tok
     )
     trainer.per_row_grad_norms = grads  # the trainer's hook for the diagnostics' per-row gradients
+    trainer.remove_callback(PrinterCallback)  # no log line per step
     trainer.train()
     return pools, trainer.cost_aware_state
 
