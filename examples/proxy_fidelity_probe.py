@@ -49,8 +49,17 @@ def checkpoint_task(sft: Path) -> tuple[str, int, int]:
         raise SystemExit(f"--sft {str(sft)!r}: sft.json has no config.{e.args[0]}") from None
 
 
-def capture_pools(sft: Path, loss_type: str, *, prompts: int, rounds: int, sizes: tuple[int, int], seed: int):
-    """Run the trainer at lr≈0 and keep (per-row gradients, advantages, costs) of every pool, and the rewards."""
+def capture_pools(sft: Path, loss_type: str, *, prompts: int, rounds: int, max_terms: int | None, seed: int):
+    """The pools of :func:`capture` on the checkpoint's task, sizes from its min_size to ``max_terms`` (the
+    largest size: terms for arith, digits for sort; None: the checkpoint's). Only pools with a signal."""
+    _, min_size, max_size = checkpoint_task(sft)
+    sizes = (min_size, max_size if max_terms is None else max_terms)
+    return capture(sft, loss_type, prompts=prompts, rounds=rounds, sizes=sizes, seed=seed)[0]
+
+
+def capture(sft: Path, loss_type: str, *, prompts: int, rounds: int, sizes: tuple[int, int], seed: int):
+    """Run the trainer at lr≈0 and keep (per-row gradients, advantages, costs) of every pool with a nonzero
+    advantage, and the trainer's counters (``cost_aware_state``)."""
     pools = []
 
     def grads(model, loss_fn, rows):  # the trainer's per_row_grad_norms hook: keep the gradients too
@@ -142,7 +151,7 @@ def main() -> None:
         raise SystemExit(f"--max-size must be >= the checkpoint's min_size={min_size}, got {max_size}")
     torch.set_num_threads(2)
     for lt in args.loss_type:
-        pools, fed = capture_pools(
+        pools, fed = capture(
             args.sft, lt, prompts=args.prompts, rounds=args.rounds, sizes=(min_size, max_size), seed=args.seed
         )
         if not pools:  # the diagnostics skip a pool whose advantages are all 0: nothing to measure
