@@ -15,3 +15,33 @@ from hypothesis import settings  # noqa: E402
 settings.register_profile("default", derandomize=True, print_blob=True)
 settings.register_profile("explore", derandomize=False, max_examples=500, print_blob=True)
 settings.load_profile("default")
+
+
+
+# Under pytest-xdist (the README's `-n auto --dist loadgroup`) a test file is one unit of work, so its
+# module-scoped fixtures are built once. Files that start several processes (torchrun's workers, a Ray
+# cluster, verl's trainer loop) each fill both cores on their own: they share one unit, so they run one after
+# another on one worker while the other takes the in-process files, and they go first, as the longest unit.
+# A torchrun launch picks a free port (`--standalone`) and each Ray test starts its own local cluster: this is
+# about cores, not clashes.
+MULTI_PROCESS_FILES = frozenset(
+    {
+        "test_examples.py",
+        "test_process_group.py",
+        "test_trl_multiprocess.py",
+        "test_trl_no_surprises.py",
+        "test_verl_cpu_run.py",
+        "test_verl_driver.py",
+        "test_verl_e2e.py",
+        "test_verl_prompt_hook.py",
+    }
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    import pytest
+
+    for item in items:
+        group = "multi_process" if item.path.name in MULTI_PROCESS_FILES else item.path.name
+        item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: item.path.name not in MULTI_PROCESS_FILES)  # stable: file order kept otherwise
