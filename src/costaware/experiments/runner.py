@@ -24,6 +24,7 @@ import fcntl
 import json
 import math
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -170,11 +171,10 @@ def out_lock(out: Path) -> Iterator[None]:
 def remove_partial(out: Path) -> None:
     """Temporary files of writes that did not finish, and the work folders of runs that did not (an
     interrupted job; we hold the lock): only finished runs are kept. A finished run removes its own."""
-    for pattern in ("runs/*.tmp", "runs/.*.tmp", ".*.tmp", ".sft-*.tmp-*", "runs/*-s[0-9]*-" + "[0-9a-f]" * 10):
+    # the atomic writers' temporary names (.<name>.<pid>.tmp: costaware._io), then the runs' work folders
+    for pattern in ("runs/*.tmp", "runs/.*.tmp", ".*.tmp", "runs/*-s[0-9]*-" + "[0-9a-f]" * 10):
         for p in out.glob(pattern):
             if p.is_dir():
-                import shutil
-
                 shutil.rmtree(p, ignore_errors=True)
             else:
                 p.unlink(missing_ok=True)
