@@ -199,7 +199,8 @@ def iid_draw(
 
 # -- the registry ---------------------------------------------------------------------------------
 
-# The rules a PromptStage runs, by the name configs use, filled by @register_prompt_method in the order below.
+# The rules a PromptStage runs, by the name configs use, filled by @register_prompt_method in the order
+# costaware.rollouts.prompts imports them: uniform (below), greso, cost_aware_skip, cost_aware.
 REGISTRY: dict[str, type[PromptMethod]] = {}
 register_prompt_method = registrar(REGISTRY, "prompt method")
 
