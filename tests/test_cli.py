@@ -137,6 +137,21 @@ def test_library_value_error_inside_a_job_is_one_line(monkeypatch, capsys, tmp_p
     assert err == ["costaware synthetic: error: n must be a positive integer, got -3"]
 
 
+def test_reproduce_runs_the_job_with_the_reports_writer(monkeypatch, tmp_path):
+    """The experiments' runner writes no report of its own: the command hands it report.grpo's writer."""
+    from costaware import jobs
+    from costaware.experiments import runner
+
+    seen = {}
+    monkeypatch.setattr(runner, "reproduce", lambda args, **kw: seen.update(kw, out=args.out) or 0)
+    assert main(["reproduce", "--quick", "--out", str(tmp_path / "o")]) == 0
+    assert seen == {
+        "command": "costaware reproduce",
+        "write_report": jobs.write_reproduce_report,
+        "out": str(tmp_path / "o"),
+    }
+
+
 def test_a_second_job_on_one_out_is_refused_by_the_lock(tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()

@@ -18,7 +18,7 @@ import itertools
 import numpy as np
 import pytest
 
-import costaware.rollouts.prompts as prompts_module
+import costaware.rollouts.prompt_rule as rule_module  # its iid_draw draws every i.i.d. prompt
 from costaware.rollouts.prompts import cost_aware_prompts
 from costaware.rollouts.stage import PromptStage
 
@@ -46,7 +46,7 @@ class _Forced:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.ids: list[int] | None = None  # None: the stage's own draws
         self.q: np.ndarray | None = None
-        real_draw, real_build = prompts_module.draw, prompts_module.build_alias
+        real_draw, real_build = rule_module.draw, rule_module.build_alias
 
         def draw(prob, alias, m, rng, validate=True):
             if self.ids is None:
@@ -58,8 +58,8 @@ class _Forced:
             self.q = np.array(p, dtype=np.float64)  # the p the next draws come from
             return real_build(p)
 
-        monkeypatch.setattr(prompts_module, "draw", draw)
-        monkeypatch.setattr(prompts_module, "build_alias", build)
+        monkeypatch.setattr(rule_module, "draw", draw)
+        monkeypatch.setattr(rule_module, "build_alias", build)
 
 
 def _draws():

@@ -234,9 +234,10 @@ def test_skip_watch_warns_once_after_k_rounds_that_fed_nothing():
     assert quiet.longest == 1 and not quiet.warned
 
 
-def test_remove_partial_removes_unfinished_runs_work_folders(tmp_path):
-    """Only finished runs are kept: the trainer's work folder of a run that did not finish goes, on Ctrl-C
-    and on the next run; a finished record, the SFT checkpoint and other folders stay."""
+def test_remove_partial_removes_unfinished_runs_work_folders_and_unfinished_writes(tmp_path):
+    """Only finished runs are kept: the trainer's work folder of a run that did not finish and the temporary
+    files and folders of writes that did not finish go, on Ctrl-C and on the next run; a finished record, the
+    SFT checkpoint and other folders stay."""
     from costaware.experiments.keys import run_file
     from costaware.experiments.runner import remove_partial
 
@@ -250,8 +251,14 @@ def test_remove_partial_removes_unfinished_runs_work_folders(tmp_path):
     keep = [tmp_path / "sft-arith-0123456789", tmp_path / "runs" / "notes"]
     for k in keep:
         k.mkdir()
+    # what a killed atomic write leaves (costaware._io: .<name>.<pid>.tmp): the SFT checkpoint's folder, a record
+    partial = [tmp_path / f".{keep[0].name}.{os.getpid()}.tmp", done.parent / f".{todo.name}.{os.getpid()}.tmp"]
+    partial[0].mkdir()
+    (partial[0] / "model.safetensors").write_bytes(b"0")
+    partial[1].write_text("{")
     remove_partial(tmp_path)
     assert not work.exists() and done.exists() and all(k.exists() for k in keep)
+    assert not any(p.exists() for p in partial)
 
 
 def test_arith_lengths_vary_at_least_five_fold():

@@ -29,7 +29,7 @@ JOBS: dict[str, tuple[str, str]] = {
         "Reproduce the paper's Figure 2: uniform vs variance vs optimal sampling on least squares.",
     ),
     "reproduce": (
-        "costaware.experiments.reproduce",
+        "costaware.jobs",
         "The main job: Cost-Aware GRPO against GRPO on a small local policy, on the CPU, with a report.",
     ),
     "rollouts": (

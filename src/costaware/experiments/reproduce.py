@@ -29,26 +29,22 @@ condition for the whole job, with the runs that raised them (``experiments.quiet
 # One module per job (this docstring is the command's help, so the map is here): experiments.sft (the warm-up),
 # experiments.grpo_run (a GRPO run), experiments.control (the SFT-continuation control), experiments.runs (one run
 # in a worker, its record written), experiments.keys (the names of their files), experiments.runner (the job:
-# arguments, lock, worker pool, report); this module is the command line.
+# arguments, lock, worker pool, then the report writer it is given); this module is the command's arguments and
+# help; costaware.jobs, above the experiments and the report, runs the command with report.grpo's writer.
 
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from costaware.experiments import runner
 from costaware.experiments.profile import GROUPS, PROFILES
 
-__all__ = ["main", "register"]
+__all__ = ["register"]
 
 
-def main(args: argparse.Namespace) -> int:
-    return runner.reproduce(args, command="costaware reproduce " + " ".join(sys.argv[2:])
-                            if sys.argv[1:2] == ["reproduce"] else "costaware reproduce")  # fmt: skip
-
-
-def register(subparsers: Any) -> None:
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Adds the ``reproduce`` parser (its arguments and help) and returns it; ``costaware.jobs`` sets what runs."""
     p = subparsers.add_parser(
         "reproduce",
         help="The main job: Cost-Aware GRPO against GRPO and its controls.",
@@ -101,4 +97,4 @@ def register(subparsers: Any) -> None:
     p.add_argument("--report-only", action="store_true",
                    help="train nothing: write the report from this profile's runs finished so far (an interrupted "
                         "job), and list the missing ones")  # fmt: skip
-    p.set_defaults(func=main)
+    return p

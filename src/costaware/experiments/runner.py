@@ -10,6 +10,8 @@ that stop with their parent, and atomic, resumable results.
   (``PR_SET_PDEATHSIG`` on Linux and a thread polling ``os.getppid()``), so a SIGKILLed parent leaves
   no orphan training on.
 - A finished run is one ``runs/<name>.json`` written by tmp + ``os.replace``; a rerun skips it.
+- The report is written, still under the lock, by the :class:`ReportWriter` the caller passes
+  (``costaware.jobs`` passes ``costaware.report.grpo.write_report``): the experiments import no report.
 - Workers are spawned (a fresh interpreter each, safe after the parent's multi-threaded SFT) and serve
   many runs: each imports torch, transformers and TRL once, in its initializer, and keeps what does not
   change between runs (``experiments.worker``).
@@ -24,17 +26,22 @@ import fcntl
 import json
 import math
 import os
+import shutil
 import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from costaware.experiments.keys import run_file
 from costaware.experiments.profile import GROUPS, HEADLINE, PROFILES, Profile, RunSpec, run_specs
 from costaware.experiments.tasks import get_task
+
+if TYPE_CHECKING:
+    from costaware.experiments.arms import Arm
+    from costaware.experiments.records import RunId, RunResult
 
 LOCK_NAME = ".lock"
 # The quick profile trains a tiny policy on one seed for a few rounds: enough to exercise every step and the
@@ -43,6 +50,26 @@ QUICK_NOTICE = (
     "Smoke test (--profile quick): a tiny policy, one seed, a few rounds. These figures exercise the "
     "pipeline and the comparison; they mean nothing about the methods."
 )
+
+
+class ReportWriter(Protocol):
+    """Writes the job's report into ``out`` from its finished runs; returns the paths written by kind, the
+    ``markdown`` and ``html`` pages among them (``costaware.report.grpo.write_report``)."""
+
+    def __call__(
+        self,
+        results: Sequence[RunResult],
+        out: Path,
+        *,
+        command: str,
+        profile: dict[str, Any] | None,
+        sft: dict[str, Any] | None,
+        baseline: str | Arm,
+        candidate: str | Arm,
+        generation_cost: float,
+        notice: str | None,
+        logs: Mapping[RunId, Path] | None,
+    ) -> Mapping[str, Path]: ...
 
 
 def available_cpus() -> int:
@@ -170,11 +197,10 @@ def out_lock(out: Path) -> Iterator[None]:
 def remove_partial(out: Path) -> None:
     """Temporary files of writes that did not finish, and the work folders of runs that did not (an
     interrupted job; we hold the lock): only finished runs are kept. A finished run removes its own."""
-    for pattern in ("runs/*.tmp", "runs/.*.tmp", ".*.tmp", ".sft-*.tmp-*", "runs/*-s[0-9]*-" + "[0-9a-f]" * 10):
+    # the atomic writers' temporary names (.<name>.<pid>.tmp: costaware._io), then the runs' work folders
+    for pattern in ("runs/*.tmp", "runs/.*.tmp", ".*.tmp", "runs/*-s[0-9]*-" + "[0-9a-f]" * 10):
         for p in out.glob(pattern):
             if p.is_dir():
-                import shutil
-
                 shutil.rmtree(p, ignore_errors=True)
             else:
                 p.unlink(missing_ok=True)
@@ -275,7 +301,9 @@ def show_profile(profile: Profile, name: str, specs: list[RunSpec]) -> str:
     return "\n".join(lines)
 
 
-def reproduce(args: argparse.Namespace, *, command: str) -> int:
+def reproduce(args: argparse.Namespace, *, command: str, write_report: ReportWriter) -> int:
+    """The job: checks ``args``, then under the lock on ``--out`` trains the runs that have not finished and
+    writes the report with ``write_report``; ``command``: the command line the report shows."""
     profile, specs = resolve(args)
     if args.show_profile:
         print(show_profile(profile, args.profile, specs))
@@ -292,6 +320,7 @@ def reproduce(args: argparse.Namespace, *, command: str) -> int:
                     out,
                     args.jobs,
                     command,
+                    write_report,
                     report_only=bool(getattr(args, "report_only", False)),
                     notice=QUICK_NOTICE if args.profile == "quick" else None,
                     recorded_generation_cost=PROFILES[args.profile].generation_cost,
@@ -309,6 +338,7 @@ def _reproduce(
     out: Path,
     jobs: int,
     command: str,
+    write_report: ReportWriter,
     *,
     report_only: bool = False,
     notice: str | None = None,
@@ -319,7 +349,6 @@ def _reproduce(
     from costaware.experiments.arms import Arm
     from costaware.experiments.records import RunResult
     from costaware.experiments.sft import warm_up
-    from costaware.report import grpo as report
 
     keyed = profile  # the profile the run files are named by
     if archive is not None:
@@ -366,10 +395,10 @@ def _reproduce(
     results = [RunResult.load(f) for f in files.values()]  # exactly this profile's runs
     sft_info = json.loads((sft_dirs[profile.task] / "sft.json").read_text()) if profile.task in sft_dirs else None
     candidate = Arm("p_star", proxy=profile.headline_proxy)  # the headline's p*, with the profile's proxy
-    paths = report.write_report(results, out, baseline="none", candidate=candidate, command=command,
-                                profile=dataclasses.asdict(profile),
-                                sft=sft_info, generation_cost=profile.generation_cost, notice=notice,
-                                logs={r.id: f.with_suffix(".prompts.jsonl")
-                                      for r, f in zip(results, files.values(), strict=True)})  # fmt: skip
+    paths = write_report(results, out, baseline="none", candidate=candidate, command=command,
+                         profile=dataclasses.asdict(profile),
+                         sft=sft_info, generation_cost=profile.generation_cost, notice=notice,
+                         logs={r.id: f.with_suffix(".prompts.jsonl")
+                               for r, f in zip(results, files.values(), strict=True)})  # fmt: skip
     print(f"[costaware] report: {paths['markdown']}  {paths['html']}")
     return 0

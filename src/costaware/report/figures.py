@@ -18,9 +18,9 @@ import numpy as np
 
 from costaware.experiments.arms import Arm
 from costaware.experiments.records import RunResult
-from costaware.report.curves import MIN_SEEDS_FOR_CI, seed_curves
+from costaware.report.curves import MIN_SEEDS_FOR_CI, SeedCurves, seed_curves
 from costaware.report.evidence import Evidence, Key
-from costaware.report.labels import label, style
+from costaware.report.labels import Style, label, style
 
 __all__ = [
     "AXIS_TITLES",
@@ -156,21 +156,17 @@ def _plot_arm(ax, ev: Evidence, key: Key, axis: str) -> tuple[float, str]:
     runs = sec.arms[key]
     st = style(key[0], key[1] / sec.default_lr)
     c = seed_curves(runs, axis, generation_cost=ev.generation_cost, points=64)
-    ax.plot(
-        c.grid,
-        c.mean,
-        color=st.colour,
-        ls=st.linestyle,
-        marker=st.marker,
-        markevery=8,
-        ms=4,
-        label=f"{sec.name(key)} (n={len(runs)})",
-    )
+    _plot_mean(ax, c, st, f"{sec.name(key)} (n={len(runs)})")
     if len(runs) >= MIN_SEEDS_FOR_CI:
         picks = np.random.default_rng(0).integers(0, len(runs), size=(500, len(runs)))
         lo, hi = np.quantile(c.boot_means(picks), [0.025, 0.975], axis=0)
         ax.fill_between(c.grid, lo, hi, color=st.colour, alpha=0.15)
     return float(c.grid[-1]), sec.name(key)
+
+
+def _plot_mean(ax, c: SeedCurves, st: Style, name: str) -> None:
+    """One seed-mean curve in its arm's colour, line and marker (a marker every 8th of the 64 points)."""
+    ax.plot(c.grid, c.mean, color=st.colour, ls=st.linestyle, marker=st.marker, markevery=8, ms=4, label=name)
 
 
 def _cut_at_the_limit(ax, ev: Evidence, ends: Sequence[tuple[float, str]]) -> list[str]:
@@ -201,17 +197,7 @@ def plot_ablations(runs: Sequence[RunResult], path: Path) -> None:
         fig, (ax,) = figure_grid(1, math.ceil(len(by) / 2))
         for k in sorted(by, key=lambda k: (names[k], k)):  # in the legend, by name
             c = seed_curves(by[k], "po_tokens", points=64)
-            st = style(k[2])
-            ax.plot(
-                c.grid,
-                c.mean,
-                color=st.colour,
-                ls=st.linestyle,
-                marker=st.marker,
-                markevery=8,
-                ms=4,
-                label=f"{names[k]} (n={len(by[k])})",
-            )
+            _plot_mean(ax, c, style(k[2]), f"{names[k]} (n={len(by[k])})")
         ax.set(
             title="Ablations (proxy noise, G ≡ 1, α, tokens/step)", xlabel=AXIS_TITLES["po_tokens"], ylabel="accuracy"
         )

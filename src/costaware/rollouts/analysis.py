@@ -15,7 +15,7 @@ The oracle q ∝ G/√c gives the bound (Σ G√c)²/(ΣG²·Σc). Predictors se
 * ``prompt_size``: E[G | prompt-token bin], calibrated on earlier rounds;
 * each mixed with uniform, q = (1 − α)q̂ + α/B;
 * ``two_stage(m)``: uniform q, the rest of a group generated surely where its first m disagree, else
-  with ρ_j from :class:`~costaware.rollouts.prompts.TwoStage`; its J is
+  with ρ_j from :class:`~costaware.rollouts.weighted_prompts.TwoStage`; its J is
   (Σ G_j²/(q_j ρ_j)) · (Σ q_j [gen·(stage-1 tokens) + ρ_j (gen·(stage-2 tokens) + PO_j)]).
 
 Row level: J(p*)/J(uniform on the non-zero rows) = (Σ|A|√c)²/(Σ|A|²·Σc) over the round's rows with

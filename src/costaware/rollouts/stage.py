@@ -60,7 +60,7 @@ PROMPT_METHODS = prompt_method_names(_engine_rule)
 
 def prompt_method(name: str, **options: Any) -> PromptMethod:
     """The prompt method an engine config names (a registered rule but the plain one), with the options its
-    class takes (:func:`costaware.rollouts.prompts.prompt_method_from_name`): e.g. ``floor``,
+    class takes (:func:`costaware.rollouts.prompt_rule.prompt_method_from_name`): e.g. ``floor``,
     ``generation_cost`` and ``po_rows`` (which rows the row plan feeds, ``"all"`` under plain GRPO).
 
     >>> prompt_method("cost_aware", floor=0.2).floor
@@ -86,8 +86,8 @@ class PromptStage:
     """Draws each round's prompts by ``method`` from the state, and keeps that state.
 
     Args:
-        method: a :class:`~costaware.rollouts.prompts.PromptMethod`, e.g. from a factory in
-            :data:`costaware.rollouts.prompts.REGISTRY`; the stage runs a fresh copy (:meth:`PromptMethod.start`),
+        method: a :class:`~costaware.rollouts.prompt_rule.PromptMethod`, e.g. from a factory in
+            :data:`costaware.rollouts.prompt_rule.REGISTRY`; the stage runs a fresh copy (:meth:`PromptMethod.start`),
             which holds the rule's own state.
         num_prompts: N, the train set's size.
         group_size: G, completions per prompt.

@@ -35,7 +35,7 @@ are mapped back to draw slots by their group (``uid``) and their dataset key (``
 ``RLHFDataset`` copies from ``extra_info.index``, read from ``extra_info`` where verl 0.9 popped ``index``
 off the batch; it must be unique per row).
 
-Methods: the registered prompt rules (:data:`costaware.rollouts.prompts.REGISTRY`) without weights, other
+Methods: the registered prompt rules (:data:`costaware.rollouts.prompt_rule.REGISTRY`) without weights, other
 than the plain one: today the biased skip rules ``greso`` and ``cost_aware_skip``. A weighted rule
 (``cost_aware``) is refused: its prompt factor 1/(N q_j) must scale every row's loss, but nothing carries a
 per-prompt factor from the sampler to verl's loss.
