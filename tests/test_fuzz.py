@@ -33,7 +33,9 @@ from costaware import distributions as dist
 from costaware.grpo import advantages as adv
 from costaware.sampler import CostAwareSampler
 
-TIMEOUT_S = 10
+# A hang never returns; a numba kernel's first compile takes tens of seconds on a loaded 2-core machine (two
+# test workers, a job beside them). 60 s tells the two apart without a warm-up per kernel.
+TIMEOUT_S = 60
 # COSTAWARE_FUZZ_EXAMPLES=500 for a deeper local run; CI keeps the default
 EXAMPLES = int(os.environ.get("COSTAWARE_FUZZ_EXAMPLES", "40"))
 
