@@ -156,13 +156,18 @@ _COMPILED: set[Callable] = set()
 
 
 def compile_first(fn: Callable) -> None:
-    """Compile ``fn``'s numba kernel once, outside the time limit. ``run_trials``' parallel kernel takes
+    """Compile ``fn``'s numba kernel once, outside the time limit (``run_trials``, ``runner_indices``); one takes
     seconds to compile, tens on a loaded 2-core machine: a first compile is not a hang."""
     from costaware.sgd import LeastSquares, run_trials
+    from costaware.sgd.rng import runner_indices
 
-    if fn is run_trials and fn not in _COMPILED:
+    if fn in _COMPILED:
+        return
+    if fn is run_trials:
         run_trials(LeastSquares(np.eye(3), np.ones(3), c=[1.0, 2.0, 3.0]), [0.2, 0.3, 0.5], 5, 2, checkpoints=3)
-        _COMPILED.add(fn)
+    elif fn is runner_indices:
+        runner_indices([0.5, 0.5], 2, 0, 0)
+    _COMPILED.add(fn)
 
 
 def check_call(fn: Callable, names: list[str], *args: Any, may_inf: bool = False, **kwargs: Any) -> Any:

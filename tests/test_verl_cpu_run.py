@@ -101,3 +101,36 @@ def test_verl_driver_passes_address_local_to_ray_init(monkeypatch, tmp_path):
     with pytest.raises(Started):
         main_ppo.run_ppo(config, main_ppo.TaskRunnerV1)
     assert calls and calls[0]["address"] == "local"
+
+
+FLAKY_START = """\
+import pathlib, sys
+marker = pathlib.Path("started-once")
+if {fail_every} or not marker.exists():
+    marker.touch()
+    print("Exception: The current node timed out during startup. This could happen because ...")
+    sys.exit(1)
+print("trained")
+"""
+
+
+@pytest.mark.parametrize("fail_every", [False, True])
+def test_a_ray_node_start_timeout_is_retried_once_and_said(tmp_path, capsys, fail_every):
+    """Ray's node has a fixed 30 s to register; on a loaded machine that first start can fail before any step.
+    The launcher starts once more (saying so), and a second such failure is the error."""
+    (tmp_path / "fake_main_ppo.py").write_text(FLAKY_START.format(fail_every=fail_every))
+    if fail_every:
+        with pytest.raises(RuntimeError, match="timed out during startup") as exc:
+            run.launch(tmp_path, [], name="run", module="fake_main_ppo", timeout=60)
+        assert not isinstance(exc.value, run.RayNodeStartTimeout)  # a plain error to the caller
+    else:
+        metrics, out = run.launch(tmp_path, [], name="run", module="fake_main_ppo", timeout=60)
+        assert metrics == [] and "trained" in out
+    assert capsys.readouterr().err.count("starting once more") == 1
+
+
+def test_another_failure_is_not_retried(tmp_path, capsys):
+    (tmp_path / "fake_main_ppo.py").write_text("import sys; print('bad key'); sys.exit(2)")
+    with pytest.raises(RuntimeError, match="exited 2"):
+        run.launch(tmp_path, [], name="run", module="fake_main_ppo", timeout=60)
+    assert "once more" not in capsys.readouterr().err

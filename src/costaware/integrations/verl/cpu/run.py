@@ -190,7 +190,31 @@ def launch(
     module: str = "verl.trainer.main_ppo",
     gpu: bool = False,
 ) -> tuple[list[dict], str]:
-    """Run verl's entry point; returns (per-step metrics from verl's file logger, the combined log)."""
+    """Run verl's entry point; returns (per-step metrics from verl's file logger, the combined log).
+
+    Ray gives its node a fixed 30 s to register; on a loaded machine it can miss that before any step ran, so
+    that one failure is retried once, said on stderr."""
+    for attempt in range(2):
+        try:
+            return _launch_once(root, args, name=name, python=python, timeout=timeout, module=module, gpu=gpu)
+        except RayNodeStartTimeout as exc:
+            if attempt:
+                raise RuntimeError(str(exc)) from None
+            print(f"{name}: Ray's node did not start within its 30 s (a loaded machine?); starting once more",
+                  file=sys.stderr)  # fmt: skip
+    raise AssertionError("unreachable")
+
+
+RAY_NODE_START_TIMEOUT = "The current node timed out during startup"
+
+
+class RayNodeStartTimeout(RuntimeError):
+    """main_ppo failed before any step because Ray's node did not register in time."""
+
+
+def _launch_once(
+    root: Path, args: list[str], *, name: str, python: str | None, timeout: float, module: str, gpu: bool
+) -> tuple[list[dict], str]:
     log_path = root / f"{name}.metrics.jsonl"
     env = environment(gpu=gpu)
     env["VERL_FILE_LOGGER_PATH"] = str(log_path)
@@ -208,9 +232,8 @@ def launch(
         raise RuntimeError(f"{name}: main_ppo ran past {timeout} s; log: {root / f'{name}.log'}") from None
     (root / f"{name}.log").write_text(out)
     if proc.returncode != 0:
-        raise RuntimeError(
-            f"{name}: main_ppo exited {proc.returncode}; last lines:\n" + "\n".join(out.splitlines()[-40:])
-        )
+        error = RayNodeStartTimeout if RAY_NODE_START_TIMEOUT in out else RuntimeError
+        raise error(f"{name}: main_ppo exited {proc.returncode}; last lines:\n" + "\n".join(out.splitlines()[-40:]))
     return read_metrics(log_path), out
 
 
