@@ -17,7 +17,6 @@ settings.register_profile("explore", derandomize=False, max_examples=500, print_
 settings.load_profile("default")
 
 
-
 # Under pytest-xdist (the README's `-n auto --dist loadgroup`) a test file is one unit of work, so its
 # module-scoped fixtures are built once. Files that start several processes (torchrun's workers, a Ray
 # cluster, verl's trainer loop) each fill both cores on their own: they share one unit, so they run one after
