@@ -37,10 +37,15 @@ MULTI_PROCESS_FILES = frozenset(
 )
 
 
+# first: the `slow` marks must be on the items before `-m "not slow"` deselects
+@__import__("pytest").hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     import pytest
+    from tiers import is_slow
 
     for item in items:
         group = "multi_process" if item.path.name in MULTI_PROCESS_FILES else item.path.name
         item.add_marker(pytest.mark.xdist_group(group))
+        if is_slow(item.path.name, item.name):
+            item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: item.path.name not in MULTI_PROCESS_FILES)  # stable: file order kept otherwise
