@@ -97,20 +97,21 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--hidden", type=int, default=64, help="the policy's hidden size (a multiple of 4 heads)")
     parser.add_argument("--layers", type=int, default=2, help="the policy's decoder layers")
+    parser.add_argument("--sft-steps", type=int, default=300, help="SFT warm-up steps of the policy on sort")
     parser.add_argument("--repeats", type=int, default=1, help="rounds of every arm in turn; medians over them")
     parser.add_argument("--gpu", action="store_true", help="CUDA GPUs with vLLM rollouts instead of the CPU support")
     parser.add_argument("--out", type=Path, default=None, help="working folder (default: a temporary one)")
     args = parser.parse_args()
-    for name in ("steps", "batch", "mini", "micro", "n", "hidden", "layers", "repeats"):
+    for name in ("steps", "batch", "mini", "micro", "n", "hidden", "layers", "repeats", "sft_steps"):
         if getattr(args, name) < 1:
-            raise SystemExit(f"--{name} must be >= 1, got {getattr(args, name)}")
+            raise SystemExit(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.warmup < 0 or args.warmup >= args.steps:
         raise SystemExit(f"--warmup must be in [0, --steps), got {args.warmup}")
     root = args.out or Path(tempfile.mkdtemp(prefix="bench_verl_e2e_"))
     root.mkdir(parents=True, exist_ok=True)
     if args.hidden % 4:
         raise SystemExit(f"--hidden must be a multiple of 4 (the policy's attention heads), got {args.hidden}")
-    build_model(root, hidden_size=args.hidden, num_layers=args.layers)
+    build_model(root, hidden_size=args.hidden, num_layers=args.layers, sft_steps=args.sft_steps)
     write_data(root)
     rounds: list[dict[str, dict | str]] = []
     for rep in range(args.repeats):
@@ -133,8 +134,9 @@ def main() -> None:
     print(
         f"verl main_ppo (trainer {args.trainer}{', ' + ' '.join(args.set) if args.set else ''}) on "
         f"{'CUDA (vLLM)' if args.gpu else 'the CPU (HF server)'}, {args.workers} worker(s), policy hidden "
-        f"{args.hidden} x {args.layers} layers, {args.steps} steps ({args.warmup} warm-up left out), {args.batch} "
-        f"prompts x {args.n} a step, mini-batches of {args.mini} prompts, micro-batches of {args.micro} rows; "
+        f"{args.hidden} x {args.layers} layers ({args.sft_steps} SFT steps), {args.steps} steps ({args.warmup} "
+        f"warm-up left out), {args.batch} prompts x {args.n} a step, mini-batches of {args.mini} prompts, "
+        f"micro-batches of {args.micro} rows; "
         "PO s = old_log_prob + ref + update_actor; tokens = prompt + response, fed = with the zero-factor padding rows"
         + (f"; medians over {args.repeats} alternating rounds" if args.repeats > 1 else "")
     )
