@@ -92,6 +92,8 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
             metrics.update(out)
             gained = _fill_unpassed(batch, ran, data)
             fields = sorted(set(fields) | set(gained)) if fields is not None else None
+        elif fields is not None:  # the batch's field list may predate verl's passes: what a row holds now
+            fields = sorted(set(fields) | set(tq.kv_batch_get(keys=[batch.keys[0]], partition_id=pid).keys()))
         marks["passes"] = time.perf_counter()
         dp = dp_size_v1(trainer)
         plan = feed_plan(batch.keys, drawn, dp, tag, spare=cheapest_first)
