@@ -14,19 +14,23 @@ own ``file`` logger wrote:
 - saved: 1 − method/stock for time and for fed tokens (stock run in the same invocation), and the
   plugin's own ``1 − tokens/tokens_plain`` (every row once, on the same pools);
 - means over the steps after ``--warmup`` (default 1: the first step compiles numba kernels and starts
-  Ray actors). The time saving can only follow the token saving where the actor's compute, not verl's
+  Ray actors); with ``--repeats R`` the arms run R times in turn (stock, then each method, R rounds), and
+  the table gives medians over the rounds, the ratio taken per round against that round's stock. The time
+  saving can only follow the token saving where the actor's compute, not verl's
   fixed per-call overhead, is most of ``update_actor``: a micro-batch as large as the mini-batch leaves
   nothing to save (the padding restores every row).
 
 A method the plugin's config refuses is reported with its error line, and the others still run.
 
     .venv-verl/bin/python benchmarks/bench_verl_e2e.py             # 16 prompts x 8, 2 mini-batches, micro 8
+    .venv-verl/bin/python benchmarks/bench_verl_e2e.py --hidden 256 --layers 4 --repeats 3   # a 16x larger policy
     python benchmarks/bench_verl_e2e.py --gpu --steps 4     # CUDA GPUs, vLLM rollouts (verl[vllm] installed)
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import sys
 import tempfile
@@ -60,6 +64,7 @@ def summarise(metrics: list[dict], warmup: int) -> dict[str, Any]:
         "tokens": tokens,
         "fed": tokens + (mean("cost_aware/step/tokens_padding") if plugin else 0.0),
         "own_saving": 1 - mean("cost_aware/step/tokens") / mean("cost_aware/step/tokens_plain") if plugin else 0.0,
+        "timing": {key: mean(key) for key in PO_KEYS},
         "phases": {
             key.removeprefix("cost_aware/timing/").removesuffix("_s"): mean(key)
             for key in metrics[0]
@@ -90,71 +95,101 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=["nonzero", "p_star"])
     parser.add_argument("--alpha", type=float, default=0.01)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--hidden", type=int, default=64, help="the policy's hidden size (a multiple of 4 heads)")
+    parser.add_argument("--layers", type=int, default=2, help="the policy's decoder layers")
+    parser.add_argument("--sft-steps", type=int, default=300, help="SFT warm-up steps of the policy on sort")
+    parser.add_argument("--repeats", type=int, default=1, help="rounds of every arm in turn; medians over them")
     parser.add_argument("--gpu", action="store_true", help="CUDA GPUs with vLLM rollouts instead of the CPU support")
     parser.add_argument("--out", type=Path, default=None, help="working folder (default: a temporary one)")
     args = parser.parse_args()
-    for name in ("steps", "batch", "mini", "micro", "n"):
+    for name in ("steps", "batch", "mini", "micro", "n", "hidden", "layers", "repeats", "sft_steps"):
         if getattr(args, name) < 1:
-            raise SystemExit(f"--{name} must be >= 1, got {getattr(args, name)}")
+            raise SystemExit(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.warmup < 0 or args.warmup >= args.steps:
         raise SystemExit(f"--warmup must be in [0, --steps), got {args.warmup}")
     root = args.out or Path(tempfile.mkdtemp(prefix="bench_verl_e2e_"))
     root.mkdir(parents=True, exist_ok=True)
-    build_model(root)
+    if args.hidden % 4:
+        raise SystemExit(f"--hidden must be a multiple of 4 (the policy's attention heads), got {args.hidden}")
+    build_model(root, hidden_size=args.hidden, num_layers=args.layers, sft_steps=args.sft_steps)
     write_data(root)
-    results: dict[str, dict | str] = {}
-    for method in ["stock", *args.methods]:
-        shape = {"workers": args.workers, "steps": args.steps, "batch": args.batch, "n": args.n, "mini": args.mini}
-        defaults = overrides(
-            root, **shape, micro=args.micro, trainer_v1=args.trainer == "v1", name=method, gpu=args.gpu
-        ) + plugin_overrides(method, args.alpha)
-        try:  # --set comes last and wins, the plugin's own keys included
-            metrics, _ = launch(root, combine(defaults, list(args.set)), name=method, gpu=args.gpu)
-            results[method] = summarise(metrics, args.warmup)
-        except RuntimeError as err:
-            results[method] = f"refused or failed: {refusal(str(err))}"
-        print(f"{method}: done", file=sys.stderr, flush=True)
-    stock = results["stock"]
-    if not isinstance(stock, dict):
-        raise SystemExit(f"stock verl did not run: {stock}")
+    rounds: list[dict[str, dict | str]] = []
+    for rep in range(args.repeats):
+        results: dict[str, dict | str] = {}
+        for method in ["stock", *args.methods]:
+            name = method if args.repeats == 1 else f"{method}.r{rep}"
+            shape = {"workers": args.workers, "steps": args.steps, "batch": args.batch, "n": args.n, "mini": args.mini}
+            defaults = overrides(
+                root, **shape, micro=args.micro, trainer_v1=args.trainer == "v1", name=name, gpu=args.gpu
+            ) + plugin_overrides(method, args.alpha)
+            try:  # --set comes last and wins, the plugin's own keys included
+                metrics, _ = launch(root, combine(defaults, list(args.set)), name=name, gpu=args.gpu)
+                results[method] = summarise(metrics, args.warmup)
+            except RuntimeError as err:
+                results[method] = f"refused or failed: {refusal(str(err))}"
+            print(f"{name}: done", file=sys.stderr, flush=True)
+        if not isinstance(results["stock"], dict):
+            raise SystemExit(f"stock verl did not run: {results['stock']}")
+        rounds.append(results)
     print(
         f"verl main_ppo (trainer {args.trainer}{', ' + ' '.join(args.set) if args.set else ''}) on "
-        f"{'CUDA (vLLM)' if args.gpu else 'the CPU (HF server)'}, {args.workers} worker(s), "
-        f"{args.steps} steps ({args.warmup} warm-up left out), {args.batch} prompts x {args.n} a step, mini-batches of "
-        f"{args.mini} prompts, micro-batches of {args.micro} rows; PO s = old_log_prob + ref + update_actor; "
-        "tokens = prompt + response, fed = with the zero-factor padding rows"
+        f"{'CUDA (vLLM)' if args.gpu else 'the CPU (HF server)'}, {args.workers} worker(s), policy hidden "
+        f"{args.hidden} x {args.layers} layers ({args.sft_steps} SFT steps), {args.steps} steps ({args.warmup} "
+        f"warm-up left out), {args.batch} prompts x {args.n} a step, mini-batches of {args.mini} prompts, "
+        f"micro-batches of {args.micro} rows; "
+        "PO s = old_log_prob + ref + update_actor; tokens = prompt + response, fed = with the zero-factor padding rows"
+        + (f"; medians over {args.repeats} alternating rounds" if args.repeats > 1 else "")
     )
     print(
         "| method | PO tokens/step | fed tokens/step | PO s/step | update_actor s | gen s | time saved vs stock | "
         "fed tokens saved vs stock | time saved / fed tokens saved | tokens saved (own pools) |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
-    table_rows(results, stock)
-    phases(results)
+    table_rows(rounds)
+    phases(rounds)
 
 
-def table_rows(results: dict[str, dict | str], stock: dict) -> None:
-    for method, r in results.items():
-        if isinstance(r, str):
-            print(f"| {method} | {r} |")
+def saved(r: dict, stock: dict) -> tuple[float, float, float]:
+    """(time saved, fed tokens saved, their ratio) of arm ``r`` against ``stock`` of the same round."""
+    time_saved, tokens_saved = 1 - r["po_s"] / stock["po_s"], 1 - r["fed"] / stock["fed"]
+    return time_saved, tokens_saved, time_saved / tokens_saved if abs(tokens_saved) > 1e-9 else float("nan")
+
+
+def _median(runs: list[dict], key: str) -> float:
+    return float(np.median([r[key] for r in runs]))
+
+
+def table_rows(rounds: list[dict[str, dict | str]]) -> None:
+    """One row per arm: medians over the rounds it ran in (a round's ratios against that round's stock)."""
+    for method in rounds[0]:
+        ran = [(r[method], r["stock"]) for r in rounds if isinstance(r[method], dict)]
+        if not ran:
+            print(f"| {method} | {rounds[0][method]} |")
             continue
-        time_saved, tokens_saved = 1 - r["po_s"] / stock["po_s"], 1 - r["fed"] / stock["fed"]
-        ratio = f"{time_saved / tokens_saved:.2f}" if abs(tokens_saved) > 1e-9 else "-"
+        med = functools.partial(_median, [r for r, _ in ran])
+        time_saved, tokens_saved, ratio = (
+            float(np.nanmedian(column)) if not np.isnan(column).all() else float("nan")
+            for column in zip(*(saved(r, s) for r, s in ran), strict=True)
+        )
+        note = "" if len(ran) == len(rounds) else f" ({len(ran)} of {len(rounds)} rounds ran)"
         print(
-            f"| {method} | {r['tokens']:.0f} | {r['fed']:.0f} | {r['po_s']:.3f} | {r['update_s']:.3f} | "
-            f"{r['gen_s']:.2f} | "
-            f"{time_saved:+.2f} | {tokens_saved:+.2f} | {ratio} | {r['own_saving']:+.2f} |"
+            f"| {method}{note} | {med('tokens'):.0f} | {med('fed'):.0f} | {med('po_s'):.3f} | {med('update_s'):.3f} | "
+            f"{med('gen_s'):.2f} | {time_saved:+.2f} | {tokens_saved:+.2f} | "
+            f"{'-' if np.isnan(ratio) else f'{ratio:.2f}'} | {med('own_saving'):+.2f} |"
         )
 
 
-def phases(results: dict[str, dict | str]) -> None:
-    """Trainer v1's ``cost_aware/timing/*_s`` means: where a plugin run's ``update_actor`` time went."""
-    for method, r in results.items():
-        if isinstance(r, dict) and r.get("phases"):
-            print(
-                f"{method} update_actor phases (s/step): "
-                + ", ".join(f"{name} {sec:.3f}" for name, sec in r["phases"].items())
-            )
+def phases(rounds: list[dict[str, dict | str]]) -> None:
+    """Per arm, medians over the rounds of verl's PO timings and the plugin's ``cost_aware/timing/*_s`` (where a
+    plugin run's ``update_actor`` time went)."""
+    for method in rounds[0]:
+        ran = [r[method] for r in rounds if isinstance(r[method], dict)]
+        if not ran:
+            continue
+        names = list(dict.fromkeys(k for r in ran for k in r["phases"]))
+        cells = {key.removeprefix("timing_s/"): [r["timing"][key] for r in ran] for key in PO_KEYS}
+        cells |= {name: [r["phases"].get(name, 0.0) for r in ran] for name in names}
+        print(f"{method} s/step: " + ", ".join(f"{name} {np.median(v):.3f}" for name, v in cells.items()))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from verl.workers.utils.padding import left_right_2_no_padding  # noqa: E402
 from costaware.integrations.verl import CostAwareConfig  # noqa: E402
 from costaware.integrations.verl.config import read_trainer_config  # noqa: E402
 from costaware.integrations.verl.transfer import (  # noqa: E402
-    duplicate_key_plan,
+    feed_plan,
     nested_row_means,
     nested_scaled_weights,
 )
@@ -554,13 +554,22 @@ def test_patched_update_actor_v0_logic(base_config, tmp_path):
 
 
 def test_duplicate_keys_and_nested_weights():
-    keys = [f"k{i}" for i in range(5)]
-    idx = torch.tensor([4, 1, 4, 4, 0, 1])
-    new_keys, rounds = duplicate_key_plan(keys, idx, tag="s")
-    assert new_keys == ["k4", "k1", "k4#s.1", "k4#s.2", "k0", "k1#s.1"]
-    assert len(set(new_keys)) == len(new_keys)  # TransferQueue keys are unique per batch
-    assert rounds == [(["k4", "k1"], ["k4#s.1", "k1#s.1"], [4, 1]), (["k4"], ["k4#s.2"], [4])]  # repeats only
-    assert duplicate_key_plan(keys, torch.tensor([3, 0, 2]), tag="s") == (["k3", "k0", "k2"], [])
+    keys = [f"k{i}" for i in range(6)]
+    drawn = [4, 1, 4, 4, 0, 1]
+    one = feed_plan(keys, drawn, dp=1, tag="s", spare=[])  # one rank: each row read once, nothing copied
+    assert one.keys == ["k4", "k1", "k0"] and one.rows == [[0, 1, 0, 0, 2, 1]] and one.copies == []
+    two = feed_plan(keys, drawn, dp=2, tag="s", spare=[5, 3, 2])
+    # rank 0 draws 4, 1, 4 and rank 1 draws 4, 0, 1: rows 4 and 1 are read by both, rank 1 under copies
+    assert two.keys == ["k4", "k1", "k5", "k4#s.1", "k0", "k1#s.1"]  # rank 0 padded with spare row 5
+    assert two.rows == [[0, 1, 0], [0, 1, 2]] and two.copies == [(4, "k4#s.1"), (1, "k1#s.1")]
+    assert two.sources == [4, 1, 5, 4, 0, 1] and len(set(two.keys)) == len(two.keys)  # unique per batch
+    tight = feed_plan(keys[:3], [0, 0, 1, 2], dp=2, tag="s", spare=[0, 1, 2])  # no unread row left: a copy
+    assert tight.keys == ["k0", "k0#s.pad0.0", "k1", "k2"] and tight.copies == [(0, "k0#s.pad0.0")]
+    assert tight.rows == [[0, 0], [0, 1]]
+    with pytest.raises(ValueError, match="split evenly over dp=4"):
+        feed_plan(keys, drawn, dp=4, tag="s", spare=[])
+    with pytest.raises(ValueError, match=r"drawn rows must lie in \[0, 6\)"):
+        feed_plan(keys, [0, 6], dp=1, tag="s", spare=[])
     lengths = [3, 1, 4]
     mask = torch.nested.as_nested_tensor(
         [torch.tensor([1, 1, 0]), torch.tensor([1]), torch.ones(4, dtype=torch.long)], layout=torch.jagged
@@ -575,6 +584,44 @@ def test_duplicate_keys_and_nested_weights():
     torch.testing.assert_close(out.values(), torch.tensor([1.0] * 3 + [1.5] + [2.0] * 4))
     fresh = nested_scaled_weights(None, mask, torch.tensor([2.0, 3.0, 4.0]))
     torch.testing.assert_close(fresh.values(), torch.tensor([2.0] * 3 + [3.0] + [4.0] * 4))
+
+
+def test_worker_selects_its_draws_and_sets_their_weights():
+    """``fed_rows``: rank r's draws from the rows it read (a row drawn twice appears twice), every field of
+    the row alongside (jagged, dense, per-row non-tensor), the batch's settings kept; rollout_is_weights =
+    existing x factor and cost_aware_weights = factor on every response token; the plan itself is dropped."""
+    from verl.utils import tensordict_utils as tu
+
+    from costaware.integrations.verl.config import PLAN_KEY, WEIGHTS_KEY
+    from costaware.integrations.verl.transfer import fed_rows
+
+    lengths = [3, 1, 4]
+    nested = lambda rows: torch.nested.as_nested_tensor(rows, layout=torch.jagged)  # noqa: E731
+    td = tu.get_tensordict(
+        {
+            "response_mask": nested([torch.ones(n, dtype=torch.long) for n in lengths]),
+            "rollout_is_weights": nested([torch.full((n,), 0.5 * (i + 1)) for i, n in enumerate(lengths)]),
+            "input_ids": nested([torch.arange(n + 2) + 10 * i for i, n in enumerate(lengths)]),
+            "row": torch.tensor([0, 1, 2]),
+            "uid": ["a", "b", "c"],
+        }
+    )
+    tu.assign_non_tensor_data(td, "temperature", 0.7)
+    plan = {"rows": [[0, 1], [2, 0, 2]], "factors": [[9.0, 9.0], [2.0, 3.0, 0.0]]}
+    tu.assign_non_tensor_data(td, PLAN_KEY, plan)
+    out = fed_rows(td.clone(), rank=1)
+    assert out.batch_size[0] == 3 and PLAN_KEY not in out.keys()
+    assert out["row"].tolist() == [2, 0, 2] and tu.get(out, "uid") == ["c", "a", "c"]
+    assert tu.get(out, "temperature") == 0.7
+    third = list(range(20, 26))
+    assert [t.tolist() for t in out["input_ids"].unbind()] == [third, [0, 1, 2, 3, 4], third]
+    assert [t.tolist() for t in out["rollout_is_weights"].unbind()] == [[3.0] * 4, [1.5] * 3, [0.0] * 4]
+    assert [t.tolist() for t in out[WEIGHTS_KEY].unbind()] == [[2.0] * 4, [3.0] * 3, [0.0] * 4]
+    del td["rollout_is_weights"]
+    fresh = fed_rows(td.clone(), rank=0)  # rows without weights of their own: the factor alone
+    assert [t.tolist() for t in fresh["rollout_is_weights"].unbind()] == [[9.0] * 3, [9.0]]
+    tu.pop(td, PLAN_KEY)
+    assert fed_rows(td, rank=0) is td  # no plan: verl's own batch
 
 
 # ------------------------------------------------------------------------------------ plugin loading

@@ -226,17 +226,18 @@ def test_v1_fed_rows_only_and_the_same_update_as_stocks_passes(dp, monkeypatch):
     wg, ref_wg, store, keys, rows, metrics = run_v1_passes(monkeypatch, dp)
     fed = torch.unique(torch.cat(wg.row_ids))
     assert fed.numel() < len(keys), "the fixture must leave some row unfed"
-    for worker in (wg, ref_wg):
+    for worker in (wg, ref_wg):  # the fed rows, padded with unfed rows (no copies) to a multiple of dp
         (ranks,) = worker.logprob_rows
-        assert len({r.numel() for r in ranks}) == 1
-        assert set(torch.cat(ranks).tolist()) == set(fed.tolist()) and torch.cat(ranks).numel() - fed.numel() < dp
-    assert sorted(k for _, k in store.rows) == sorted(keys)  # repeat and padding keys cleared
+        ran = torch.cat(ranks)
+        assert len({r.numel() for r in ranks}) == 1 and len(set(ran.tolist())) == ran.numel()
+        assert set(fed.tolist()) <= set(ran.tolist()) and ran.numel() - fed.numel() < dp
+    assert sorted(k for _, k in store.rows) == sorted(keys)  # no key left behind
     held = {k: set(store.rows[("train", k)]) for k in keys}
     assert len({frozenset(f) for f in held.values()}) == 1, "one field set on every caller row"
-    assert set(rows) | {"cost_aware_weights", "rollout_is_weights", OLD, REF} <= held[keys[0]]
+    assert held[keys[0]] == set(rows) | {OLD, REF, "log_probs", "entropy"}  # the plan's weights: workers only
     for i, key in enumerate(keys):  # the log-probs only where a pass ran
         stored = store.rows[("train", key)]
-        assert bool(torch.isnan(stored[OLD]).all()) == (i not in set(fed.tolist()))
+        assert bool(torch.isnan(stored[OLD]).all()) == (i not in set(ran.tolist()))
         for name in set(rows):  # the caller's own values again
             torch.testing.assert_close(stored[name], rows[name][i], rtol=0, atol=0)
     assert metrics["cost_aware/step/logprob_rows"] == float(torch.cat(wg.logprob_rows[0]).numel())
@@ -270,20 +271,26 @@ def test_settings_that_read_every_rows_logprobs_keep_the_stock_passes():
     assert not decide("actor_rollout_ref.actor.calculate_sum_pi_squared=true")
 
 
-def test_v1_an_odd_number_of_fed_rows_gets_padding_keys(monkeypatch):
+@pytest.mark.parametrize("unfed_left", [True, False])
+def test_v1_an_odd_number_of_fed_rows_is_padded(unfed_left, monkeypatch):
+    """5 fed rows on 2 ranks: padded with the cheapest unfed row under its own key (nothing copied), or, when
+    no unfed row is left, with a copy of the cheapest fed row under a padding key."""
     from costaware.integrations.verl import v1
     from costaware.integrations.verl.logprobs import pad_multiple
 
     trainer, meta, store, keys, rows = setup_v1(monkeypatch, 2)
     fed = [9, 3, 14, 0, 6]
+    cost = lambda i: (meta.tags[i]["seq_len"], i)  # noqa: E731
+    cheapest_first = sorted(range(len(keys)) if unfed_left else fed, key=cost)
     copied, metrics = [], {}
-    out = v1._fed_passes(trainer, meta, fed, {OLD, REF}, metrics, "t", copied, pad_multiple)
-    cheapest = min(fed, key=lambda i: meta.tags[i]["seq_len"])
-    assert copied == [f"{keys[cheapest]}#t.pad0"] and out["cost_aware/step/logprob_rows_padding"] == 1.0
+    ran, out = v1._fed_passes(trainer, meta, fed, cheapest_first, {OLD, REF}, metrics, "t", copied, pad_multiple)
+    pad = min((i for i in range(len(keys)) if i not in fed), key=cost) if unfed_left else min(fed, key=cost)
+    assert copied == ([] if unfed_left else [f"{keys[pad]}#t.pad0"])
+    assert ran == set(fed) | ({pad} if unfed_left else set()) and out["cost_aware/step/logprob_rows_padding"] == 1.0
     for worker in (trainer.actor_rollout_wg, trainer.ref_policy_wg):
         (ranks,) = worker.logprob_rows
-        assert [r.numel() for r in ranks] == [3, 3] and sorted(torch.cat(ranks).tolist()) == sorted(fed + [cheapest])
-    assert all({OLD, REF} <= set(store.rows[("train", keys[i])]) for i in fed) and "actor/entropy" in metrics
+        assert [r.numel() for r in ranks] == [3, 3] and sorted(torch.cat(ranks).tolist()) == sorted(fed + [pad])
+    assert all({OLD, REF} <= set(store.rows[("train", keys[i])]) for i in ran) and "actor/entropy" in metrics
 
 
 @pytest.mark.parametrize("dp", [1, 2])

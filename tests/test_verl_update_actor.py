@@ -17,6 +17,7 @@ pytest.importorskip("verl.trainer.ppo.ray_trainer", reason="verl trainer v0 deps
 
 from verl_harness import (  # noqa: E402
     AGG_MODES,
+    DP,
     assert_grads_match,
     expected_grads,
     padded_batch,
@@ -37,6 +38,10 @@ def test_hook_patched_the_loss_the_workers_bind():
     assert is_patched("verl.workers.utils.losses") and is_patched("verl.trainer.ppo.ray_trainer")
     assert engine_workers.ppo_loss is verl_losses.ppo_loss
     assert getattr(verl_losses.ppo_loss, "__costaware_cost_aware__", False)
+    # trainer v1's rows are selected in the actor worker's mini-batch loop, which keeps verl's dispatch mark
+    train = engine_workers.TrainingWorker.train_mini_batch
+    assert is_patched("verl.workers.engine_workers") and getattr(train, "__costaware_cost_aware__", False)
+    assert vars(train.__wrapped__).keys() <= vars(train).keys()
 
 
 @pytest.mark.parametrize("agg", AGG_MODES)
@@ -62,16 +67,17 @@ def test_v1_minibatch_gradient_is_weighted_sum_with_kl_and_entropy(agg, with_is_
     assert returned is meta
     drawn_rows = torch.cat(wg.row_ids)
     assert len(torch.unique(drawn_rows)) < len(drawn_rows), "the fixture must draw some row twice"
-    # first draws ran under the caller's keys, repeats under fresh keys cleared afterwards; after the update
-    # the caller's rows hold their own values again, and every row the same fields (the added ones neutral)
+    # one read per rank, each row once (a row a second rank reads too: under a copy key cleared afterwards);
+    # the plan's weights live in the workers only: the caller's rows keep their own values and fields
+    (read,) = wg.keys_read
+    share = len(read) // DP
+    assert all(len(set(read[r * share : (r + 1) * share])) == share for r in range(DP))
     assert sorted(k for _, k in store.rows) == sorted(meta.keys)
-    added = {"cost_aware_weights"} | ({"rollout_is_weights"} - set(rows))
     for i, key in enumerate(meta.keys):
         stored = store.rows[("train", key)]
-        assert sorted(stored) == sorted(set(rows) | added), "one field set on every caller row"
+        assert sorted(stored) == sorted(rows)
         for name, value in stored.items():
-            want = rows[name][i] if name in rows else torch.ones_like(value)
-            torch.testing.assert_close(value, want, rtol=0, atol=0)
+            torch.testing.assert_close(value, rows[name][i], rtol=0, atol=0)
     tokens = float(data["attention_mask"].sum(-1)[drawn_rows].sum())
     assert metrics["cost_aware/total/tokens"] == tokens
 

@@ -42,11 +42,20 @@ class StubWorkerGroup:
     def _query_dispatch_info(self, role: str) -> list[int]:
         return list(range(self.dp))  # one worker per data-parallel rank
 
-    def update_actor(self, td):
+    @staticmethod
+    def _settings(td) -> tuple:
+        """``train_mini_batch``'s settings, popped from a rank's batch."""
         mbs = tu.pop(td, key="mini_batch_size")
         epochs, seed = tu.pop(td, key="epochs", default=1), tu.pop(td, key="seed", default=42)
-        kwargs = tu.pop(td, key="dataloader_kwargs", default={})
-        chunks = tu.chunk_tensordict(td, self.dp)  # the dispatch: contiguous chunk per rank
+        return mbs, epochs, seed, tu.pop(td, key="dataloader_kwargs", default={})
+
+    def update_actor(self, td):
+        settings = self._settings(td)
+        return self._train(tu.chunk_tensordict(td, self.dp), *settings)  # the dispatch: contiguous chunk per rank
+
+    def _train(self, chunks, mbs, epochs, seed, kwargs):
+        """verl's ``train_mini_batch`` on every rank: ``chunks[r]`` is rank r's batch."""
+        seen: set[str] = set()  # the loss's own metrics (the plugin's weighted loss adds cost_aware/loss/*)
         iters = [
             list(
                 tu.make_iterator(
@@ -70,14 +79,15 @@ class StubWorkerGroup:
                 micro_batches, _ = prepare_micro_batches(mb, dp_group=None, same_micro_num_in_dp=True)
                 assert sum(len(m) for m in micro_batches) == len(mb)
                 for micro in micro_batches:
-                    loss, _ = self.loss_fn(self.config, self.model(micro), micro)
+                    loss, loss_metrics = self.loss_fn(self.config, self.model(micro), micro)
+                    seen.update(k for k in loss_metrics if k.startswith("cost_aware/"))
                     loss.backward()
             self.grads.append(self.model.table.grad.clone() / self.dp)  # FSDP averages over ranks
             self.row_ids.append(torch.cat([mb["row_id"] for mb in ranks]))
             if "cost_aware_weights" in ranks[0].keys():
                 self.factors.append(torch.cat([_first_token(mb["cost_aware_weights"]) for mb in ranks]))
             self.lr_steps += int(j == len(iters[0]) - 1)  # update_lr_scheduler on the last mini-batch
-        metrics = {"mfu": [0.0], "pg_loss": [0.0]}
+        metrics = {"mfu": [0.0], "pg_loss": [0.0]} | {key: [0.0] for key in sorted(seen)}
         return tu.get_tensordict(tensor_dict={}, non_tensor_dict={"metrics": metrics})
 
     def compute_log_prob(self, td):
@@ -98,17 +108,34 @@ class StubWorkerGroup:
 
 
 class StubWorkerGroupV1(StubWorkerGroup):
-    """v1: the worker reads the rows from TransferQueue by key (``_async_meta_to_realdata``)."""
+    """v1: verl's dispatch splits the keys contiguously over the ranks; each rank reads its rows from
+    TransferQueue by key with the batch's ``extra_info`` attached (``_async_meta_to_realdata``), and the
+    actor's ``TrainingWorker.train_mini_batch`` (wrapped by the plugin) runs on them."""
 
     def __init__(self, model, config, loss_fn, store) -> None:
         super().__init__(model, config, loss_fn)
         self.store = store
+        self.keys_read: list[list[str]] = []  # per update: the keys every rank read, rank-major
 
     def update_actor(self, meta):
-        td = self.store.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id, select_fields=meta.fields)
-        td["row_id"] = torch.tensor([int(k.split("#")[0][1:]) for k in meta.keys])
-        tu.assign_non_tensor(td, **meta.extra_info)
-        out = super().update_actor(td)
+        from costaware.integrations.verl.patch import train_mini_batch_wrapper
+
+        assert len(meta.keys) % self.dp == 0, "the dispatch splits the keys evenly over the ranks"
+        share = len(meta.keys) // self.dp
+        self.keys_read.append(list(meta.keys))
+        chunks = []
+        for rank in range(self.dp):
+            keys = meta.keys[rank * share : (rank + 1) * share]
+            td = self.store.kv_batch_get(keys=keys, partition_id=meta.partition_id, select_fields=meta.fields)
+            td["row_id"] = torch.tensor([int(k.split("#")[0][1:]) for k in keys])
+            for key, value in meta.extra_info.items():
+                tu.assign_non_tensor_data(td, key, value)
+            # the worker's train_mini_batch as the plugin wraps it: the rank's rows, then verl's loop
+            worker = _RankWorker(rank)
+            train_mini_batch_wrapper(_keep_rank_batch)(worker, data=td)
+            chunks.append(worker.data)
+            settings = worker.settings
+        out = self._train(chunks, *settings)
         return {"metrics": tu.get(out, "metrics")}
 
     def compute_log_prob(self, meta):
@@ -125,6 +152,20 @@ class StubWorkerGroupV1(StubWorkerGroup):
         return meta
 
     compute_ref_log_prob = compute_log_prob
+
+
+class _RankWorker:
+    """Stands in for one rank's ``TrainingWorker`` under the plugin's ``train_mini_batch`` wrapper: it keeps
+    the batch verl's loop would get (the group's ``_train`` then runs every rank's mini-batches in step)."""
+
+    def __init__(self, rank: int) -> None:
+        self.engine = type("Engine", (), {"get_data_parallel_rank": staticmethod(lambda: rank)})()
+        self.settings, self.data = None, None
+
+
+def _keep_rank_batch(worker: _RankWorker, data):
+    worker.settings = StubWorkerGroup._settings(data)
+    worker.data = data
 
 
 class MemoryKV:

@@ -23,6 +23,7 @@ from costaware.integrations.verl.patch import (
     PATCH_MARK,
     patch_losses,
     patch_metrics_aggregator,
+    patch_training_worker,
     patch_v0,
     patch_v1,
 )
@@ -42,7 +43,8 @@ def _v1_metrics(module: ModuleType) -> None:
 
 
 # module name -> the callable that patches it (the driver's config checks, trainer update, actor loss, v1
-# metrics window, the train sampler: ``utils`` before the trainers that bind its ``create_rl_sampler`` by name)
+# metrics window, the train sampler: ``utils`` before the trainers that bind its ``create_rl_sampler`` by name;
+# the actor worker's mini-batch loop, which selects trainer v1's draws)
 TARGETS: dict[str, Callable[[ModuleType], None]] = {
     "verl.utils.config": patch_validate_config,
     "verl.trainer.main_ppo": patch_main_ppo,
@@ -51,6 +53,7 @@ TARGETS: dict[str, Callable[[ModuleType], None]] = {
     "verl.trainer.ppo.v1.trainer_base": _v1,
     "verl.trainer.ppo.v1.utils": _v1_metrics,
     "verl.workers.utils.losses": patch_losses,
+    "verl.workers.engine_workers": patch_training_worker,
 }
 _lock = threading.Lock()
 

@@ -38,6 +38,7 @@ VERL_LOSS_FAMILY = {
     "token-sum": "global_tokens",  # no normaliser
 }
 WEIGHTS_KEY = "cost_aware_weights"  # per-token copy of the row factor, read by ``patch.weighted_ppo_loss``
+PLAN_KEY = "cost_aware_plan"  # trainer v1's extra_info entry: each rank's draws and factors (``transfer.fed_rows``)
 logger = logging.getLogger(__name__)
 
 

@@ -19,8 +19,9 @@ The entropy metric ``actor/entropy`` is then the fed rows' (logged by ``_update_
 
 Trainer v1 (TransferQueue) does the same in ``v1.py``: its passes write nothing before the plan
 (TransferQueue's ``select_fields`` drops a field no row holds, so ``_compute_advantage`` reads none), and
-``_update_actor`` runs verl's own passes on the fed rows' keys (and padding keys) before the update; the
-other rows then get NaN (no value) in those fields, so every row holds the same fields. A batch with
+``_update_actor`` runs verl's own passes on the fed rows' keys before the update, padded with the cheapest
+rows not fed (under their own keys: nothing is copied while such rows are left); the rows no pass ran on
+then get NaN (no value) in those fields, so every row holds the same fields. A batch with
 ``rollout.calculate_log_probs`` keeps stock's passes.
 """
 

@@ -23,7 +23,7 @@ import os
 import time
 from typing import Any
 
-from costaware.integrations.verl.config import WEIGHTS_KEY
+from costaware.integrations.verl.config import PLAN_KEY, WEIGHTS_KEY
 from costaware.integrations.verl.curriculum import feed_sampler
 from costaware.integrations.verl.state import (
     PATCH_MARK,
@@ -94,6 +94,31 @@ def update_actor_v0(trainer: Any, batch: Any, original: Any) -> Any:
 
 
 # ------------------------------------------------------------------------------- actor loss (workers)
+
+
+def train_mini_batch_wrapper(original: Any) -> Any:
+    """``TrainingWorker.train_mini_batch`` around ``original``: a trainer v1 batch that carries the plan
+    (``PLAN_KEY`` in its ``extra_info``) holds each needed row once; the worker selects its rank's draws
+    from it and sets their weights (``transfer.fed_rows``) before verl's own mini-batch loop."""
+
+    @functools.wraps(original)
+    def train_mini_batch(self, data):
+        from tensordict import TensorDict
+
+        if isinstance(data, TensorDict) and PLAN_KEY in data.keys():  # a remote call's KVBatchMeta holds none
+            from costaware.integrations.verl.transfer import fed_rows
+
+            data = fed_rows(data, int(self.engine.get_data_parallel_rank()))
+        return original(self, data)
+
+    return mark_patched(train_mini_batch)
+
+
+def patch_training_worker(module: Any) -> None:
+    """Wrap ``TrainingWorker.train_mini_batch`` with :func:`train_mini_batch_wrapper` (idempotent)."""
+    cls = module.TrainingWorker
+    if not getattr(cls.train_mini_batch, PATCH_MARK, False):
+        cls.train_mini_batch = train_mini_batch_wrapper(cls.train_mini_batch)
 
 
 def patch_losses(module: Any) -> None:

@@ -1,16 +1,21 @@
 """Pure helpers for trainer v1, whose rows live in TransferQueue as jagged (nested) response tensors.
 
->>> import torch
->>> keys, rounds = duplicate_key_plan(["a", "b", "c"], torch.tensor([2, 0, 2, 2]), tag="s1")
->>> keys   # a row's first draw runs under its own key; only repeats are copied
-['c', 'a', 'c#s1.1', 'c#s1.2']
->>> [(src, dst) for src, dst, _ in rounds]
-[(['c'], ['c#s1.1']), (['c'], ['c#s1.2'])]
+One TransferQueue read per rank feeds the actor update: each rank reads the rows its draws need once
+and selects its draws from them (:func:`feed_plan`, :func:`fed_rows`).
+
+>>> plan = feed_plan(["a", "b", "c"], [2, 0, 2, 2], dp=1, tag="s1", spare=[])
+>>> plan.keys, plan.rows, plan.copies   # row c, drawn three times, is read once
+(['c', 'a'], [[0, 1, 0, 0]], [])
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import torch
+
+from costaware.integrations.verl.config import PLAN_KEY
 
 
 def _jagged_parts(nested: torch.Tensor, name: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -64,42 +69,88 @@ def nested_scaled_weights(
     return torch.nested.nested_tensor_from_jagged(per_token, offsets=offsets)
 
 
-def duplicate_key_plan(
-    keys: list[str], indices: torch.Tensor, tag: str
-) -> tuple[list[str], list[tuple[list[str], list[str], list[int]]]]:
-    """The key each draw runs under: a row's first draw under its own key, the r-th repeat (r = 1, 2, ...)
-    under a fresh ``f"{key}#{tag}.{r}"`` (TransferQueue keys are unique per batch, so a row fed twice needs a
-    second key). Returns the key of every draw (in draw order) and, per repeat round r >= 1, (source keys,
-    new keys, source rows) to copy: within one round every source key is distinct, so one batched get/put
-    copies it. Without repeats (merged duplicates in a single mini-batch) nothing is copied.
+@dataclass(frozen=True)
+class FeedPlan:
+    """How trainer v1 feeds the draws: the keys the actor workers read and what each rank makes of them.
+
+    ``keys``: rank-major, as many per rank (verl splits a batch's keys contiguously and evenly over the
+    data-parallel ranks); ``rows[r]``: for each of rank r's draws, its row's position among rank r's keys;
+    ``copies``: (caller row, new key) to copy before the update (a row another rank reads too, or padding
+    when no unread row is left); ``sources``: the caller row of each key (whose tags it carries).
     """
-    idx = indices.to(torch.int64)
-    if idx.dim() != 1 or (idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= len(keys))):
-        raise ValueError(f"indices must be a 1-D tensor of rows in [0, {len(keys)}), got {indices!r}")
-    # occurrence number of each draw among the draws of the same row, in draw order
-    order = torch.argsort(idx, stable=True)
-    sorted_idx = idx[order]
-    run_start = torch.ones_like(sorted_idx, dtype=torch.bool)
-    run_start[1:] = sorted_idx[1:] != sorted_idx[:-1]
-    position = torch.arange(idx.numel())
-    start_of_run = torch.cummax(torch.where(run_start, position, torch.zeros_like(position)), 0).values
-    occurrence = torch.empty_like(idx)
-    occurrence[order] = position - start_of_run
-    rows, occ = idx.tolist(), occurrence.tolist()
-    new_keys = [keys[i] if r == 0 else f"{keys[i]}#{tag}.{r}" for i, r in zip(rows, occ, strict=True)]
-    rounds = []
-    for r in range(1, int(occurrence.max()) + 1 if occurrence.numel() else 0):
-        draws = torch.nonzero(occurrence == r).flatten().tolist()
-        sources = [rows[d] for d in draws]
-        rounds.append(([keys[i] for i in sources], [new_keys[d] for d in draws], sources))
-    return new_keys, rounds
+
+    keys: list[str]
+    rows: list[list[int]]
+    copies: list[tuple[int, str]]
+    sources: list[int]
 
 
-def nested_select(nested: torch.Tensor, rows: list[int]) -> torch.Tensor:
-    """The jagged rows ``rows`` of ``nested``, in that order."""
-    values, offsets = _jagged_parts(nested, "nested")
-    parts = [values[int(offsets[i]) : int(offsets[i + 1])] for i in rows]
-    return torch.nested.as_nested_tensor(parts, layout=torch.jagged)
+def feed_plan(keys: list[str], drawn: list[int], dp: int, tag: str, spare: list[int]) -> FeedPlan:
+    """Each rank reads every row its draws need once, under the caller's key; a row drawn again on the same
+    rank is selected again inside the worker (:func:`fed_rows`), so nothing is copied for it. A row that a
+    second rank needs too is copied to ``f"{key}#{tag}.{rank}"`` (TransferQueue keys are unique per batch).
+    Ranks that need fewer rows are padded to the same count with rows no rank reads, taken from ``spare``
+    in order (their values are read and dropped), or, when none is left, copies of the rank's first row.
+
+    >>> plan = feed_plan(["a", "b", "c", "d"], [2, 0, 2, 2], dp=2, tag="s", spare=[3, 1])
+    >>> plan.keys, plan.rows, plan.copies
+    (['c', 'a', 'c#s.1', 'd'], [[0, 1], [0, 0]], [(2, 'c#s.1')])
+    """
+    if dp < 1 or len(drawn) % dp:
+        raise ValueError(f"the draws ({len(drawn)}) must split evenly over dp={dp} ranks")
+    if any(not 0 <= i < len(keys) for i in drawn):
+        raise ValueError(f"drawn rows must lie in [0, {len(keys)}), got {sorted(set(drawn))}")
+    share = len(drawn) // dp
+    read: set[int] = set()
+    per_rank: list[list[tuple[int, str]]] = []
+    rows, copies = [], []
+    for r in range(dp):
+        unique = list(dict.fromkeys(drawn[r * share : (r + 1) * share]))
+        own = []
+        for i in unique:
+            if i in read:  # another rank reads the caller's key
+                own.append((i, f"{keys[i]}#{tag}.{r}"))
+                copies.append(own[-1])
+            else:
+                own.append((i, keys[i]))
+                read.add(i)
+        position = {i: p for p, (i, _) in enumerate(own)}
+        rows.append([position[i] for i in drawn[r * share : (r + 1) * share]])
+        per_rank.append(own)
+    width = max((len(own) for own in per_rank), default=0)
+    pool = iter(i for i in dict.fromkeys(spare) if i not in read)
+    for r, own in enumerate(per_rank):
+        for k in range(width - len(own)):
+            unread = next(pool, None)
+            if unread is None:
+                own.append((own[0][0], f"{keys[own[0][0]]}#{tag}.pad{r}.{k}"))
+                copies.append(own[-1])
+            else:
+                own.append((unread, keys[unread]))
+                read.add(unread)
+    flat = [pair for own in per_rank for pair in own]
+    return FeedPlan(keys=[k for _, k in flat], rows=rows, copies=copies, sources=[i for i, _ in flat])
+
+
+def fed_rows(data: Any, rank: int) -> Any:
+    """A worker's mini-batch rows from the rows it read (``data``, a TensorDict of verl's actor batch): the
+    plan under :data:`PLAN_KEY` selects rank ``rank``'s draws (a row drawn twice appears twice) and sets
+    ``rollout_is_weights`` to (the rows' own weights, or 1) x the draw's factor and ``cost_aware_weights``
+    to the factor, on every response token. ``data`` without a plan is returned as it is."""
+    from verl.utils import tensordict_utils as tu
+
+    from costaware.integrations.verl.config import WEIGHTS_KEY
+
+    plan = tu.pop(data, key=PLAN_KEY, default=None)
+    if plan is None:
+        return data
+    rows, factors = plan["rows"][rank], torch.tensor(plan["factors"][rank], dtype=torch.float64)
+    fed = tu.index_select_tensor_dict(data, rows)
+    mask = fed["response_mask"]
+    existing = fed["rollout_is_weights"] if "rollout_is_weights" in fed.keys() else None
+    fed["rollout_is_weights"] = nested_scaled_weights(existing, mask, factors)
+    fed[WEIGHTS_KEY] = nested_scaled_weights(None, mask, factors)
+    return fed
 
 
 def nested_filled(response_mask: torch.Tensor, value: float, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -7,7 +7,6 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from costaware.integrations.verl.config import WEIGHTS_KEY
 from costaware.integrations.verl.state import (
     actor_micro_batch,
     budget_spent,
@@ -22,30 +21,24 @@ logger = logging.getLogger("costaware.integrations.verl.patch")
 
 
 def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> Any:
-    """Trainer v1 (``PPOTrainer`` on TransferQueue): the same plan, each fed row under its own key.
+    """Trainer v1 (``PPOTrainer`` on TransferQueue): the same plan, fed by one TransferQueue read per rank.
 
-    A row's first draw runs under the caller's key; TransferQueue keys are unique per batch, so a row
-    drawn again (in another mini-batch, or unmerged) is copied to ``f"{key}#ca{step}.{r}"`` for the update
-    and cleared afterwards. ``rollout_is_weights`` of every fed key is (existing weights, or 1) x (row
-    factor) and ``cost_aware_weights`` the factor. After the update the caller's rows hold their own
-    values again, and every row holds the same fields: ``rollout_is_weights`` as before (1 where the rows
-    had none), ``cost_aware_weights`` 1, and, where the log-prob passes ran on the fed rows only, NaN
-    (no value) as their log-probs on the others. The batch returned is the original one, so verl's
-    reward/length metrics stay those of the generated rollouts.
+    The actor workers read the rows the draws need once each, under the caller's keys, and select the draws
+    from them (``transfer.fed_rows``, the plan travelling in the batch's ``extra_info``): a row drawn twice
+    is read once. The weights are set there too: ``rollout_is_weights`` (existing weights, or 1) x (row
+    factor) and ``cost_aware_weights`` the factor, so nothing of the plan is written to TransferQueue. Only
+    with several data-parallel ranks can a row be copied: to ``f"{key}#ca{step}.{rank}"`` when a second rank
+    reads it too (cleared after the update). When the log-prob passes ran on the fed rows only, the rows no
+    pass ran on get NaN (no value) in the passes' fields, so every row holds the same fields. The batch
+    returned is the original one, so verl's reward/length metrics stay those of the generated rollouts.
     """
     import transfer_queue as tq
-    from tensordict import TensorDict
     from transfer_queue import KVBatchMeta
 
     from costaware.integrations.verl.config import actor_loss, check_trainer
     from costaware.integrations.verl.logprobs import DEFERRED, pad_multiple
     from costaware.integrations.verl.resample import content_order, plan_resampling, tag_costs
-    from costaware.integrations.verl.transfer import (
-        duplicate_key_plan,
-        nested_row_means,
-        nested_row_sums,
-        nested_scaled_weights,
-    )
+    from costaware.integrations.verl.transfer import PLAN_KEY, feed_plan, nested_row_means, nested_row_sums
 
     cfg = cost_aware_config(trainer)
     deferred = trainer.__dict__.pop(DEFERRED, set())  # log-prob passes waiting for the plan
@@ -54,25 +47,24 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
     start = time.perf_counter()
     pid = batch.partition_id
     check_trainer(cfg, use_v1=True)  # the driver checks it first when main_ppo runs (``driver``)
-    data = tq.kv_batch_get(keys=batch.keys, partition_id=pid, select_fields=["advantages", "response_mask"])
+    # the plan is drawn over rows in content order (the rollouts' arrival order varies from run to run)
+    with_ids = batch.fields is None or "input_ids" in batch.fields
+    read = ["advantages", "response_mask"] + (["input_ids"] if with_ids else [])
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=pid, select_fields=read)
     mode, regularised = actor_loss(trainer.config)
     advantages = nested_row_means(data["advantages"], data["response_mask"])
-    # the plan is drawn over rows in content order (the rollouts' arrival order varies from run to run)
-    order = None
-    if batch.fields is None or "input_ids" in batch.fields:
-        ids = tq.kv_batch_get(keys=batch.keys, partition_id=pid, select_fields=["input_ids"])["input_ids"]
-        order = content_order(ids.unbind(0))  # nested rows: the valid tokens
+    lengths = nested_row_sums(data["response_mask"])
+    costs = tag_costs(batch.tags)
+    order = content_order(data["input_ids"].unbind(0)) if with_ids else None  # nested rows: the valid tokens
     result = plan_resampling(
         advantages if order is None else advantages[order],
-        tag_costs(batch.tags) if order is None else tag_costs(batch.tags)[order],
+        costs if order is None else costs[order],
         cfg,
         minibatch_size=trainer_minibatch_size(trainer),
         dp_size=dp_size_v1(trainer),
         seed=cfg.seed,  # the core's plan_seed; several triggers per step (separate_async) get their own
         step=trainer.global_steps * 1_000 + getattr(trainer, "local_trigger_step", 0),
-        lengths=nested_row_sums(data["response_mask"])
-        if order is None
-        else nested_row_sums(data["response_mask"])[order],
+        lengths=lengths if order is None else lengths[order],
         loss_agg_mode=mode,
         regularised=regularised,
         epochs=int(trainer.config.actor_rollout_ref.actor.ppo_epochs),
@@ -83,54 +75,61 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
         metrics.update(record_pool(trainer, result, time.perf_counter() - start))
         return batch
 
-    # where the plugin's time goes (log-prob passes, TransferQueue copies, the update): cost_aware/timing/*
+    # where the plugin's time goes (log-prob passes, TransferQueue traffic, the update): cost_aware/timing/*
     marks = {"plan": time.perf_counter()}
     if order is not None:
         result = replace(result, indices=order[result.indices])
     assert result.indices is not None and result.factors is not None  # set whenever the step is not skipped
     tag = f"ca{trainer.global_steps}"
-    new_keys, rounds = duplicate_key_plan(batch.keys, result.indices, tag=tag)
     drawn = result.indices.tolist()
-    first = [d for d, key in enumerate(new_keys) if key == batch.keys[drawn[d]]]  # draws under the caller's key
-    fed = [drawn[d] for d in first]
+    fed = list(dict.fromkeys(drawn))  # the rows some step feeds, in first-draw order
+    cheapest_first = sorted(range(len(batch.keys)), key=lambda i: (float(costs[i]), i))
     copied: list[str] = []
     try:
-        if deferred:  # verl's passes on the fed rows; their repeats below copy the values
-            metrics.update(_fed_passes(trainer, batch, fed, deferred, metrics, tag, copied, pad_multiple))
+        fields = list(batch.fields) if batch.fields else None
+        if deferred:  # verl's passes on the fed rows, then NaN (no value) on the rows no pass ran on
+            ran, out = _fed_passes(trainer, batch, fed, cheapest_first, deferred, metrics, tag, copied, pad_multiple)
+            metrics.update(out)
+            gained = _fill_unpassed(batch, ran, data)
+            fields = sorted(set(fields) | set(gained)) if fields is not None else None
+        elif fields is not None:  # the batch's field list may predate verl's passes: what a row holds now
+            fields = sorted(set(fields) | set(tq.kv_batch_get(keys=[batch.keys[0]], partition_id=pid).keys()))
         marks["passes"] = time.perf_counter()
-        for source_keys, target_keys, source_rows in rounds:
-            rows = tq.kv_batch_get(keys=source_keys, partition_id=pid)
-            tq.kv_batch_put(keys=target_keys, partition_id=pid, fields=rows, tags=[batch.tags[i] for i in source_rows])
-            copied.extend(target_keys)
+        dp = dp_size_v1(trainer)
+        plan = feed_plan(batch.keys, drawn, dp, tag, spare=cheapest_first)
+        if plan.copies:  # several ranks read one row: each reads its own copy (one read, one write)
+            sources = list(dict.fromkeys(i for i, _ in plan.copies))
+            rows = tq.kv_batch_get(keys=[batch.keys[i] for i in sources], partition_id=pid, select_fields=fields)
+            picked = _select_rows(rows, [sources.index(i) for i, _ in plan.copies])
+            targets = [key for _, key in plan.copies]
+            tq.kv_batch_put(keys=targets, partition_id=pid, fields=picked, tags=[batch.tags[i] for i, _ in plan.copies])
+            copied.extend(targets)
         marks["copy"] = time.perf_counter()
-        # the fields a fed row holds (the batch's field list may predate verl's passes): one row read
-        held = set(tq.kv_batch_get(keys=[new_keys[0]], partition_id=pid).keys())
-        # TransferQueue's select_fields drops a field no row holds: rollout_is_weights comes back if the rows have it
-        current = tq.kv_batch_get(
-            keys=new_keys, partition_id=pid, select_fields=["response_mask", "rollout_is_weights"]
-        )
-        existing = current["rollout_is_weights"] if "rollout_is_weights" in current.keys() else None
-        mask = current["response_mask"]
-        factors = nested_scaled_weights(None, mask, result.factors)
-        weights = nested_scaled_weights(existing, mask, result.factors)
-        written = {"rollout_is_weights": weights, WEIGHTS_KEY: factors}
-        tq.kv_batch_put(keys=new_keys, partition_id=pid, fields=TensorDict(written, batch_size=len(new_keys)))
+        share = len(drawn) // dp
+        factors = result.factors.tolist()
+        extra_info = dict(batch.extra_info or {})
+        extra_info[PLAN_KEY] = {"rows": plan.rows, "factors": [factors[r * share : (r + 1) * share] for r in range(dp)]}
         resampled = KVBatchMeta(
-            keys=new_keys,
-            tags=[batch.tags[i] for i in drawn],
+            keys=plan.keys,
+            tags=[batch.tags[i] for i in plan.sources],
             partition_id=pid,
-            fields=sorted(set(batch.fields) | set(written) | held) if batch.fields else None,
-            extra_info=dict(batch.extra_info or {}),
+            fields=fields,
+            extra_info=extra_info,
         )
-        marks["weights"] = time.perf_counter()
+        update: dict = {}
         with fed_minibatch_size(trainer.actor_rollout_wg, result.minibatch_size, trainer_minibatch_size(trainer)):
-            original(trainer, resampled, metrics)
+            original(trainer, resampled, update)
+        metrics.update(update)
+        if not any(key.startswith("actor/cost_aware/loss/") for key in update):  # the weighted loss ran
+            raise RuntimeError(
+                "costaware: the actor workers ran the update without the plan's weights (the costaware plugin "
+                "must be loaded in the worker processes too, and the actor worker must be verl's TrainingWorker)"
+            )
         marks["update"] = time.perf_counter()
-        _restore(batch, fed, first, existing, data["response_mask"])
     finally:
         if copied:
             tq.kv_clear(keys=copied, partition_id=pid)
-    marks["restore"] = time.perf_counter()
+    marks["clear"] = time.perf_counter()
     metrics.update(record_pool(trainer, result, time.perf_counter() - start))
     metrics.update(phase_seconds(start, marks))
     if budget_spent(trainer):  # v1's loop runs while global_steps <= total_training_steps
@@ -138,86 +137,88 @@ def update_actor_v1(trainer: Any, batch: Any, metrics: dict, original: Any) -> A
     return batch
 
 
-def _restore(batch: Any, fed: list[int], first: list[int], existing: Any, response_mask: Any) -> None:
-    """The caller's rows after the update: their own values again, and one set of fields on every row.
+def _select_rows(rows: Any, positions: list[int]) -> Any:
+    from verl.utils import tensordict_utils as tu
 
-    ``fed``: the caller's rows that ran under their own keys (``first``: their positions among the draws,
-    where ``existing`` holds their rollout-correction weights); ``response_mask``: every caller row's. A
-    field the fed rows gained (the weights; the log-prob passes' outputs when they ran on the fed rows only)
-    is written on the other rows too, in the same per-row layout: 1 for the weights, NaN (no value) else.
-    """
+    return tu.index_select_tensor_dict(rows, positions)
+
+
+def _fill_unpassed(batch: Any, ran: set[int], data: Any) -> list[str]:
+    """Write NaN (no value) into the fields the log-prob passes added, on the caller rows no pass ran on
+    (``ran``: the rows it ran on), in the same per-row layout (per response token or per sequence token;
+    ``data``: every row's ``response_mask`` and, when the rows hold it, ``input_ids``). Returns the added
+    fields. One read of a row a pass ran on (which fields, their layout) and one write."""
     import transfer_queue as tq
     from tensordict import TensorDict
 
-    from costaware.integrations.verl.config import WEIGHTS_KEY
-    from costaware.integrations.verl.transfer import nested_filled, nested_select
+    from costaware.integrations.verl.transfer import nested_filled
 
     pid = batch.partition_id
-    fed_mask = nested_select(response_mask, fed)
-    own = {
-        "rollout_is_weights": nested_filled(fed_mask, 1.0) if existing is None else nested_select(existing, first),
-        WEIGHTS_KEY: nested_filled(fed_mask, 1.0),
-    }
-    tq.kv_batch_put(keys=[batch.keys[i] for i in fed], partition_id=pid, fields=TensorDict(own, batch_size=len(fed)))
-    fed_set = set(fed)
-    others = [i for i in range(len(batch.keys)) if i not in fed_set]
-    if not others:
-        return
-    sample = tq.kv_batch_get(keys=[batch.keys[fed[0]]], partition_id=pid)
-    other = tq.kv_batch_get(keys=[batch.keys[others[0]]], partition_id=pid)
-    gained = sorted(set(sample.keys()) - set(other.keys()))
-    if not gained:
-        return
-    other_mask = nested_select(response_mask, others)
-    response_len = int(sample["response_mask"].offsets().diff()[0])
-    sequence = None  # the other rows' input_ids, read only if a gained field is laid out per sequence token
+    others = [i for i in range(len(batch.keys)) if i not in ran]
+    sample = tq.kv_batch_get(keys=[batch.keys[min(ran)]], partition_id=pid)
+    if batch.fields is not None:
+        before = set(batch.fields)
+    elif others:
+        before = set(tq.kv_batch_get(keys=[batch.keys[others[0]]], partition_id=pid).keys())
+    else:
+        before = set()
+    gained = sorted(set(sample.keys()) - before)
+    if not others or not gained:
+        return gained
+    response_len = int(data["response_mask"].offsets().diff()[min(ran)])
+    sequence_len = int(data["input_ids"].offsets().diff()[min(ran)]) if "input_ids" in data.keys() else -1
     added = {}
     for name in gained:
         value = sample[name]
-        fill = 1.0 if name in own else float("nan")
-        length = int(value.offsets().diff()[0]) if getattr(value, "is_nested", False) else -1
+        nan, dtype = float("nan"), value.dtype
+        length = int(value.offsets().diff()[0]) if getattr(value, "is_nested", False) else -2
         if length == response_len:
-            added[name] = nested_filled(other_mask, fill, value.dtype)
-            continue
-        if sequence is None:
-            sequence = tq.kv_batch_get(
-                keys=[batch.keys[i] for i in others], partition_id=pid, select_fields=["input_ids"]
-            )
-            sample_ids = tq.kv_batch_get(keys=[batch.keys[fed[0]]], partition_id=pid, select_fields=["input_ids"])
-        if length == int(sample_ids["input_ids"].offsets().diff()[0]):
-            added[name] = nested_filled(sequence["input_ids"], fill, value.dtype)
-        else:  # a layout this plugin does not know: leave the field to the fed rows, and say so
-            logger.warning("costaware: field %r is on the fed rows only (unknown per-row layout)", name)
+            added[name] = nested_filled(_select_rows(data.select("response_mask"), others)["response_mask"], nan, dtype)
+        elif length == sequence_len:
+            added[name] = nested_filled(_select_rows(data.select("input_ids"), others)["input_ids"], nan, dtype)
+        else:  # a layout this plugin does not know: leave the field to the rows a pass ran on, and say so
+            logger.warning("costaware: field %r is on the passed rows only (unknown per-row layout)", name)
     if added:
         tq.kv_batch_put(
             keys=[batch.keys[i] for i in others], partition_id=pid, fields=TensorDict(added, batch_size=len(others))
         )
+    return gained
 
 
 def _fed_passes(
-    trainer: Any, batch: Any, fed: list[int], deferred: set, metrics: dict, tag: str, copied: list, pad_multiple: Any
-) -> dict[str, float]:
-    """verl's own passes (``deferred``) on the caller's rows ``fed``, padded with copies of the cheapest fed
-    row so every rank gets as many rows; the padding keys join ``copied`` (cleared after the update)."""
+    trainer: Any,
+    batch: Any,
+    fed: list[int],
+    cheapest_first: list[int],
+    deferred: set,
+    metrics: dict,
+    tag: str,
+    copied: list,
+    pad_multiple: Any,
+) -> tuple[set[int], dict[str, float]]:
+    """verl's own passes (``deferred``) on the caller's rows ``fed``, padded so that every rank gets as many
+    rows: with the cheapest rows not fed (``cheapest_first``: every row, cheapest first), under their own
+    keys, or, when too few are left, copies of the cheapest fed row (their keys join ``copied``, cleared
+    after the update). Returns the caller rows the passes ran on and the metrics."""
     import transfer_queue as tq
     from transfer_queue import KVBatchMeta
 
     from costaware.integrations.verl.logprobs import OLD, REF
 
     pid = batch.partition_id
-    keys = [batch.keys[i] for i in fed]
-    costs = [int(batch.tags[i]["seq_len"]) for i in fed]
-    cheapest = fed[costs.index(min(costs))]
-    pad = (-len(keys)) % pad_multiple(trainer, dp_size_v1(trainer))
-    pad_keys = [f"{batch.keys[cheapest]}#{tag}.pad{k}" for k in range(pad)]
-    if pad:
+    fed_set = set(fed)
+    pad = (-len(fed)) % pad_multiple(trainer, dp_size_v1(trainer))
+    spare = [i for i in cheapest_first if i not in fed_set][:pad]
+    cheapest = min(fed, key=lambda i: (int(batch.tags[i]["seq_len"]), i))
+    pad_keys = [f"{batch.keys[cheapest]}#{tag}.pad{k}" for k in range(pad - len(spare))]
+    if pad_keys:
         source = tq.kv_batch_get(keys=[batch.keys[cheapest]], partition_id=pid)
         for key in pad_keys:  # one key per put: a batched get would repeat a key
             tq.kv_batch_put(keys=[key], partition_id=pid, fields=source, tags=[batch.tags[cheapest]])
         copied.extend(pad_keys)
-    run_rows = list(fed) + [cheapest] * pad
+    run_rows = list(fed) + spare + [cheapest] * len(pad_keys)
     meta = KVBatchMeta(
-        keys=keys + pad_keys,
+        keys=[batch.keys[i] for i in fed + spare] + pad_keys,
         tags=[batch.tags[i] for i in run_rows],
         partition_id=pid,
         fields=list(batch.fields) if batch.fields else None,
@@ -228,7 +229,7 @@ def _fed_passes(
         if name in deferred:
             originals[name](trainer, meta, metrics)  # writes the field on these keys; OLD sets actor/entropy
     tokens = sum(int(batch.tags[i]["seq_len"]) for i in run_rows)
-    return {
+    return fed_set | set(spare), {
         "cost_aware/step/logprob_rows": float(len(run_rows)),
         "cost_aware/step/logprob_tokens": float(tokens),
         "cost_aware/step/logprob_rows_padding": float(pad),

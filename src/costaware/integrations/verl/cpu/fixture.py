@@ -22,8 +22,9 @@ CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
 MIN_SIZE, MAX_SIZE = 2, 4
 
 
-def build_model(out: Path, *, sft_steps: int = 300, seed: int = 0) -> Path:
-    """Save a tokenizer and an SFT-warmed tiny Qwen2 under ``out/model``; returns that path."""
+def build_model(out: Path, *, sft_steps: int = 300, seed: int = 0, hidden_size: int = 64, num_layers: int = 2) -> Path:
+    """Save a tokenizer and an SFT-warmed tiny Qwen2 (``hidden_size`` x ``num_layers``, 4 heads) under
+    ``out/model``; returns that path."""
     import torch
 
     from costaware.experiments.policy import sft
@@ -38,7 +39,13 @@ def build_model(out: Path, *, sft_steps: int = 300, seed: int = 0) -> Path:
     tok.chat_template = CHAT_TEMPLATE
     torch.manual_seed(seed)
     model = tiny_qwen2(
-        tok, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, max_position_embeddings=128, seed=seed
+        tok,
+        hidden_size=hidden_size,
+        num_layers=num_layers,
+        num_heads=4,
+        num_kv_heads=2,
+        max_position_embeddings=128,
+        seed=seed,
     )
     sft(
         model,
