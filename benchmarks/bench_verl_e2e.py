@@ -146,6 +146,8 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     table_rows(rounds)
+    if len(rounds) > 1:
+        per_round(rounds)
     phases(rounds)
 
 
@@ -176,6 +178,16 @@ def table_rows(rounds: list[dict[str, dict | str]]) -> None:
             f"| {method}{note} | {med('tokens'):.0f} | {med('fed'):.0f} | {med('po_s'):.3f} | {med('update_s'):.3f} | "
             f"{med('gen_s'):.2f} | {time_saved:+.2f} | {tokens_saved:+.2f} | "
             f"{'-' if np.isnan(ratio) else f'{ratio:.2f}'} | {med('own_saving'):+.2f} |"
+        )
+
+
+def per_round(rounds: list[dict[str, dict | str]]) -> None:
+    """Per arm, each round's (time saved, fed tokens saved) against that round's stock: the spread the
+    medians hide."""
+    for method in list(rounds[0])[1:]:
+        pairs = [saved(r[method], r["stock"])[:2] for r in rounds if isinstance(r[method], dict)]
+        print(
+            f"{method} per round (time saved / fed tokens saved): " + ", ".join(f"{t:+.2f}/{k:+.2f}" for t, k in pairs)
         )
 
 
