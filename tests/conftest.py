@@ -49,3 +49,18 @@ def pytest_collection_modifyitems(config, items):
         if is_slow(item.path.name, item.name):
             item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: item.path.name not in MULTI_PROCESS_FILES)  # stable: file order kept otherwise
+    _refuse_stale_parameter_ids(items)
+
+
+def _refuse_stale_parameter_ids(items):
+    """A listed ``name[id]`` whose test was collected but has no such id was renamed: it would slip back
+    into the README's command. (``tests/test_tiers.py`` checks the bare names without collecting.)"""
+    import pytest
+    from tiers import SLOW_TESTS
+
+    collected = {(item.path.name, item.name) for item in items}
+    bare = {(file, name.split("[", 1)[0]) for file, name in collected}
+    for file, names in SLOW_TESTS.items():
+        for name in names:
+            if "[" in name and (file, name.split("[", 1)[0]) in bare and (file, name) not in collected:
+                raise pytest.UsageError(f"tests/tiers.py lists {file}::{name}, which no collected test has")

@@ -43,3 +43,11 @@ def test_the_readme_runs_the_fast_tier_and_ci_runs_it_then_the_slow_one():
     ci = (ROOT / ".ci" / "run").read_text()
     assert command in ci and ".venv/bin/python -m pytest -q -n auto -m slow" in ci
     assert ci.index(command) < ci.index("-m slow")
+
+
+def test_pytest_xdist_keeps_this_files_tests_on_one_worker(request):
+    """``--dist loadgroup`` reads the group from the node id's ``@`` suffix; when a pytest release stops
+    honouring it, the files' module fixtures are built once per worker and the README's command slows down."""
+    if not hasattr(request.config, "workerinput"):
+        pytest.skip("not under pytest-xdist: no grouping to check (the README's command runs with -n auto)")
+    assert request.node.nodeid.endswith("@test_tiers.py"), request.node.nodeid
