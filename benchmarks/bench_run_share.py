@@ -18,9 +18,10 @@ import time
 from pathlib import Path
 
 from costaware.experiments import policy
-from costaware.experiments.profile import PROFILES, RunSpec
+from costaware.experiments.profile import PROFILES
 from costaware.experiments.runs import run_one
 from costaware.experiments.sft import warm_up
+from costaware.experiments.specs import RunSpec
 from costaware.integrations.trl import CostAwareGRPOTrainer
 
 SPENT = {"rollout": [0.0, 0.0], "eval": [0.0, 0.0]}  # [wall, cpu]

@@ -38,8 +38,9 @@ def main() -> int:
         pass
     else:
         _preload()
-    from costaware.experiments.profile import PROFILES, RunSpec
+    from costaware.experiments.profile import PROFILES
     from costaware.experiments.runs import run_one
+    from costaware.experiments.specs import RunSpec
 
     print(f"start-up: wall {time.perf_counter() - wall:.2f} s, cpu {time.process_time() - cpu:.2f} s")
     out = Path(args.out or tempfile.mkdtemp(prefix="bench-worker-"))

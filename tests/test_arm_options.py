@@ -8,8 +8,8 @@ import dataclasses
 import pytest
 
 from costaware.experiments.arms import Arm, ArmOptions
-from costaware.experiments.profile import RunSpec
 from costaware.experiments.records import ID_ORDER, RunId
+from costaware.experiments.specs import RunSpec
 
 OPTIONS = {f.name: f.default for f in dataclasses.fields(ArmOptions)}
 CLASSES = (Arm, RunSpec, RunId)

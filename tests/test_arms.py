@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 from costaware.experiments import arms
 from costaware.experiments.arms import DEFAULT_ALPHA, KEY_PARTS, Arm, arm_fields
 from costaware.experiments.keys import run_file
-from costaware.experiments.profile import PROFILES, RunSpec, run_specs
+from costaware.experiments.profile import PROFILES
 from costaware.experiments.records import RunId
+from costaware.experiments.specs import RunSpec, run_specs
 from costaware.report import labels
 from costaware.report.labels import label
 

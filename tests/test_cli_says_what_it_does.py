@@ -8,7 +8,8 @@ import dataclasses
 import pytest
 
 from costaware.cli import main
-from costaware.experiments.profile import PROFILES, run_specs
+from costaware.experiments.profile import PROFILES
+from costaware.experiments.specs import run_specs
 
 
 def test_show_profile_prints_the_profile_that_would_run(tmp_path, capsys):

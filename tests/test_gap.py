@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from costaware.experiments.keys import run_file
-from costaware.experiments.profile import HEADLINE, PROFILES, PROXY_METHODS, Profile, RunSpec, run_specs
+from costaware.experiments.profile import HEADLINE, PROFILES, PROXY_METHODS, Profile
+from costaware.experiments.specs import RunSpec, run_specs
 
 GAPS = ("gap", "gap-sgd", "gap-pool4x", "gap-oracle")
 

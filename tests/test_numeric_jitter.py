@@ -9,7 +9,8 @@ import torch
 
 from costaware.experiments.grpo_run import jitter
 from costaware.experiments.keys import run_file
-from costaware.experiments.profile import PROFILES, Profile, RunSpec
+from costaware.experiments.profile import PROFILES, Profile
+from costaware.experiments.specs import RunSpec
 from costaware.tiny import char_tokenizer, tiny_qwen2
 
 

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from costaware.experiments.grpo_run import SkipWatch
-from costaware.experiments.profile import HEADLINE, PROFILES, Profile, RunSpec, run_specs
+from costaware.experiments.profile import HEADLINE, PROFILES, Profile
+from costaware.experiments.specs import RunSpec, run_specs
 from costaware.experiments.worker import EvalSchedule, eval_sets
 
 ROOT = Path(__file__).resolve().parents[1]

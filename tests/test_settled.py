@@ -95,7 +95,13 @@ def test_cli_is_one_line_on_a_missing_folder(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    "name", ["costaware.report.curves", "costaware.experiments.profile", "costaware.experiments.runner"]
+    "name",
+    [
+        "costaware.report.curves",
+        "costaware.experiments.profile",
+        "costaware.experiments.specs",
+        "costaware.experiments.runner",
+    ],
 )
 def test_docstring_examples_run(name):
     import doctest

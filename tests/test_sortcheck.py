@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from costaware.experiments import sortcheck, sorting
-from costaware.experiments.profile import Profile, run_specs
+from costaware.experiments.profile import Profile
 from costaware.experiments.sortcheck import CheckStyle, check_reward, demonstrations, max_response_tokens
+from costaware.experiments.specs import run_specs
 from costaware.experiments.tasks import get_task
 
 

@@ -229,7 +229,8 @@ def test_calibration_waits_for_enough_rows_from_enough_groups_across_a_resume(tm
 
 def test_the_main_job_stops_through_the_public_budget(tmp_path):
     from costaware.experiments.grpo_run import trainer_args
-    from costaware.experiments.profile import PROFILES, run_specs
+    from costaware.experiments.profile import PROFILES
+    from costaware.experiments.specs import run_specs
 
     p = PROFILES["default"]
     spec = run_specs(p)[0]

@@ -7,7 +7,7 @@ built here only, and nothing reads it back.
 A key is the method id followed by each option that is not at its default, in :data:`KEY_PARTS` order. An
 option added later with a default therefore leaves every earlier key, and every recorded run file named
 after one, unchanged. The options are declared once, with their defaults and their check, in
-:class:`ArmOptions`, which :class:`Arm`, the run's spec (``experiments.profile.RunSpec``) and its record
+:class:`ArmOptions`, which :class:`Arm`, the run's spec (``experiments.specs.RunSpec``) and its record
 (``experiments.records.RunId``) inherit. The prompt stage (which prompts get generated) added its component
 as one field there and one ``KEY_PARTS`` line, ``rollout: str = "all"`` and ``("rollout", str)``, its name in
 ``experiments.keys.SPEC_FIELDS_ADDED`` (so that recorded runs keep their keys) and in the order of a record's
@@ -77,7 +77,7 @@ ROLLOUTS = ("all", *PROMPT_METHODS, "dapo")
 @dataclass(frozen=True, kw_only=True)
 class ArmOptions:
     """An arm's options, declared once with their defaults and their check: :class:`Arm`, a run's spec
-    (``experiments.profile.RunSpec``) and its record (``experiments.records.RunId``) inherit them.
+    (``experiments.specs.RunSpec``) and its record (``experiments.records.RunId``) inherit them.
 
     Keyword-only, so that each class keeps its own positional fields (``Arm("p_star")``,
     ``RunSpec("headline", "p_star", 0)``); each declares ``method`` itself, where those put it.

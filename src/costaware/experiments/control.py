@@ -7,8 +7,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from costaware.experiments.profile import Profile, RunSpec
+from costaware.experiments.profile import Profile
 from costaware.experiments.records import EvalPoint
+from costaware.experiments.specs import RunSpec
 from costaware.experiments.tasks import get_task
 from costaware.experiments.worker import EvalSchedule, Evaluator, load_checkpoint
 

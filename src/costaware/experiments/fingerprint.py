@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from costaware.experiments.profile import Profile, RunSpec
+from costaware.experiments.profile import Profile
+from costaware.experiments.specs import RunSpec
 
 # Sort at 2..3 digits, a 1-layer width-32 policy: a 100-step SFT leaves it at about 20% sampled accuracy,
 # so the GRPO groups have reward variance and each of the four optimiser steps moves the weights. The

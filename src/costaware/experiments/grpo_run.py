@@ -14,8 +14,9 @@ import warnings
 from pathlib import Path
 from typing import Any, cast
 
-from costaware.experiments.profile import Profile, RunSpec
+from costaware.experiments.profile import Profile
 from costaware.experiments.records import EvalPoint, ProxyFidelityPoint, StepErrorPoint
+from costaware.experiments.specs import RunSpec
 from costaware.experiments.tasks import get_task
 from costaware.experiments.worker import EvalSchedule, Evaluator, load_checkpoint
 from costaware.rollouts.logs import RecordingReward

@@ -14,7 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from costaware.experiments.profile import Profile, RunSpec
+from costaware.experiments.profile import Profile
+from costaware.experiments.specs import RunSpec
 from costaware.experiments.tasks import split_task_id
 
 __all__ = [

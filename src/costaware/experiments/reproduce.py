@@ -9,7 +9,7 @@ confounders (see docs/design.md, "Evidence: controls and confounders"):
 3. warm the policy up by SFT on demonstrations with injected mistakes, so that RL has room to improve
    (the checkpoint is cached and shared by every run of that task);
 4. run GRPO from it through :class:`costaware.integrations.trl.CostAwareGRPOTrainer` for each method,
-   seed and setting (``experiments.profile.run_specs``): GRPO, GRPO at x0.5 and x2 its learning rate
+   seed and setting (``experiments.specs.run_specs``): GRPO, GRPO at x0.5 and x2 its learning rate
    (chosen on a validation split disjoint from the held-out set), nonzero, p* (centred and raw weights),
    p*_smooth(0.01), PODS; each until it has spent the profile's PO-token budget (rounds are a cap),
    evaluated at equal token spacing on the held-out set and on the validation split;

@@ -52,7 +52,8 @@ from costaware import distributions as dist
 from costaware import theory
 from costaware._checks import integer, value_error
 from costaware._io import atomic_dir
-from costaware.experiments.profile import PROFILES, Profile, RunSpec
+from costaware.experiments.profile import PROFILES, Profile
+from costaware.experiments.specs import RunSpec
 from costaware.experiments.tasks import get_task
 
 # uniform: i.i.d. on the A ≠ 0 rows (J's baseline); p_star_nzrows: p* drawing nonzero's rows per step,

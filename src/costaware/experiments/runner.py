@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from costaware.experiments.keys import run_file
-from costaware.experiments.profile import GROUPS, HEADLINE, PROFILES, Profile, RunSpec, run_specs
+from costaware.experiments.profile import GROUPS, HEADLINE, PROFILES, Profile
+from costaware.experiments.specs import RunSpec, run_specs
 from costaware.experiments.tasks import get_task
 
 if TYPE_CHECKING:

@@ -14,9 +14,10 @@ from typing import Any
 from costaware.experiments.arms import arm_fields
 from costaware.experiments.control import run_control
 from costaware.experiments.grpo_run import prompt_log, run_grpo
-from costaware.experiments.profile import Profile, RunSpec
+from costaware.experiments.profile import Profile
 from costaware.experiments.quiet import Caught, quiet_libraries, run_recording
 from costaware.experiments.records import RunId, RunResult
+from costaware.experiments.specs import RunSpec
 
 __all__ = ["run_one", "run_one_recorded"]
 
