@@ -234,6 +234,56 @@ def plan_minibatches(
     :func:`costaware.grpo.shard.shard_minibatches`.
     """
     config = config or SamplingConfig()
+    pool = _checked_pool(advantages, costs, config, num_minibatches, minibatch_size, rewards, group_size,
+                         keep_zero_pool, grad_norms)  # fmt: skip
+    method = config.rule
+    common: dict[str, Any] = dict(
+        method=config.method,
+        tokens_plain=int(pool.tokens.sum()),
+        tokens_nonzero=int(pool.tokens[pool.nonzero].sum()),
+    )
+    # From here on every input is checked: the method's kernels and the weight, alias and draw kernels
+    # below check nothing again (one plan used to validate the same p five times).
+    keep_zero = keep_zero_pool and method.full_support
+    if not method.plain and not pool.nonzero.any() and not keep_zero:
+        return Plan((), probs=None, advantages=pool.adv, skipped="every advantage in the pool is zero", **common)
+    if not method.weighted:
+        assert isinstance(method, Subset)  # every unweighted method is one
+        return _subset_plan(method, pool, config, generator, common)
+    assert isinstance(method, Drawing)  # every weighted method is one
+    return _drawn_plan(method, pool, config, generator, keep_zero, common)
+
+
+@dataclass(frozen=True)
+class _Pool:
+    """One checked pool, as the plan's kernels read it (numpy; torch views of the same memory where a torch
+    op needs them: a torch op on 65,536 rows costs several times its numpy twin, and the plan's goal is
+    < 5 ms at that size)."""
+
+    adv: torch.Tensor  # (N,) float32 advantages
+    costs: np.ndarray  # (N,) float64 costs as given
+    tokens: np.ndarray  # (N,) int64 tokens each row feeds: the cost rounded, at least 1
+    abs_adv: np.ndarray  # (N,) float64 |A|
+    nonzero: np.ndarray  # (N,) bool: |A| above the tolerance
+    rewards: torch.Tensor | None  # for a method that needs groups
+    group_size: int | None
+    oracle: np.ndarray | None  # every row's exact gradient norm (proxy="oracle" only)
+    num_minibatches: int
+    minibatch_size: int
+
+
+def _checked_pool(
+    advantages: Any,
+    costs: Any,
+    config: SamplingConfig,
+    num_minibatches: Any,
+    minibatch_size: Any,
+    rewards: Any,
+    group_size: Any,
+    keep_zero_pool: Any,
+    grad_norms: Any,
+) -> _Pool:
+    """Every argument of :func:`plan_minibatches` checked, in the order its errors are raised."""
     if not isinstance(config, SamplingConfig):
         raise ValueError(f"config must be a SamplingConfig, got {type(config).__name__}")
     adv = _as_vector(advantages, "advantages", torch.float32)
@@ -266,46 +316,57 @@ def plan_minibatches(
         group_size = integer(group_size, "group_size", minimum=2)
         if n % group_size:
             raise ValueError(f"group_size must be an integer >= 2 dividing N={n}, got {group_size!r}")
-    # numpy from here on (torch views of the same memory where a torch op needs them): a torch op on
-    # 65,536 rows costs several times its numpy twin, and the plan's goal is < 5 ms at that size
-    c_np = np.maximum(np.round(cost_np), 1.0).astype(np.int64)  # a fractional cost still feeds one token
-    cost_i = torch.from_numpy(c_np)
     abs_np = np.abs(adv.numpy()).astype(np.float64)
-    # float rounding of a row equal to its group's mean is not signal (see SamplingConfig.zero_tol)
-    nonzero_np = abs_np > config.zero_tol * abs_np.max()
-    nonzero = torch.from_numpy(nonzero_np)
-    common: dict[str, Any] = dict(
-        method=config.method,
-        tokens_plain=int(c_np.sum()),
-        tokens_nonzero=int(c_np[nonzero_np].sum()),
+    return _Pool(
+        adv=adv,
+        costs=cost_np,
+        tokens=np.maximum(np.round(cost_np), 1.0).astype(np.int64),  # a fractional cost still feeds one token
+        abs_adv=abs_np,
+        # float rounding of a row equal to its group's mean is not signal (see SamplingConfig.zero_tol)
+        nonzero=abs_np > config.zero_tol * abs_np.max(),
+        rewards=r,
+        group_size=group_size,
+        oracle=oracle,
+        num_minibatches=num_minibatches,
+        minibatch_size=minibatch_size,
     )
-    # From here on every input is checked: the method's kernels and the weight, alias and draw kernels
-    # below check nothing again (one plan used to validate the same p five times).
-    keep_zero = keep_zero_pool and method.full_support
-    if not method.plain and not nonzero.any() and not keep_zero:
-        return Plan((), probs=None, advantages=adv, skipped="every advantage in the pool is zero", **common)
 
-    if not method.weighted:  # a subset, run once, shuffled
-        assert isinstance(method, Subset)  # every unweighted method is one
-        sel = method.select(RowPool(adv, nonzero, cost_np, r, group_size, float(config.zero_tol)))
-        if sel.skipped is not None:
-            return Plan((), probs=None, advantages=sel.advantages, skipped=sel.skipped, **common)
-        if sel.rows is None:  # every row: the permutation itself
-            rows = torch.randperm(n, generator=generator)
-        else:
-            rows = sel.rows[torch.randperm(sel.rows.numel(), generator=generator)]
-        return Plan(
-            _split_unweighted(rows, cost_i, num_minibatches),
-            probs=None,
-            advantages=sel.advantages,
-            skipped=None,
-            **common,
-        )
 
-    # Drawing methods: p from the proxy |A| (zero below the tolerance, optionally noised) and the costs.
-    proxy = np.where(nonzero_np, abs_np, 0.0)
-    if oracle is not None:  # the exact norms in place of |A|, on the same rows
-        proxy = np.where(nonzero_np, oracle, 0.0)
+def _subset_plan(
+    method: Subset, pool: _Pool, config: SamplingConfig, generator: torch.Generator | None, common: dict[str, Any]
+) -> Plan:
+    """An unweighted method: its subset of the pool, run once, shuffled."""
+    nonzero = torch.from_numpy(pool.nonzero)
+    sel = method.select(RowPool(pool.adv, nonzero, pool.costs, pool.rewards, pool.group_size, float(config.zero_tol)))
+    if sel.skipped is not None:
+        return Plan((), probs=None, advantages=sel.advantages, skipped=sel.skipped, **common)
+    if sel.rows is None:  # every row: the permutation itself
+        rows = torch.randperm(pool.adv.numel(), generator=generator)
+    else:
+        rows = sel.rows[torch.randperm(sel.rows.numel(), generator=generator)]
+    return Plan(
+        _split_unweighted(rows, torch.from_numpy(pool.tokens), pool.num_minibatches),
+        probs=None,
+        advantages=sel.advantages,
+        skipped=None,
+        **common,
+    )
+
+
+def _drawn_plan(
+    method: Drawing,
+    pool: _Pool,
+    config: SamplingConfig,
+    generator: torch.Generator | None,
+    keep_zero: bool,
+    common: dict[str, Any],
+) -> Plan:
+    """A drawing method: p from the proxy |A| (zero below the tolerance, optionally noised) and the costs,
+    rows drawn i.i.d. from it, each with its importance weight."""
+    adv, n, nonzero_np = pool.adv, pool.adv.numel(), pool.nonzero
+    proxy = np.where(nonzero_np, pool.abs_adv, 0.0)
+    if pool.oracle is not None:  # the exact norms in place of |A|, on the same rows
+        proxy = np.where(nonzero_np, pool.oracle, 0.0)
         if not (proxy > 0).any() and not keep_zero:
             return Plan((), probs=None, advantages=adv, skipped="every row's gradient norm is zero", **common)
     if config.proxy_noise > 0:
@@ -313,8 +374,7 @@ def plan_minibatches(
         proxy = (torch.from_numpy(proxy) + noise).clamp(min=0.0).numpy()
         if not (proxy > 0).any() and not keep_zero:
             return Plan((), probs=None, advantages=adv, skipped="the noised proxy is zero on every row", **common)
-    assert isinstance(method, Drawing)  # every weighted method is one
-    drawn = method.probs(proxy, cost_np, config.beta)
+    drawn = method.probs(proxy, pool.costs, config.beta)
     p, beta, alpha = drawn.p, drawn.beta, drawn.alpha
     try:
         w = dist.importance_weights_kernel(p, cast(dist.WeightMode, config.weights))  # SamplingConfig checked it
@@ -323,21 +383,8 @@ def plan_minibatches(
             f"advantages and costs (with alpha={alpha!r}, beta={beta!r}) give a row so small a probability "
             f"that its importance weight overflows float64: {exc}"
         ) from None
-    table = build_alias_kernel(p)  # built once per plan; every draw below reuses it
-    rng = _numpy_rng(generator)
-    sizes, capped = None, False
-    cap = max(1, min(int(config.max_draws_factor * minibatch_size), MAX_DRAWS // num_minibatches))
-    if config.budget == "rows":
-        draws = draw(*table, num_minibatches * minibatch_size, rng, validate=False)
-    elif config.budget == "support":  # `nonzero`'s row count, drawn cost-aware (fixed by the pool: unbiased)
-        draws = draw(*table, max(num_minibatches, int(nonzero_np.sum())), rng, validate=False)
-    elif config.merge_duplicates:  # match the tokens fed, which merging makes fewer than those drawn
-        draws, sizes, capped = draw_until_fed_tokens(table, p, c_np, common["tokens_plain"], num_minibatches, cap, rng)
-    else:
-        draws, capped = draw_until_tokens(
-            table, p, c_np, common["tokens_plain"], cap * num_minibatches, rng, num_minibatches
-        )
-    mbs = _split_weighted(draws, w, c_np, num_minibatches, config.merge_duplicates, n, sizes)
+    draws, sizes, capped = _draws(build_alias_kernel(p), p, pool, config, common["tokens_plain"], generator)
+    mbs = _split_weighted(draws, w, pool.tokens, pool.num_minibatches, config.merge_duplicates, n, sizes)
     return Plan(
         mbs,
         probs=torch.from_numpy(np.asarray(p)).to(torch.float32),
@@ -346,3 +393,26 @@ def plan_minibatches(
         meta={"draw_cap_hit": capped, "proxy": config.proxy, "beta": beta, "alpha": alpha},
         **common,
     )
+
+
+def _draws(
+    table: tuple[np.ndarray, np.ndarray],
+    p: np.ndarray,
+    pool: _Pool,
+    config: SamplingConfig,
+    tokens_plain: int,
+    generator: torch.Generator | None,
+) -> tuple[Any, Any, bool]:
+    """The plan's draws from the alias ``table`` (built once per plan) under the config's budget: (draws, the
+    mini-batches' sizes when merged, whether the draw cap was hit)."""
+    rng = _numpy_rng(generator)
+    m, k = pool.minibatch_size, pool.num_minibatches
+    cap = max(1, min(int(config.max_draws_factor * m), MAX_DRAWS // k))
+    if config.budget == "rows":
+        return draw(*table, k * m, rng, validate=False), None, False
+    if config.budget == "support":  # `nonzero`'s row count, drawn cost-aware (fixed by the pool: unbiased)
+        return draw(*table, max(k, int(pool.nonzero.sum())), rng, validate=False), None, False
+    if config.merge_duplicates:  # match the tokens fed, which merging makes fewer than those drawn
+        return draw_until_fed_tokens(table, p, pool.tokens, tokens_plain, k, cap, rng)
+    draws, capped = draw_until_tokens(table, p, pool.tokens, tokens_plain, cap * k, rng, k)
+    return draws, None, capped
