@@ -49,7 +49,8 @@ def pytest_collection_modifyitems(config, items):
         if is_slow(item.path.name, item.name):
             item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: item.path.name not in MULTI_PROCESS_FILES)  # stable: file order kept otherwise
-    _refuse_stale_parameter_ids(items)
+    if not any("::" in arg for arg in config.args):  # whole files: every id of a collected test is here
+        _refuse_stale_parameter_ids(items)
 
 
 def _refuse_stale_parameter_ids(items):
