@@ -86,7 +86,14 @@ SLOW_TESTS: dict[str, frozenset[str]] = {
             "test_token_budget_stops_when_the_round_that_reaches_it_is_spent[bnpo-none]",
         }
     ),
-    "test_report_opening.py": frozenset({"test_a_method_has_one_colour_whatever_else_the_report_holds"}),
+    "test_report_opening.py": frozenset(
+        {
+            "test_a_method_has_one_colour_whatever_else_the_report_holds",
+            "test_the_first_screen_holds_the_opening_table",  # renders the whole HTML report (about 15 s)
+        }
+    ),
+    "test_report.py": frozenset({"test_numbers_do_not_depend_on_display_labels"}),  # two reports (about 6 s)
+    "test_quiet.py": frozenset({"test_workers_draw_no_bar_and_create_no_cross_process_lock"}),  # spawns workers
     "test_verl_logprobs.py": frozenset({"test_settings_that_read_every_rows_logprobs_keep_the_stock_passes"}),
     # chi-square and Monte-Carlo checks: the README's command keeps one case of each, CI runs the others
     "test_kv_sampler.py": frozenset(
