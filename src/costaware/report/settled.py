@@ -310,9 +310,14 @@ def load_runs(folder: Path) -> list[RunResult]:
     return [r for p in paths if (r := _load(p)) is not None]
 
 
+def estimate_of(d: dict[str, Any]) -> Estimate:
+    """A recorded row's estimate (``Row.as_dict`` writes a missing interval as None)."""
+    lo, hi = (math.nan if d[k] is None else d[k] for k in ("lo", "hi"))
+    return Estimate(d["value"], lo, hi, d.get("undefined", 0.0), d.get("seeds"))
+
+
 def _row(d: dict[str, Any]) -> Row:
-    est = Estimate(d["value"], d["lo"] if d["lo"] is not None else math.nan,
-                   d["hi"] if d["hi"] is not None else math.nan, d["undefined"], d["seeds"])  # fmt: skip
+    est = estimate_of(d)
     return Row(d["task"], d["claim"], d["control"], d["method"], d["generation_cost"], d["estimator"], est, d["target"])
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from costaware.report.curves import Estimate
 from costaware.report.md import table
+from costaware.report.settled import estimate_of
 from costaware.report.verdicts import fmt, verdict
 
 __all__ = ["StabilityRow", "compare", "passes", "markdown", "main"]
@@ -79,10 +80,7 @@ def _estimates(record: dict[str, Any], name: str, estimator: str) -> dict[Key, E
     for d in rows:
         if d.get("estimator") != estimator:
             continue
-        lo, hi = (math.nan if d[k] is None else d[k] for k in ("lo", "hi"))
-        out[(d["task"], d["claim"], float(d["generation_cost"]))] = Estimate(
-            d["value"], lo, hi, d.get("undefined", 0.0), d.get("seeds")
-        )
+        out[(d["task"], d["claim"], float(d["generation_cost"]))] = estimate_of(d)
     return out
 
 
