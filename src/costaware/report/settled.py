@@ -45,6 +45,7 @@ CLAIMS: tuple[tuple[str, str, str], ...] = (
     ("p*_smooth beats nonzero", "nonzero", "p_smooth"),
     ("p* beats PODS", "pods", "p_star"),
     ("PODS beats GRPO", "none", "pods"),
+    ("PODS beats nonzero", "nonzero", "pods"),  # the choice of method compares every pair of candidates
 )
 ESTIMATORS = ("band", "crossing")
 VERDICT_ESTIMATOR = "band"
@@ -218,7 +219,9 @@ def _reach(run: RunResult, target: float) -> float:
 
 
 def markdown(rows: Sequence[Row], estimator: str = VERDICT_ESTIMATOR) -> str:
-    """One table per task: each claim's saving [95% CI] and verdict at each price, by ``estimator``."""
+    """One table per task: each claim's saving [95% CI] and verdict at each price, by ``estimator``, and the
+    method to use at each price (:mod:`costaware.report.settled_choice`)."""
+    from costaware.report.settled_choice import choices, task_sentence
     from costaware.report.verdicts import fmt
 
     lines: list[str] = []
@@ -239,7 +242,7 @@ def markdown(rows: Sequence[Row], estimator: str = VERDICT_ESTIMATOR) -> str:
             cells = {r.generation_cost: r for r in trows if r.claim == claim}
             lines.append(f"| {claim} | " + " | ".join(
                 f"{fmt(cells[g].estimate)}, {verdict(cells[g].estimate).value}" for g in prices) + " |")  # fmt: skip
-        lines.append("")
+        lines += ["", task_sentence(task, choices(trows, estimator)), ""]
     return "\n".join(lines)
 
 
