@@ -110,7 +110,7 @@ def test_numbers_do_not_depend_on_display_labels(tmp_path, monkeypatch):
 
     for sa, sb in zip(a["sections"], b["sections"], strict=True):
         assert numbers(sa) == numbers(sb) and sa["peaks"] == sb["peaks"] and sa["target"] == sb["target"]
-        assert len(sa["decomposition"]) == 3 and len(sa["claims"]) == 5
+        assert len(sa["decomposition"]) == 3 and len(sa["claims"]) == 7
     assert "Xp* beats XGRPO" in Page(paths["html"].read_text()).text
 
 

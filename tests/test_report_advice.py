@@ -203,3 +203,27 @@ def test_a_tuned_rate_that_is_the_default_drops_the_repeated_claim_and_says_why(
     assert ev.tuned == (Arm("none"), 2 * LR)
     assert "p* beats GRPO, learning rate tuned on validation" in [n for n, _, _ in ev.claims]
     assert "Validation accuracy chose" not in opening.sentences(ev, Arm("none"), Arm("p_star"))
+
+
+PODS = (Arm("pods"), LR)
+PODS_BIG = Estimate(0.40, 0.30, 0.50, seeds=5)
+
+
+def test_pods_is_used_when_it_beats_both_and_named_when_not_told_apart():
+    """The peer is a candidate too: the rule of report.method_choice over nonzero, p* and PODS."""
+    beats_both = _claims(YES, YES_NONZERO, YES_OVER_NONZERO) + [
+        PricedClaim(GRPO, PODS, {THIRD: PODS_BIG}),
+        PricedClaim(PODS, PSTAR, {THIRD: WORSE}),  # p* beats PODS: no, it is worse
+    ]
+    choice = choose_method("arith", THIRD, beats_both, GRPO, PSTAR, NONZERO, peer=PODS)
+    assert choice.use == PODS and choice.saving is PODS_BIG and choice.tied == ()
+    assert advice_sentence([choice], THIRD) == (
+        "**Which method to use.** At this job's price, g = 1/3, use PODS: it saves +40% [+30%, +50%] over GRPO on arith."
+    )
+    tied = _claims(YES, YES_NONZERO, YES_OVER_NONZERO) + [PricedClaim(GRPO, PODS, {THIRD: PODS_BIG})]
+    choice = choose_method("arith", THIRD, tied, GRPO, PSTAR, NONZERO, peer=PODS)
+    assert choice.use == PSTAR and choice.tied == (PODS,)
+    assert advice_sentence([choice], THIRD) == (
+        "**Which method to use.** At this job's price, g = 1/3, use p\\*: it saves +30% [+12%, +45%] over GRPO on "
+        "arith (not told apart from it: PODS +40% [+30%, +50%])."
+    )

@@ -2,11 +2,11 @@
 task from the claims' own comparisons (their total-cost savings over GRPO, one bootstrap), and said in one
 sentence on the report's first screen.
 
-At each price, on each task: use the candidate (p*) when its saving over the baseline is shown (CI above zero)
-and either it beats nonzero or nonzero is not shown to save; else use nonzero when its saving is shown (p* not
-shown to add to it, the simpler method); else keep the baseline. Where no saving has an interval (too few
-seeds) nothing is decided. Whenever p*'s saving over nonzero has an interval that does not lie above zero, the
-sentence says so.
+At each price, on each task, the rule of :mod:`costaware.report.method_choice` over nonzero, the candidate (p*)
+and PODS (where the section ran it): of the methods whose saving over the baseline is shown (CI above zero) and
+that no other such method is shown to beat, use the simplest, and name the others beside it; none: keep the
+baseline. Where no saving has an interval (too few seeds) nothing is decided. Whenever p*'s saving over nonzero
+has an interval that does not lie above zero, the sentence says so.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from costaware.report.curves import Estimate
 from costaware.report.evidence import HEADLINE_AXIS, Evidence, Key
 from costaware.report.labels import label
 from costaware.report.md import escape
+from costaware.report.method_choice import choose
 from costaware.report.sweeps import PRICES, PriceRow, price_name
 from costaware.report.verdicts import Verdict, fmt, no_interval, pct, verdict
 
@@ -59,13 +60,21 @@ class MethodChoice:
     nonzero_over_baseline: Estimate | None
     candidate_over_nonzero: Estimate | None
     absent: str = ""
+    peer: Key | None = None  # PODS, a peer that also feeds fewer rows
+    peer_over_baseline: Estimate | None = None
+    tied: tuple[Key, ...] = ()  # the other methods the rule leaves: not told apart from ``use``
+
+    def over_baseline(self, key: Key) -> Estimate | None:
+        """The saving of ``key`` (nonzero, the candidate or the peer) over the baseline."""
+        by = {self.nonzero: self.nonzero_over_baseline, self.candidate: self.candidate_over_baseline}
+        if self.peer is not None:
+            by[self.peer] = self.peer_over_baseline
+        return by.get(key)
 
     @property
     def saving(self) -> Estimate | None:
         """The saving of the method to use over the baseline."""
-        if self.use is None:
-            return None
-        return self.candidate_over_baseline if self.use == self.candidate else self.nonzero_over_baseline
+        return None if self.use is None else self.over_baseline(self.use)
 
     @property
     def decided(self) -> bool:
@@ -83,10 +92,6 @@ def priced_claims(ev: Evidence, price_rows: Sequence[PriceRow]) -> list[PricedCl
     ]
 
 
-def _shown(s: Estimate | None) -> bool:
-    return s is not None and verdict(s) is Verdict.YES
-
-
 def choose_method(
     task: str,
     price: float,
@@ -95,17 +100,19 @@ def choose_method(
     candidate: Key,
     nonzero: Key,
     absent: str = "",
+    peer: Key | None = None,
 ) -> MethodChoice:
     """The method to use on ``task`` at ``price`` (see the module doc), from the claims computed at that price."""
     by_pair = {(c.earlier, c.later): c.savings.get(price) for c in claims}
     cand, zero = by_pair.get((baseline, candidate)), by_pair.get((baseline, nonzero))
-    cand_zero = by_pair.get((nonzero, candidate))
-    use = None
-    if _shown(cand) and (_shown(cand_zero) or not _shown(zero)):
-        use = candidate
-    elif _shown(zero):
-        use = nonzero
-    return MethodChoice(task, price, baseline, candidate, nonzero, use, cand, zero, cand_zero, absent)
+    over = {nonzero: zero, candidate: cand}
+    if peer is not None:
+        over[peer] = by_pair.get((baseline, peer))
+    left = choose(list(over), over, lambda a, b: by_pair.get((a, b)))
+    return MethodChoice(
+        task, price, baseline, candidate, nonzero, left[0] if left else None, cand, zero,
+        by_pair.get((nonzero, candidate)), absent, peer, over.get(peer) if peer is not None else None, left[1:],
+    )  # fmt: skip
 
 
 def section_choices(ev: Evidence, price_rows: Sequence[PriceRow], candidate: Arm) -> list[MethodChoice]:
@@ -114,7 +121,9 @@ def section_choices(ev: Evidence, price_rows: Sequence[PriceRow], candidate: Arm
     claims = priced_claims(ev, price_rows)
     absent = "" if claims else next((why for _, c, why in ev.claims if c is None and why), "")
     return [
-        choose_method(ev.section.task, g, claims, ev.baseline, (candidate, lr), (Arm("nonzero"), lr), absent)
+        choose_method(
+            ev.section.task, g, claims, ev.baseline, (candidate, lr), (Arm("nonzero"), lr), absent, (Arm("pods"), lr)
+        )
         for g in dict.fromkeys((ev.generation_cost, *ADVICE_PRICES))
     ]
 
@@ -132,8 +141,17 @@ def _use_clause(choices: Sequence[MethodChoice]) -> str:
     """``use X: it saves … over GRPO on <task>[, … on <task>]`` for the tasks that chose one method."""
     first = choices[0]
     assert first.use is not None  # only called for a method shown to save
-    savings = [f"{fmt(c.saving)} over {_name(c.baseline)} on {escape(c.task)}" for c in choices if c.saving]
+    savings = [f"{fmt(c.saving)} over {_name(c.baseline)} on {escape(c.task)}{_tied(c)}" for c in choices if c.saving]
     return f"use {_name(first.use)}: it saves " + ", ".join(savings)
+
+
+def _tied(c: MethodChoice) -> str:
+    """`` (not told apart from it: PODS +19% [+11%, +26%])`` when the rule left other methods beside ``use``."""
+    vs_nonzero = c.candidate_over_nonzero
+    said_after = c.use == c.nonzero and vs_nonzero is not None and vs_nonzero.has_interval  # _candidate_vs_nonzero
+    tied = [k for k in c.tied if not (k == c.candidate and said_after)]
+    said = [f"{_name(k)} {fmt(s)}" for k in tied if (s := c.over_baseline(k)) is not None]
+    return f" (not told apart from it: {', '.join(said)})" if said else ""
 
 
 def _keep_clause(choices: Sequence[MethodChoice]) -> str:
@@ -148,6 +166,8 @@ def _undecided_clause(choices: Sequence[MethodChoice]) -> str:
             parts.append(f"on {escape(c.task)} nothing was compared ({escape(c.absent)})")
             continue
         pairs = [(c.candidate, c.candidate_over_baseline), (c.nonzero, c.nonzero_over_baseline)]
+        if c.peer is not None:
+            pairs.append((c.peer, c.peer_over_baseline))
         points = [f"{_name(key)} {pct(s.value)}" for key, s in pairs if s is not None]
         seeds = min(s.seeds or 0 for _, s in pairs if s is not None)
         parts.append(

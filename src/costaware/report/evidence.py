@@ -297,7 +297,10 @@ def _headline_pairs(
     ]
     if tuned != base:  # at the default LR the first claim already is this one (the opening says so)
         claim_pairs.append((f"{label(candidate)} beats {tuned_words}", tuned, cand))
-    claim_pairs.append((f"{label(candidate)} beats PODS", (Arm("pods"), sec.default_lr), cand))
+    pods = (Arm("pods"), sec.default_lr)
+    claim_pairs.append((f"{label(candidate)} beats PODS", pods, cand))
+    if pods in sec.arms:  # the peer against the baseline and nonzero: the first screen's choice of method reads them
+        claim_pairs += [("PODS beats " + label(baseline), base, pods), ("PODS beats nonzero", nonzero, pods)]
     paper, calibrated = ((dataclasses.replace(candidate, proxy=p), sec.default_lr) for p in ("advantage", "calibrated"))
     if paper in sec.arms:  # a token-sum setting: p* ('auto' = calibrated proxy) against the paper's proxy,
         # and the paper's p* against the same controls, so "where the paper's p* did not" is computed too

@@ -220,8 +220,8 @@ def _reach(run: RunResult, target: float) -> float:
 
 def markdown(rows: Sequence[Row], estimator: str = VERDICT_ESTIMATOR) -> str:
     """One table per task: each claim's saving [95% CI] and verdict at each price, by ``estimator``, and the
-    method to use at each price (:mod:`costaware.report.settled_choice`)."""
-    from costaware.report.settled_choice import choices, task_sentence
+    method to use at each price (:mod:`costaware.report.method_choice`)."""
+    from costaware.report.method_choice import choices, task_sentence
     from costaware.report.verdicts import fmt
 
     lines: list[str] = []
