@@ -15,6 +15,7 @@ True
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -39,18 +40,21 @@ class PromptRound:
     prompt_tokens: int = 0
 
     def __post_init__(self) -> None:
-        integer(self.round, "round", minimum=0)
-        integer(self.prompt_id, "prompt_id", minimum=0)
-        integer(self.prompt_tokens, "prompt_tokens", minimum=0)
+        if not _plain_counts((self.round, self.prompt_id, self.prompt_tokens)):
+            integer(self.round, "round", minimum=0)
+            integer(self.prompt_id, "prompt_id", minimum=0)
+            integer(self.prompt_tokens, "prompt_tokens", minimum=0)
         if len(self.rewards) == 0 or len(self.rewards) != len(self.completion_lengths):
             raise ValueError(
                 f"rewards and completion_lengths must be non-empty and of equal length, got "
                 f"{len(self.rewards)} and {len(self.completion_lengths)}"
             )
-        for r in self.rewards:
-            real_scalar(r, "rewards")
-        for n in self.completion_lengths:
-            integer(n, "completion_lengths", minimum=0)
+        if not _plain_reals(self.rewards):
+            for r in self.rewards:
+                real_scalar(r, "rewards")
+        if not _plain_counts(self.completion_lengths):
+            for n in self.completion_lengths:
+                integer(n, "completion_lengths", minimum=0)
 
     @classmethod
     def from_json(cls, obj: Any, where: str = "record") -> PromptRound:
@@ -64,17 +68,28 @@ class PromptRound:
             for key in ("rewards", "completion_lengths"):
                 if not isinstance(obj[key], list):
                     raise ValueError(f"{key} must be a list, got {obj[key]!r}")
-            return cls(
-                round=integer(obj["round"], "round", minimum=0),
-                prompt_id=integer(obj["prompt_id"], "prompt_id", minimum=0),
-                rewards=tuple(real_scalar(r, f"rewards[{i}]") for i, r in enumerate(obj["rewards"])),
-                completion_lengths=tuple(
-                    integer(n, f"completion_lengths[{i}]", minimum=0) for i, n in enumerate(obj["completion_lengths"])
-                ),
-                prompt_tokens=integer(obj.get("prompt_tokens", 0), "prompt_tokens", minimum=0),
-            )
+            rewards, lengths = obj["rewards"], obj["completion_lengths"]
+            ids = obj["round"], obj["prompt_id"], obj.get("prompt_tokens", 0)
+            if not _plain_counts(ids):
+                ids = tuple(integer(v, k, minimum=0) for k, v in zip(("round", "prompt_id", "prompt_tokens"), ids))
+            if not _plain_reals(rewards):
+                rewards = [real_scalar(r, f"rewards[{i}]") for i, r in enumerate(rewards)]
+            if not _plain_counts(lengths):
+                lengths = [integer(n, f"completion_lengths[{i}]", minimum=0) for i, n in enumerate(lengths)]
+            return cls(ids[0], ids[1], tuple(map(float, rewards)), tuple(lengths), ids[2])
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
+
+
+def _plain_reals(xs: Sequence[Any]) -> bool:
+    """Every value a finite int or float (no bool): a log's common case, checked without a call per value (the
+    checks per value then run only to name a bad one)."""
+    return all(type(x) is float or type(x) is int for x in xs) and all(map(math.isfinite, xs))
+
+
+def _plain_counts(xs: Sequence[Any]) -> bool:
+    """Every value a non-negative int (no bool)."""
+    return all(type(x) is int and x >= 0 for x in xs)
 
 
 def write_prompt_rounds(path: str | os.PathLike[str], records: Iterable[PromptRound], *, append: bool = True) -> None:
