@@ -71,7 +71,9 @@ class PromptRound:
             rewards, lengths = obj["rewards"], obj["completion_lengths"]
             ids = obj["round"], obj["prompt_id"], obj.get("prompt_tokens", 0)
             if not _plain_counts(ids):
-                ids = tuple(integer(v, k, minimum=0) for k, v in zip(("round", "prompt_id", "prompt_tokens"), ids))
+                ids = tuple(
+                    integer(v, k, minimum=0) for k, v in zip(("round", "prompt_id", "prompt_tokens"), ids, strict=True)
+                )
             if not _plain_reals(rewards):
                 rewards = [real_scalar(r, f"rewards[{i}]") for i, r in enumerate(rewards)]
             if not _plain_counts(lengths):
