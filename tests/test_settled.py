@@ -110,3 +110,15 @@ def test_docstring_examples_run(name):
 
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
     assert result.attempted and not result.failed
+
+
+def test_cli_seeds_keeps_only_those_runs_and_says_so_when_none(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for r in _job():
+        r.save(runs / f"{r.id.arm.key}-s{r.id.seed}.json")
+    assert settled.main([str(runs), "--json", str(tmp_path / "out.json"), "--seeds", "0", "1", "2"]) == 0
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert out["runs"] == 12 and all(r["seeds"] == 3 for r in out["rows"])
+    assert settled.main([str(runs), "--seeds", "99"]) == 2
+    assert "no run record in" in capsys.readouterr().err.splitlines()[-1]

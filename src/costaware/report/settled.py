@@ -12,7 +12,7 @@ Both are computed for every claim and recorded; the verdict uses ``band``, fixed
 profile that this module was written for. :func:`time_shares` says where the runs' wall time went, and
 :func:`pairing` how strongly a seed's common random numbers couple two arms.
 
-    python -m costaware.report.settled RUNS_DIR [--json OUT.json] [--quote-in README.md ...]
+    python -m costaware.report.settled RUNS_DIR [--json OUT.json] [--quote-in README.md ...] [--seeds 0 1 ...]
 """
 
 from __future__ import annotations
@@ -286,14 +286,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("runs", help="a folder of run records (<out>/runs) or of their .json.gz archive")
     p.add_argument("--json", help="write the summary here")
     p.add_argument("--quote-in", nargs="*", default=(), help="pages whose settled block is rewritten from the summary")
+    p.add_argument(
+        "--seeds",
+        nargs="+",
+        type=int,
+        help="only the runs of these seeds (a perturbed job's seeds, to compare like with like)",
+    )
     args = p.parse_args(argv)
     folder = Path(args.runs)
     if not folder.is_dir():
         print(f"settled: runs must be a folder of run records, got {str(folder)!r}", file=sys.stderr)
         return 2
     results = load_runs(folder)
+    if args.seeds is not None:
+        results = [r for r in results if r.id.seed in set(args.seeds)]
     if not results:
-        print(f"settled: no run record in {str(folder)!r}", file=sys.stderr)
+        seeds = "" if args.seeds is None else f" at seeds {args.seeds}"
+        print(f"settled: no run record in {str(folder)!r}{seeds}", file=sys.stderr)
         return 2
     out = summary(results, folder)
     print("J predicts p* against nonzero:", json.dumps(out["predicted"]))
