@@ -8,8 +8,8 @@ import math
 import pytest
 
 from costaware.report.curves import Estimate
-from costaware.report.settled import Row
 from costaware.report.method_choice import choice_sentence, choices, choose, task_sentence
+from costaware.report.settled import Row
 
 
 def _row(control: str, method: str, value: float, half: float, g: float = 1.0, estimator: str = "band") -> Row:

@@ -218,7 +218,8 @@ def test_pods_is_used_when_it_beats_both_and_named_when_not_told_apart():
     choice = choose_method("arith", THIRD, beats_both, GRPO, PSTAR, NONZERO, peer=PODS)
     assert choice.use == PODS and choice.saving is PODS_BIG and choice.tied == ()
     assert advice_sentence([choice], THIRD) == (
-        "**Which method to use.** At this job's price, g = 1/3, use PODS: it saves +40% [+30%, +50%] over GRPO on arith."
+        "**Which method to use.** At this job's price, g = 1/3, use PODS: it saves +40% [+30%, +50%] over GRPO "
+        "on arith."
     )
     tied = _claims(YES, YES_NONZERO, YES_OVER_NONZERO) + [PricedClaim(GRPO, PODS, {THIRD: PODS_BIG})]
     choice = choose_method("arith", THIRD, tied, GRPO, PSTAR, NONZERO, peer=PODS)

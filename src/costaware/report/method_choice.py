@@ -75,16 +75,23 @@ class Choice:
         return any(e.has_interval for e in self.over_baseline.values())
 
 
+class _Pairs(dict[tuple[str, str], Estimate]):
+    """A record's comparisons at one task and price, by (control, method)."""
+
+    def get_pair(self, a: str, b: str) -> Estimate | None:
+        return self.get((a, b))
+
+
 def choices(rows: Sequence[Row], estimator: str) -> list[Choice]:
     """One :class:`Choice` per task and price of a settled record's rows, read with ``estimator``."""
-    cells: dict[tuple[str, float], dict[tuple[str, str], Estimate]] = {}
+    cells: dict[tuple[str, float], _Pairs] = {}
     for r in rows:
         if r.estimator == estimator:
-            cells.setdefault((r.task, r.generation_cost), {})[(r.control, r.method)] = r.estimate
+            cells.setdefault((r.task, r.generation_cost), _Pairs())[(r.control, r.method)] = r.estimate
     out = []
     for (task, price), pairs in cells.items():
         over = {c: pairs[(BASELINE, c)] for c in CANDIDATES if (BASELINE, c) in pairs}
-        out.append(Choice(task, price, choose(CANDIDATES, over, lambda a, b: pairs.get((a, b))), over))
+        out.append(Choice(task, price, choose(CANDIDATES, over, pairs.get_pair), over))
     return out
 
 

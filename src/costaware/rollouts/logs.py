@@ -69,7 +69,7 @@ class PromptRound:
                 if not isinstance(obj[key], list):
                     raise ValueError(f"{key} must be a list, got {obj[key]!r}")
             rewards, lengths = obj["rewards"], obj["completion_lengths"]
-            ids = obj["round"], obj["prompt_id"], obj.get("prompt_tokens", 0)
+            ids: tuple[Any, ...] = obj["round"], obj["prompt_id"], obj.get("prompt_tokens", 0)
             if not _plain_counts(ids):
                 ids = tuple(
                     integer(v, k, minimum=0) for k, v in zip(("round", "prompt_id", "prompt_tokens"), ids, strict=True)
