@@ -42,3 +42,16 @@ def test_a_changed_figure_is_caught(tmp_path):
         pytest.skip("the record holds no comparison yet")
     record["rows"][0]["value"] += 0.05  # one figure moved by 5 points
     assert _block(page) != settled.quoted_block(record)
+
+
+def test_the_readmes_words_on_the_choice_are_the_records():
+    """The README says which method the record's rule names wherever a saving is shown; a record that names
+    another fails here, so the sentence is rewritten with it."""
+    from costaware.report.method_choice import choices
+
+    record = json.loads(RECORD.read_text())
+    rows = [settled._row(d) for d in record["rows"]]
+    named = {c.left[0] for c in choices(rows, record["verdict_estimator"]) if c.left}
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "On this record that is PODS wherever any saving is shown" in readme
+    assert named == {"pods"}

@@ -56,15 +56,15 @@ __all__ = [
     "verl_field",
 ]
 
-# method="auto", per loss family (costaware.grpo.loss_families): what the main job measured best (README,
-# "Measured, default profile" and "Measured, --profile full"; sort task, PO tokens to a common accuracy
-# target, paired bootstrap CIs over seeds).
+# method="auto", per loss family (costaware.grpo.loss_families): of the methods that keep GRPO's expected step
+# (PODS recomputes advantages, and verl's trainer v1 cannot run it), the one measured best.
 AUTO_METHOD = {
-    # grpo: p* beat GRPO by 37% [+21%, +53%] (5 seeds) and tied `nonzero` (+8% [-9%, +32%]; +0.002
-    # [-0.006, +0.008] in accuracy at equal generation rounds); on arith it beat `nonzero` by 28% [+10%, +69%]
+    # grpo: the evidence profile's record (evidence/settle/settled.json, 30 seeds a task): p* tied `nonzero` on
+    # sort and beat it on sortcheck at g <= 1, nowhere shown worse (README, "What to expect")
     "sequence_mean": "p_star",
     # dapo: p* (calibrated proxy) needed 9% [1%, 25%] more PO tokens than `nonzero`, p* with |A| was not
-    # shown to beat it (+10% [-9%, +23%]); cispo: p* (calibrated) needed 150% [7%, 197%] more (3 seeds)
+    # shown to beat it (+10% [-9%, +23%]); cispo: p* (calibrated) needed 150% [7%, 197%] more (3 seeds;
+    # the main job's --profile full, docs/main-job.md)
     "token_sum": "nonzero",
 }
 # Gradient-norm proxies G_i ≈ |A_i| · c_i^β (costaware.grpo.proxy): "advantage" is the paper's (β = 0),
@@ -118,11 +118,11 @@ SAMPLING_OPTIONS: tuple[Option, ...] = (
         "method",
         "auto",
         "Mini-batch sampling method: 'auto' or a name in costaware.grpo.METHODS (none, p_star, p_smooth, "
-        "nonzero, pods, ...). 'auto' picks, per loss family, the method the main job measured best "
-        "(AUTO_METHOD): 'p_star' for sequence-mean losses (TRL grpo, sapo; verl seq-mean-token-mean), "
-        "'nonzero' (zero-advantage rows dropped) for token-sum losses (TRL dapo, cispo, bnpo, dr_grpo, luspo, "
-        "vespo; verl token-mean and the seq-mean-token-sum modes). Refused with a KL term (choose 'p_smooth' "
-        "or 'none').",
+        "nonzero, pods, ...). 'auto' picks, per loss family, the method measured best among those that keep "
+        "GRPO's expected step (AUTO_METHOD): 'p_star' for sequence-mean losses (TRL grpo, sapo; verl "
+        "seq-mean-token-mean), 'nonzero' (zero-advantage rows dropped) for token-sum losses (TRL dapo, cispo, "
+        "bnpo, dr_grpo, luspo, vespo; verl token-mean and the seq-mean-token-sum modes). Refused with a KL term "
+        "(choose 'p_smooth' or 'none').",
         "sampling",
         auto=AUTO_METHOD["sequence_mean"],
     ),
