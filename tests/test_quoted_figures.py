@@ -55,3 +55,15 @@ def test_the_readmes_words_on_the_choice_are_the_records():
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert "On this record that is PODS wherever any saving is shown" in readme
     assert named == {"pods"}
+    # "p* beat nonzero at g = 1/3 and g = 1 on sortcheck; on sort it did not at any price"
+    assert "p\\* beat `nonzero` at g = 1/3 and g = 1; where they share one length (`sort`), it did not" in readme
+    verdicts = {(r.task, round(r.generation_cost, 3)): r.as_dict()["verdict"] for r in rows
+                if r.claim == "p* beats nonzero" and r.estimator == record["verdict_estimator"]}  # fmt: skip
+    assert verdicts == {
+        ("sort", 0.333): "not shown",
+        ("sort", 1.0): "not shown",
+        ("sort", 3.0): "not shown",
+        ("sortcheck:7", 0.333): "yes",
+        ("sortcheck:7", 1.0): "yes",
+        ("sortcheck:7", 3.0): "not shown",
+    }
