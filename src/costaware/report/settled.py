@@ -268,9 +268,20 @@ BLOCK_START, BLOCK_END = "<!-- settled:start -->", "<!-- settled:end -->"
 
 def quoted_block(record: dict[str, Any]) -> str:
     """What a page quotes of a recorded summary, between :data:`BLOCK_START` and :data:`BLOCK_END`: the tables
-    of :func:`markdown` by the verdict estimator, and the seeds behind them."""
+    of :func:`markdown` by the verdict estimator, the seeds behind them, and where the runs' time went."""
     rows = [_row(d) for d in record["rows"]]
-    return markdown(rows, record["verdict_estimator"]).strip()
+    return (markdown(rows, record["verdict_estimator"]).strip() + "\n\n" + _time_line(record["time_shares"])).strip()
+
+
+def _time_line(shares: dict[str, float]) -> str:
+    """Where the recorded runs' time went, in one line ('' when the record has no timings)."""
+    if not shares:
+        return ""
+    parts = ", ".join(f"{k} {round(100 * shares[k])}%" for k in ("generation", "evaluation", "rest"))
+    return (
+        f"Run time: {int(shares['runs'])} runs, {shares['wall_seconds'] / 3600:.1f} h summed over the runs ({parts}: "
+        "PO steps, log-prob passes and diagnostics)."
+    )
 
 
 def replace_block(text: str, block: str) -> str:
