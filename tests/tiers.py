@@ -28,6 +28,7 @@ SLOW_TESTS: dict[str, frozenset[str]] = {
         }
     ),
     "test_fingerprint.py": frozenset({"test_the_job_still_computes_the_recorded_fingerprint[2]"}),
+    "test_coverage.py": frozenset({"test_the_recorded_coverage_is_what_the_archive_gives"}),  # 400 draws a size
     "test_gpu_check.py": frozenset({"test_cpu_tiny_dry_run_passes_its_checks"}),
     "test_trl_no_surprises.py": frozenset({"test_torchrun_two_processes_without_use_cpu_is_refused_with_the_fix"}),
     "test_verl_driver.py": frozenset({"test_python_m_main_ppo_fails_before_ray_starts"}),

@@ -34,7 +34,7 @@ from costaware.report.curves import Estimate, band_levels, band_saving, first_cr
 from costaware.report.sweeps import PRICES
 from costaware.report.verdicts import verdict
 
-__all__ = ["CLAIMS", "Row", "settled_rows", "time_shares", "pairing", "main"]
+__all__ = ["CLAIMS", "ComparedTask", "Row", "compared_tasks", "settled_rows", "time_shares", "pairing", "main"]
 
 # (claim, control A, method B) by arm key: B beats A. The controls: GRPO, GRPO without the zero-advantage
 # rows (nonzero: the same expected step as centred p*) and PODS (a peer that also feeds fewer rows).
@@ -98,6 +98,33 @@ def _common_seeds(arms: dict[str, list[RunResult]], keys: Sequence[str]) -> dict
     return {k: [r for r in arms[k] if r.id.seed in seeds] for k in keys}
 
 
+@dataclass(frozen=True)
+class ComparedTask:
+    """One task's arms at the seeds all of them ran, and the common target and band levels they are compared at."""
+
+    task: str
+    arms: dict[str, list[RunResult]]
+    target: float
+    levels: np.ndarray
+
+
+def compared_tasks(results: Sequence[RunResult], target_fraction: float = 0.95) -> list[ComparedTask]:
+    """Each task whose headline ran at least two arms of :data:`CLAIMS` and rose above its start: its arms at
+    their common seeds, the target (``target_fraction`` × the lowest seed-mean peak) and the band's levels."""
+    out = []
+    for task, all_arms in headline_arms(results).items():
+        keys = [k for k in dict.fromkeys(k for _, a, b in CLAIMS for k in (a, b)) if k in all_arms]
+        if len(keys) < 2:
+            continue
+        arms = _common_seeds(all_arms, keys)
+        peaks = [float(seed_curves(arms[k], "po_tokens").mean.max()) for k in keys]
+        start = max(float(seed_curves(arms[k], "po_tokens").mean[0]) for k in keys)
+        target = target_fraction * min(peaks)
+        if target > start:  # else no method rose: nothing to compare
+            out.append(ComparedTask(task, arms, target, band_levels(target, start)))
+    return out
+
+
 def settled_rows(
     results: Sequence[RunResult],
     *,
@@ -108,27 +135,17 @@ def settled_rows(
 ) -> list[Row]:
     """Every claim of :data:`CLAIMS` whose arms ran, per task, price and estimator (paired seeds only)."""
     rows: list[Row] = []
-    for task, all_arms in headline_arms(results).items():
-        keys = [k for k in dict.fromkeys(k for _, a, b in CLAIMS for k in (a, b)) if k in all_arms]
-        if len(keys) < 2:
-            continue
-        arms = _common_seeds(all_arms, keys)
-        peaks = [float(seed_curves(arms[k], "po_tokens").mean.max()) for k in keys]
-        start = max(float(seed_curves(arms[k], "po_tokens").mean[0]) for k in keys)
-        target = target_fraction * min(peaks)
-        if not target > start:
-            continue  # no method rose: nothing to compare
-        levels = band_levels(target, start)
+    for t in compared_tasks(results, target_fraction):
         for g in prices:
-            curves = {k: seed_curves(arms[k], "total_cost", generation_cost=g) for k in keys}
+            curves = {k: seed_curves(v, "total_cost", generation_cost=g) for k, v in t.arms.items()}
             for claim, a, b in CLAIMS:
                 if a not in curves or b not in curves:
                     continue
                 est = {
-                    "band": band_saving(curves[a], curves[b], levels, n_boot=n_boot, seed=seed),
-                    "crossing": saving(curves[a], curves[b], target, n_boot=n_boot, seed=seed),
+                    "band": band_saving(curves[a], curves[b], t.levels, n_boot=n_boot, seed=seed),
+                    "crossing": saving(curves[a], curves[b], t.target, n_boot=n_boot, seed=seed),
                 }
-                rows += [Row(task, claim, a, b, float(g), e, est[e], target) for e in ESTIMATORS]
+                rows += [Row(t.task, claim, a, b, float(g), e, est[e], t.target) for e in ESTIMATORS]
     return rows
 
 
@@ -284,12 +301,13 @@ def _time_line(shares: dict[str, float]) -> str:
     )
 
 
-def replace_block(text: str, block: str) -> str:
-    """``text`` with its quoted block replaced by ``block`` (ValueError when it has none)."""
-    i, j = text.find(BLOCK_START), text.find(BLOCK_END)
+def replace_block(text: str, block: str, start: str = BLOCK_START, end: str = BLOCK_END) -> str:
+    """``text`` with its quoted block (between ``start`` and ``end``) replaced by ``block`` (ValueError when it
+    has none)."""
+    i, j = text.find(start), text.find(end)
     if i < 0 or j < i:
-        raise ValueError(f"the page has no {BLOCK_START} ... {BLOCK_END} block")
-    return text[: i + len(BLOCK_START)] + "\n" + block + "\n" + text[j:]
+        raise ValueError(f"the page has no {start} ... {end} block")
+    return text[: i + len(start)] + "\n" + block + "\n" + text[j:]
 
 
 def main(argv: list[str] | None = None) -> int:
