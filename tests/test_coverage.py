@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from report_fixtures import make_runs
 
@@ -60,3 +61,23 @@ def test_the_recorded_coverage_is_what_the_archive_gives():
     """The recorded rows are the command's output on the archived runs (about a minute on 2 cores)."""
     rows = coverage.coverage_rows(settled.load_runs(RECORDED.parent / "runs"))
     assert [vars(r) for r in rows] == json.loads(RECORDED.read_text())
+
+
+def test_expanded_level_brings_the_bootstrap_of_five_normal_samples_close_to_its_coverage():
+    """Monte-Carlo: 1000 samples of 5 from N(0, 1), each with a 2000-resample bootstrap of the mean. The plain 95%
+    percentile interval holds 0 in about 86% of them; the expanded one in about 92% (Hesterberg's tables give
+    about as much at n = 5: the resampled means' discrete tails cap it below 95%)."""
+    from costaware.report.curves import expanded_level
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(1000, 5))
+    idx = rng.integers(0, 5, size=(1000, 2000, 5), dtype=np.int32)
+    boots = np.take_along_axis(np.broadcast_to(x[:, None, :], idx.shape), idx, axis=2).mean(axis=2)
+    held = {}
+    for name, level in (("plain", 0.95), ("expanded", expanded_level(5))):
+        lo, hi = np.quantile(boots, [(1 - level) / 2, (1 + level) / 2], axis=1)
+        held[name] = float(np.mean((lo <= 0) & (0 <= hi)))
+    assert held["plain"] < 0.89
+    assert 0.90 < held["expanded"] < 0.96 and held["expanded"] - held["plain"] > 0.04
+    with pytest.raises(ValueError, match="n must be at least 2, got 1"):
+        expanded_level(1)

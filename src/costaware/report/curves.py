@@ -175,6 +175,22 @@ class Estimate:
         return {"value": self.value, "lo": self.lo, "hi": self.hi, "undefined": self.undefined, "seeds": self.seeds}
 
 
+def expanded_level(n: int, level: float = 0.95) -> float:
+    """The percentile level that gives an n-sample bootstrap CI its nominal coverage: Hesterberg's expanded
+    percentile interval (2015), which widens the tails by sqrt(n/(n-1))·t_{n-1}/z, the small-sample narrowness
+    of the plain percentile interval. Measured on the settled record: plain 95% CIs of 5 seeds hold the
+    record's value in 84-89% of drawn jobs (``costaware.report.coverage``).
+
+    >>> round(expanded_level(5), 4), round(expanded_level(30), 4)
+    (0.9981, 0.9625)
+    """
+    from scipy import stats
+
+    if n < 2:
+        raise ValueError(f"n must be at least 2, got {n}")
+    return float(1 - 2 * stats.norm.cdf(-np.sqrt(n / (n - 1)) * stats.t.ppf((1 + level) / 2, n - 1)))
+
+
 def _ci(v: np.ndarray, level: float) -> tuple[float, float, float]:
     ok = ~np.isnan(v)
     if not ok.any():
