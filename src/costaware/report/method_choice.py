@@ -18,14 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
 from costaware.report.curves import Estimate
 from costaware.report.sweeps import price_name
 from costaware.report.verdicts import Verdict, fmt, verdict
-
-if TYPE_CHECKING:
-    from costaware.report.settled import Row
 
 __all__ = ["BASELINE", "CANDIDATES", "NAMES", "Choice", "choose", "choices", "choice_sentence", "task_sentence"]
 
@@ -82,7 +79,24 @@ class _Pairs(dict[tuple[str, str], Estimate]):
         return self.get((a, b))
 
 
-def choices(rows: Sequence[Row], estimator: str) -> list[Choice]:
+class RecordRow(Protocol):
+    """What :func:`choices` reads of a settled record's row (:class:`costaware.report.settled.Row`)."""
+
+    @property
+    def task(self) -> str: ...
+    @property
+    def control(self) -> str: ...
+    @property
+    def method(self) -> str: ...
+    @property
+    def generation_cost(self) -> float: ...
+    @property
+    def estimator(self) -> str: ...
+    @property
+    def estimate(self) -> Estimate: ...
+
+
+def choices(rows: Sequence[RecordRow], estimator: str) -> list[Choice]:
     """One :class:`Choice` per task and price of a settled record's rows, read with ``estimator``."""
     cells: dict[tuple[str, float], _Pairs] = {}
     for r in rows:
