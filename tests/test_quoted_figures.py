@@ -67,3 +67,23 @@ def test_the_readmes_words_on_the_choice_are_the_records():
         ("sortcheck:7", 1.0): "yes",
         ("sortcheck:7", 3.0): "not shown",
     }
+
+
+def test_the_stability_figures_the_pages_quote_are_the_recorded_comparisons():
+    """The evidence page's and the README's words on the perturbed job are the recorded comparison's
+    (``evidence/settle-jitter/stability-same-seeds.json``)."""
+    from costaware.report.settled import estimate_of
+    from costaware.report.verdicts import fmt, verdict
+
+    rec = json.loads((ROOT / "evidence" / "settle-jitter" / "stability-same-seeds.json").read_text())
+    rows = rec["rows"]
+    agree, inside = sum(r["verdicts_agree"] for r in rows), sum(r["savings_inside"] for r in rows)
+    page = " ".join((ROOT / "docs" / "evidence.md").read_text().split())
+    assert f"the verdicts agree on {agree} of {len(rows)} rows" in page
+    assert f"inside the other's CI on {inside} of {len(rows)}" in page
+    (row,) = [r for r in rows if r["task"] == "sortcheck:7" and r["claim"] == "p* beats nonzero"
+              and r["generation_cost"] == 1.0]  # fmt: skip
+    a, b = estimate_of(row["a"]), estimate_of(row["b"])
+    quoted = f"{fmt(a)}, {verdict(a).value}, unperturbed and {fmt(b)}, {verdict(b).value}, perturbed"
+    assert quoted.replace("-", "−") in page or quoted in page
+    assert verdict(a).value == "yes" and verdict(b).value == "not shown"  # the README's sentence says so
