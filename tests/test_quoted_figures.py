@@ -87,3 +87,34 @@ def test_the_stability_figures_the_pages_quote_are_the_recorded_comparisons():
     quoted = f"{fmt(a)}, {verdict(a).value}, unperturbed and {fmt(b)}, {verdict(b).value}, perturbed"
     assert quoted.replace("-", "−") in page or quoted in page
     assert verdict(a).value == "yes" and verdict(b).value == "not shown"  # the README's sentence says so
+
+
+GAP_RECORD = ROOT / "evidence" / "gap" / "gap.json"
+
+
+def test_the_design_page_quotes_the_gap_record():
+    from costaware.report import gap
+
+    page = (ROOT / "docs" / "design.md").read_text()
+    i, j = page.index(gap.BLOCK_START) + len(gap.BLOCK_START), page.index(gap.BLOCK_END)
+    assert page[i:j].strip() == gap.quoted_block(json.loads(GAP_RECORD.read_text()))
+
+
+def test_the_gap_record_counts_the_archived_runs():
+    """The gap record read every archived run of each gap profile, and no profile it does not name."""
+    record = json.loads(GAP_RECORD.read_text())
+    archived = {
+        d.name: len(list((d / "runs").glob("*.json.gz")))
+        for d in (ROOT / "evidence").iterdir()
+        if d.name.startswith("gap") and (d / "runs").is_dir()
+    }
+    assert record["runs"] == archived
+
+
+@pytest.mark.slow
+def test_the_gap_record_is_the_archived_runs_table():
+    from costaware.report import gap
+
+    record = json.loads(GAP_RECORD.read_text())
+    fresh = json.loads(json.dumps(gap.summary(gap.load_profiles(ROOT / "evidence"))))
+    assert fresh == record

@@ -29,6 +29,8 @@ __all__ = [
     "seed_curves",
     "saving",
     "band_saving",
+    "band_saving_samples",
+    "percentile_ci",
     "band_levels",
     "gap_at",
     "area_under_curve",
@@ -271,6 +273,20 @@ def band_saving(
     s = _band_saving(a.grid, a.boot_means(pa), b.grid, b.boot_means(pb), levels)
     lo, hi, undefined = _ci(s, level)
     return Estimate(point, lo, hi, undefined, min(len(a.seeds), len(b.seeds)))
+
+
+def band_saving_samples(a: SeedCurves, b: SeedCurves, levels: Any, picks: np.ndarray | None = None) -> np.ndarray:
+    """:func:`band_saving`'s point value (``picks`` None) or its value on each resample ``picks`` (n_boot, n_seeds)
+    of seed indices, the same picks for both arms (paired): for bootstraps that combine several savings."""
+    levels = np.asarray(levels, float)
+    if picks is None:
+        return np.asarray(_band_saving(a.grid, a.mean, b.grid, b.mean, levels))
+    return np.asarray(_band_saving(a.grid, a.boot_means(picks), b.grid, b.boot_means(picks), levels))
+
+
+def percentile_ci(v: Any, level: float = 0.95) -> tuple[float, float, float]:
+    """The percentile interval of bootstrap values ``v`` (nan ones left out) and the share of them that were nan."""
+    return _ci(np.asarray(v, float), level)
 
 
 def _value_at(grid: np.ndarray, y: np.ndarray, x: float) -> np.ndarray:
