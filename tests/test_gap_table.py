@@ -8,7 +8,8 @@ import json
 
 import numpy as np
 import pytest
-from report_fixtures import make_runs
+from report_fixtures import hand_logs, make_runs
+from test_report_rollout import _brute_row_level
 
 from costaware.experiments.records import StepErrorPoint
 from costaware.report import gap
@@ -62,6 +63,23 @@ def test_predicted_is_js_cost_to_equal_variance_from_the_runs_step_errors():
     assert row.predicted == pytest.approx(1 - 1.5 * tokens["ps"] / (3.0 * tokens["nz"]))
     assert row.step_error_measured == pytest.approx(1 - 1.0 * tokens["ps"] / (4.0 * tokens["nz"]))
     assert row.gap == pytest.approx(row.predicted - row.measured.value)
+
+
+def test_j_from_abs_a_is_the_papers_row_level_ratio_over_nonzeros_logs(tmp_path):
+    """1 − the median over `nonzero`'s runs of J(p*)/J(uniform on the non-zero rows), brute force per log;
+    the fast ``rollouts.analysis.row_level`` gives ``analyse``'s own figure."""
+    from costaware.rollouts.analysis import AnalysisConfig, analyse, row_level
+    from costaware.rollouts.logs import read_prompt_rounds
+
+    nz, ps = _headline("nonzero"), _headline("p_star", po_per_round=4000.0)
+    logs = hand_logs(nz + ps, tmp_path)
+    (row,) = gap.gap_rows({"gap": nz + ps}, logs, n_boot=50)
+    brute = [_brute_row_level(logs[r.id]) for r in nz]
+    assert row.predicted_abs == pytest.approx(1 - np.median(brute), rel=1e-12) and 0 < row.predicted_abs < 1
+    recs = read_prompt_rounds([logs[nz[0].id]])
+    assert row_level(recs).overall == analyse(recs, AnalysisConfig(row_method="nonzero")).row_level.overall
+    (without,) = gap.gap_rows({"gap": nz + ps}, n_boot=50)
+    assert without.predicted_abs is None
 
 
 def test_a_tuned_ablation_puts_each_arm_at_its_validation_chosen_lr():

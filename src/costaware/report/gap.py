@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from costaware.experiments.arms import Arm
-from costaware.experiments.records import RunResult
+from costaware.experiments.records import RunId, RunResult
 from costaware.report.curves import Estimate, band_levels, band_saving_samples, percentile_ci, seed_curves
 from costaware.report.step_errors import arm_step_errors
 from costaware.report.tuned import pick_lr
@@ -78,6 +78,7 @@ class GapRow:
     seeds: tuple[int, ...]
     nonzero_lr: float
     p_star_lr: float
+    predicted_abs: float | None  # the paper's J with |A| as the bound, from nonzero's pools (None: no logs)
     predicted: float | None
     step_error_measured: float | None
     measured: Estimate
@@ -97,6 +98,7 @@ class GapRow:
             "seeds": list(self.seeds),
             "nonzero_lr": self.nonzero_lr,
             "p_star_lr": self.p_star_lr,
+            "predicted_abs": self.predicted_abs,
             "predicted": self.predicted,
             "step_error_measured": self.step_error_measured,
             "measured": self.measured.as_dict(),
@@ -185,9 +187,26 @@ def _saving(m: _Measured, picks: np.ndarray | None = None) -> np.ndarray:
 
 
 def gap_rows(
-    runs: Mapping[str, Sequence[RunResult]], *, target_fraction: float = 0.95, n_boot: int = 2000, seed: int = 0
+    runs: Mapping[str, Sequence[RunResult]],
+    logs: Mapping[RunId, Path] | None = None,
+    *,
+    target_fraction: float = 0.95,
+    n_boot: int = 2000,
+    seed: int = 0,
 ) -> list[GapRow]:
-    """One row per ablation of :data:`ABLATIONS` whose profile's runs are in ``runs`` (profile → its runs)."""
+    """One row per ablation of :data:`ABLATIONS` whose profile's runs are in ``runs`` (profile → its runs);
+    ``logs``: each run's per-prompt log, for the paper's J from |A| (``report.settled.row_level_ratio``)."""
+    from costaware.report.settled import row_level_ratio
+
+    ratio_of: dict[Path, float] = {}
+
+    def predicted_abs(pair: _Pair) -> float | None:
+        paths = [logs[r.id] for r in pair.nonzero if logs is not None and r.id in logs]
+        for path in paths:
+            if path not in ratio_of:
+                ratio_of[path] = row_level_ratio(path)
+        return 1.0 - float(np.median([ratio_of[p] for p in paths])) if paths else None
+
     pairs = {ab.key: _pair(ab, runs.get(ab.profile, ())) for ab in ABLATIONS}
     ref = pairs.get(REFERENCE)
     out = []
@@ -208,7 +227,7 @@ def gap_rows(
             against = _against(pair, ref, target_fraction, n_boot, seed)
         pred, meas = _step_error_savings(pair)
         out.append(GapRow(ab, pair.seeds, pair.nonzero[0].id.learning_rate, pair.p_star[0].id.learning_rate,
-                          pred, meas, measured, m.target, against))  # fmt: skip
+                          predicted_abs(pair), pred, meas, measured, m.target, against))  # fmt: skip
     return out
 
 
@@ -244,13 +263,14 @@ def markdown(rows: Sequence[GapRow]) -> str:
     if not rows:
         return "No ablation has finished runs yet."
     lines = [
-        "| ablation | seeds | LR: `nonzero` / p\\* | predicted by J | step error, measured | measured saving [95% CI] "
-        "| verdict | gap (predicted − measured) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| ablation | seeds | LR: `nonzero` / p\\* | predicted: J from \\|A\\| | predicted: J exact "
+        "| step error, measured | measured saving [95% CI] | verdict | gap (J exact − measured) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r.ablation.label} | {len(r.seeds)} | {r.nonzero_lr:g} / {r.p_star_lr:g} | {_pct(r.predicted)} | "
+            f"| {r.ablation.label} | {len(r.seeds)} | {r.nonzero_lr:g} / {r.p_star_lr:g} | {_pct(r.predicted_abs)} | "
+            f"{_pct(r.predicted)} | "
             f"{_pct(r.step_error_measured)} | {fmt(r.measured)} | {verdict(r.measured).value} | {_points(r.gap)} |"
         )
     ref = next((r for r in rows if r.ablation.key == REFERENCE), None)
@@ -267,10 +287,12 @@ def markdown(rows: Sequence[GapRow]) -> str:
     return "\n".join(lines).strip()
 
 
-def summary(runs: Mapping[str, Sequence[RunResult]], **kw: Any) -> dict[str, Any]:
+def summary(
+    runs: Mapping[str, Sequence[RunResult]], logs: Mapping[RunId, Path] | None = None, **kw: Any
+) -> dict[str, Any]:
     """The recorded form: every row, and the runs read per profile (JSON-ready)."""
     return {
-        "rows": [r.as_dict() for r in gap_rows(runs, **kw)],
+        "rows": [r.as_dict() for r in gap_rows(runs, logs, **kw)],
         "runs": {p: len(v) for p, v in sorted(runs.items())},
     }
 
@@ -292,20 +314,31 @@ def _estimate(d: dict[str, Any]) -> Estimate:
 def _row(d: dict[str, Any]) -> GapRow:
     ab = next(a for a in ABLATIONS if a.key == d["key"])
     against = None if d["against_reference"] is None else _estimate(d["against_reference"])
-    return GapRow(ab, tuple(d["seeds"]), d["nonzero_lr"], d["p_star_lr"], d["predicted"], d["step_error_measured"],
+    return GapRow(ab, tuple(d["seeds"]), d["nonzero_lr"], d["p_star_lr"], d["predicted_abs"], d["predicted"],
+                  d["step_error_measured"],
                   _estimate(d["measured"]), d["target"], against)  # fmt: skip
 
 
-def load_profiles(evidence: Path) -> dict[str, list[RunResult]]:
-    """Each ablation profile's archived runs under ``evidence`` (``<profile>/runs``), where they exist."""
-    from costaware.report.settled import load_runs
+def load_profiles(evidence: Path) -> tuple[dict[str, list[RunResult]], dict[RunId, Path]]:
+    """Each ablation profile's archived runs under ``evidence`` (``<profile>/runs``), where they exist, and
+    each run's per-prompt log beside it."""
+    from costaware.report.settled import _load
 
-    out = {}
+    runs: dict[str, list[RunResult]] = {}
+    logs: dict[RunId, Path] = {}
     for profile in dict.fromkeys(a.profile for a in ABLATIONS):
         folder = evidence / profile / "runs"
-        if folder.is_dir():
-            out[profile] = load_runs(folder)
-    return out
+        if not folder.is_dir():
+            continue
+        runs[profile] = []
+        for path in sorted([*folder.glob("*.json"), *folder.glob("*.json.gz")]):
+            if (r := _load(path)) is None:
+                continue
+            runs[profile].append(r)
+            log = path.with_name(path.name.replace(".json", ".prompts.jsonl"))
+            if log.exists():
+                logs[r.id] = log
+    return runs, logs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -317,12 +350,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quote-in", nargs="*", default=(), help="pages whose gap block is rewritten from the summary")
     args = p.parse_args(argv)
     evidence = Path(args.evidence)
-    runs = load_profiles(evidence) if evidence.is_dir() else {}
+    runs, logs = load_profiles(evidence) if evidence.is_dir() else ({}, {})
     if not runs:
         print(f"gap: evidence must be a folder holding <profile>/runs of the gap profiles, got {str(evidence)!r}",
               file=sys.stderr)  # fmt: skip
         return 2
-    out = summary(runs)
+    out = summary(runs, logs)
     print(markdown([_row(d) for d in out["rows"]]))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")

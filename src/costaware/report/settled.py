@@ -184,30 +184,34 @@ def pairing(results: Sequence[RunResult], target_fraction: float = 0.95) -> list
     return out
 
 
-def predicted_row_level(folder: Path, generation_cost: float = PRICES[0]) -> dict[str, dict[str, float]]:
-    """J's prediction of p* against nonzero per task, from the nonzero runs' per-prompt logs in ``folder``
-    (``.prompts.jsonl`` or the archive's ``.prompts.jsonl.gz``): J(p*)/J(uniform on the non-zero rows) per run,
-    its median, min and max, and the saving it predicts in PO tokens to a given variance, 1 − median."""
+def row_level_ratio(log: Path) -> float:
+    """J(p*)/J(uniform on the non-zero rows) over one run's per-prompt log (``.prompts.jsonl``, or the archive's
+    ``.prompts.jsonl.gz``): the paper's J with |A| as the gradient-norm bound, over the run's own pools."""
     import gzip
     import tempfile
 
-    from costaware.rollouts.analysis import AnalysisConfig, analyse
+    from costaware.rollouts.analysis import row_level
     from costaware.rollouts.logs import read_prompt_rounds
 
+    with tempfile.TemporaryDirectory() as tmp:
+        plain = log
+        if log.suffix == ".gz":
+            plain = Path(tmp) / log.stem
+            plain.write_bytes(gzip.decompress(log.read_bytes()))
+        with np.errstate(divide="ignore", invalid="ignore"):  # rounds without signal are NaN, and skipped
+            return float(row_level(read_prompt_rounds([plain])).overall)
+
+
+def predicted_row_level(folder: Path) -> dict[str, dict[str, float]]:
+    """J's prediction of p* against nonzero per task, from the nonzero runs' per-prompt logs in ``folder``
+    (``.prompts.jsonl`` or the archive's ``.prompts.jsonl.gz``): :func:`row_level_ratio` per run,
+    its median, min and max, and the saving it predicts in PO tokens to a given variance, 1 − median."""
     ratios: dict[str, list[float]] = defaultdict(list)
     for path in sorted(folder.glob("*.prompts.jsonl*")):
         record = _load(path.with_name(path.name.replace(".prompts.jsonl", ".json")))
         if record is None or record.id.group != "headline" or record.id.arm.key != "nonzero":
             continue
-        with tempfile.TemporaryDirectory() as tmp:
-            plain = path
-            if path.suffix == ".gz":
-                plain = Path(tmp) / path.stem
-                plain.write_bytes(gzip.decompress(path.read_bytes()))
-            with np.errstate(divide="ignore", invalid="ignore"):  # rounds without signal are NaN, and skipped
-                res = analyse(read_prompt_rounds([plain]), AnalysisConfig(generation_cost=generation_cost,
-                                                                        row_method="nonzero"))  # fmt: skip
-        ratios[record.id.task].append(float(res.row_level.overall))
+        ratios[record.id.task].append(row_level_ratio(path))
     return {
         task: {
             "runs": float(len(v)),

@@ -27,6 +27,7 @@ Overall ratios are Σ_t J_t(q)/Σ_t J_t(uniform) over rounds with some signal.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -155,6 +156,39 @@ def _rounds(records: list[PromptRound]) -> tuple[list[int], dict[int, list[Promp
     return sorted(by), by, next(iter(sizes)), max(r.prompt_id for r in records) + 1
 
 
+def row_level_terms(abs_adv: np.ndarray, row_tokens: np.ndarray) -> tuple[float, float]:
+    """One round's row-level J terms over its non-zero rows: (Σ|A_i|√c_i)², J(p*) up to a factor, and
+    Σ|A_i|²·Σc_i, J(uniform on those rows) up to the same factor ((0, 0): no row has signal)."""
+    a_rows, c_rows = abs_adv[abs_adv > 0], row_tokens[abs_adv > 0]
+    return ((a_rows * np.sqrt(c_rows)).sum() ** 2, (a_rows**2).sum() * c_rows.sum()) if a_rows.size else (0.0, 0.0)
+
+
+def _row_ratios(row_j: Sequence[tuple[float, float]]) -> Ratios:
+    """J(p*)/J(uniform on the non-zero rows) per round (NaN without signal) and over all rounds (ratio of sums)."""
+    rj = np.array(row_j, dtype=np.float64).reshape(-1, 2)
+    rok = rj[:, 1] > 0
+    return Ratios(
+        "p_star_rows",
+        "row",
+        tuple(np.where(rok, rj[:, 0] / np.where(rok, rj[:, 1], 1.0), np.nan).tolist()),
+        float(rj[rok, 0].sum() / rj[rok, 1].sum()) if rok.any() else float("nan"),
+    )
+
+
+def row_level(records: list[PromptRound], eps: float = TRL_EPS) -> Ratios:
+    """:func:`analyse`'s ``row_level`` alone (p* against uniform on the non-zero rows, PO tokens as the cost),
+    without the prompt-level candidates: the same numbers at a fraction of the time."""
+    rounds, by, _, _ = _rounds(list(records))
+    terms = []
+    for t in rounds:
+        recs = by[t]
+        R = np.array([r.rewards for r in recs], dtype=np.float64)
+        L = np.array([r.completion_lengths for r in recs], dtype=np.float64)
+        P = np.array([r.prompt_tokens for r in recs], dtype=np.float64)
+        terms.append(row_level_terms(row_abs_advantages(R, eps=eps), P[:, None] + L))
+    return _row_ratios(terms)
+
+
 def analyse(records: list[PromptRound], config: AnalysisConfig | None = None) -> RolloutAnalysis:
     """Predicted J ratios of every candidate, round by round, from per-prompt logs (online)."""
     if config is not None and not isinstance(config, AnalysisConfig):
@@ -242,11 +276,7 @@ def analyse(records: list[PromptRound], config: AnalysisConfig | None = None) ->
             s1 = cfg.generation_cost * L[:, :m].sum(axis=1)
             s2 = cfg.generation_cost * L[:, m:].sum(axis=1) + po
             put(f"two_stage(m={m})", "two_stage", var * float((u * (s1 + rho * s2)).sum()))
-        # row level: p* against uniform over the non-zero rows
-        a_rows, c_rows = absA[absA > 0], rowtok[absA > 0]
-        row_j.append(
-            ((a_rows * np.sqrt(c_rows)).sum() ** 2, (a_rows**2).sum() * c_rows.sum()) if a_rows.size else (0.0, 0.0)
-        )
+        row_j.append(row_level_terms(absA, rowtok))
         # biased skips: expected share of generated tokens skipped and of signal lost
         epoch = groups_before // N
         for name, rule in skip_rules.items():
@@ -276,14 +306,7 @@ def analyse(records: list[PromptRound], config: AnalysisConfig | None = None) ->
         per = np.where(ok, v / np.where(ok, ju, 1.0), np.nan)
         return Ratios(name, kind, tuple(per.tolist()), float(v[ok].sum() / ju[ok].sum()) if ok.any() else float("nan"))
 
-    rj = np.array(row_j)
-    rok = rj[:, 1] > 0
-    row = Ratios(
-        "p_star_rows",
-        "row",
-        tuple(np.where(rok, rj[:, 0] / np.where(rok, rj[:, 1], 1.0), np.nan).tolist()),
-        float(rj[rok, 0].sum() / rj[rok, 1].sum()) if rok.any() else float("nan"),
-    )
+    row = _row_ratios(row_j)
     skips = []
     for name, vals in skip_eff.items():
         s = np.array(vals)
