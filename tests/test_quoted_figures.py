@@ -116,5 +116,5 @@ def test_the_gap_record_is_the_archived_runs_table():
     from costaware.report import gap
 
     record = json.loads(GAP_RECORD.read_text())
-    fresh = json.loads(json.dumps(gap.summary(gap.load_profiles(ROOT / "evidence"))))
+    fresh = json.loads(json.dumps(gap.summary(*gap.load_profiles(ROOT / "evidence"))))
     assert fresh == record
