@@ -110,8 +110,15 @@ def test_the_quoted_block_reads_back_the_recorded_rows():
     runs = {"gap": _gap_profile(p_faster=1.25)}
     record = json.loads(json.dumps(gap.summary(runs, n_boot=100)))
     block = gap.quoted_block(record)
-    assert block == gap.markdown(gap.gap_rows(runs, n_boot=100))
+    assert block == gap.markdown(gap.gap_rows(runs, n_boot=100))  # no step errors: the gap table alone
     assert "(b) AdamW, LR tuned per arm" in block and record["runs"] == {"gap": len(runs["gap"])}
+    runs = {"gap": _with_errors(_headline("nonzero"), 4.0, 3.0) + _with_errors(_headline("p_star"), 1.0, 1.5)}
+    record = json.loads(json.dumps(gap.summary(runs, n_boot=100)))
+    block = gap.quoted_block(record)
+    assert block.startswith(gap.markdown(gap.gap_rows(runs, n_boot=100)))
+    (nz,) = [line for line in block.splitlines() if line.startswith("| gap | nonzero |")]
+    assert nz.split(" | ")[5:7] == ["4", "3"]  # measured, closed form
+    assert "| gap | p\\* |" in block
 
 
 def test_the_cli_names_a_bad_folder_in_one_line(tmp_path, capsys):

@@ -38,6 +38,8 @@ import numpy as np
 from costaware.experiments.arms import Arm
 from costaware.experiments.records import RunId, RunResult
 from costaware.report.curves import Estimate, band_levels, band_saving_samples, percentile_ci, seed_curves
+from costaware.report.labels import label
+from costaware.report.md import escape
 from costaware.report.step_errors import arm_step_errors
 from costaware.report.tuned import pick_lr
 from costaware.report.verdicts import fmt, verdict
@@ -291,8 +293,17 @@ def summary(
     runs: Mapping[str, Sequence[RunResult]], logs: Mapping[RunId, Path] | None = None, **kw: Any
 ) -> dict[str, Any]:
     """The recorded form: every row, and the runs read per profile (JSON-ready)."""
+    from costaware.report import step_errors
+
     return {
         "rows": [r.as_dict() for r in gap_rows(runs, logs, **kw)],
+        "step_errors": {
+            p: [
+                {**d, "label": label(a.arm)}
+                for d, a in zip(step_errors.summary(v), step_errors.arm_step_errors(v), strict=True)
+            ]  # fmt: skip
+            for p, v in sorted(runs.items())
+        },
         "runs": {p: len(v) for p, v in sorted(runs.items())},
     }
 
@@ -301,8 +312,33 @@ BLOCK_START, BLOCK_END = "<!-- gap:start -->", "<!-- gap:end -->"
 
 
 def quoted_block(record: dict[str, Any]) -> str:
-    """What a page quotes of a recorded summary, between :data:`BLOCK_START` and :data:`BLOCK_END`."""
-    return markdown([_row(d) for d in record["rows"]])
+    """What a page quotes of a recorded summary, between :data:`BLOCK_START` and :data:`BLOCK_END`: the table of
+    :func:`markdown` and, under it, every profile's step errors (:func:`step_error_table`)."""
+    return (markdown([_row(d) for d in record["rows"]]) + "\n\n" + step_error_table(record)).strip()
+
+
+def step_error_table(record: dict[str, Any]) -> str:
+    """Each profile's arms (and LRs): step error measured and in closed form, and the cost to equal step error
+    against `nonzero`'s at the same LR, measured and in closed form (``report.step_errors``)."""
+
+    def num(v: float | None, f: str = ".3g") -> str:
+        return "–" if v is None or not math.isfinite(v) else format(v, f)
+
+    rows = [(p, d) for p, ds in record.get("step_errors", {}).items() for d in ds]
+    if not rows:
+        return ""
+    lines = [
+        "| profile | arm | LR | seeds | rounds measured | step error measured | closed form | measured / closed form "
+        "| PO tokens per step | cost vs `nonzero`, measured | closed form |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for p, d in rows:
+        ratio = d["measured"] / d["predicted"] if d["predicted"] else None
+        cells = [p, escape(d["label"]), f"{d['learning_rate']:g}", str(d["seeds"]), str(d["points"]),
+                 num(d["measured"]), num(d["predicted"]), num(ratio, ".2f"), num(d["tokens_per_step"], ".0f"),
+                 num(d["cost_vs_nonzero_measured"], ".2f"), num(d["cost_vs_nonzero_predicted"], ".2f")]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def _estimate(d: dict[str, Any]) -> Estimate:
@@ -356,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)  # fmt: skip
         return 2
     out = summary(runs, logs)
-    print(markdown([_row(d) for d in out["rows"]]))
+    print(quoted_block(json.loads(json.dumps(out))))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
     for page in map(Path, args.quote_in):
