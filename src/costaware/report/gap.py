@@ -260,6 +260,14 @@ def _points(v: float) -> str:
     return "–" if not np.isfinite(v) else f"{100 * v:+.0f} points"
 
 
+def _signed(v: float) -> str:
+    return "–" if not np.isfinite(v) else f"{100 * v:+.0f}"
+
+
+def _share(part: float, whole: float) -> str:
+    return "–" if not (np.isfinite(part) and np.isfinite(whole) and whole != 0) else f"{part / whole:.0%}"
+
+
 def markdown(rows: Sequence[GapRow]) -> str:
     """The table of predicted and measured savings, and one computed line per ablation on the gap it closes."""
     if not rows:
@@ -283,8 +291,9 @@ def markdown(rows: Sequence[GapRow]) -> str:
         d = r.against_reference
         shown = "shown" if d.excludes_zero else "not shown"
         lines.append(
-            f"- {r.ablation.label}: measured saving {fmt(d)} against the reference at the {d.seeds} seeds both "
-            f"ran (a change {shown}); the gap {_points(ref.gap)} → {_points(r.gap)}."
+            f"- {r.ablation.label}: its measured saving minus the reference's, at the {d.seeds} seeds both ran, "
+            f"is {_points(d.value)} [{_signed(d.lo)}, {_signed(d.hi)}] (a change {shown}): "
+            f"{_share(d.value, ref.gap)} of the reference's gap of {_points(ref.gap)}."
         )
     return "\n".join(lines).strip()
 
