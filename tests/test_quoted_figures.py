@@ -118,3 +118,54 @@ def test_the_gap_record_is_the_archived_runs_table():
     record = json.loads(GAP_RECORD.read_text())
     fresh = json.loads(json.dumps(gap.summary(*gap.load_profiles(ROOT / "evidence"))))
     assert fresh == record
+
+
+def _gap_figures() -> dict[str, str]:
+    """The figures the pages quote from the gap record, as the pages write them."""
+    from costaware.report.verdicts import fmt
+
+    record = json.loads(GAP_RECORD.read_text())
+    rows = {r["key"]: r for r in record["rows"]}
+    ref, oracle = rows["reference"], rows["oracle"]
+    ps = next(
+        d for d in record["step_errors"]["gap"] if d["arm"] == "p_star" and d["learning_rate"] == ref["p_star_lr"]
+    )
+    d = settled.estimate_of(oracle["against_reference"])
+    cut = 1 - ps["cost_vs_nonzero_measured"]  # the share of the sub-sampling error p* removes at equal tokens
+    bound = ref["measured"]["hi"] / cut
+    return {
+        "bound": f"cutting it to {ps['cost_vs_nonzero_measured']:.2f} moves the total by about {cut:.2f} s, and the "
+        f"reference's upper bound of {100 * ref['measured']['hi']:+.0f}% bounds s below about {bound:.0%}: a pool "
+        f"noise of {1 - bound:.0%} or more",
+        "step": f"with {ps['cost_vs_nonzero_measured']:.2f} of its PO tokens ({ps['cost_vs_nonzero_predicted']:.2f} in "
+        "closed",
+        "reference": fmt(settled.estimate_of(ref["measured"])),
+        "oracle": fmt(settled.estimate_of(oracle["measured"])),
+        "gap": f"a gap of {round(100 * ref['gap'])} points",
+        "closed": f"{round(100 * d.value)} points [{100 * d.lo:+.0f}, {100 * d.hi:+.0f}] above the reference, "
+        f"{d.value / ref['gap']:.0%} of its gap",
+    }
+
+
+def _plain(text: str) -> str:
+    return " ".join(text.replace("−", "-").split())
+
+
+@pytest.mark.parametrize(
+    "page, keys",
+    [
+        ("docs/design.md", ("step", "reference", "oracle", "gap", "closed")),
+        ("README.md", ("step", "reference", "oracle")),
+    ],
+)
+def test_the_gap_figures_the_pages_quote_are_the_records(page, keys):
+    text = _plain((ROOT / page).read_text())
+    figures = _gap_figures()
+    for k in keys:
+        assert _plain(figures[k]) in text, (k, figures[k])
+    record = json.loads(GAP_RECORD.read_text())
+    lr = record["rows"][0]["nonzero_lr"]  # the reference's arms
+    ratios = [d["measured"] / d["predicted"] for d in record["step_errors"]["gap"] if d["learning_rate"] == lr]
+    assert ratios and all(
+        0.9 <= r <= 1.1 for r in ratios
+    )  # "each arm's measured step error is within 10% of its closed form"
