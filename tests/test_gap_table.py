@@ -87,6 +87,9 @@ def test_a_tuned_ablation_puts_each_arm_at_its_validation_chosen_lr():
     assert (ref.ablation.key, tuned.ablation.key) == (gap.REFERENCE, "adamw-tuned")
     assert (ref.nonzero_lr, ref.p_star_lr) == (LR, LR)
     assert (tuned.nonzero_lr, tuned.p_star_lr) == (LR, 2 * LR)  # chosen on validation, not the held-out set
+    assert set(tuned.validation) == {"nonzero", "p_star"} and set(tuned.validation["p_star"]) == {LR / 2, LR, 2 * LR}
+    assert max(tuned.validation["p_star"], key=tuned.validation["p_star"].get) == tuned.p_star_lr
+    assert not ref.validation
 
 
 def test_a_tuned_ablation_without_its_sweep_is_left_out():

@@ -29,7 +29,7 @@ import math
 import sys
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,7 @@ class GapRow:
     measured: Estimate
     target: float
     against_reference: Estimate | None  # measured saving of this pair minus the reference's (None: the reference)
+    validation: dict[str, dict[float, float]] = field(default_factory=dict)  # tuned: arm key → LR → peak accuracy
 
     @property
     def gap(self) -> float:
@@ -108,6 +109,7 @@ class GapRow:
             "target": self.target,
             "gap": None if math.isnan(self.gap) else self.gap,
             "against_reference": None if self.against_reference is None else self.against_reference.as_dict(),
+            "validation": {k: {f"{lr:g}": v for lr, v in d.items()} for k, d in self.validation.items()},
         }
 
 
@@ -125,6 +127,7 @@ class _Pair:
     seeds: tuple[int, ...]
     nonzero: list[RunResult]
     p_star: list[RunResult]
+    validation: dict[str, dict[float, float]] = field(default_factory=dict)  # tuned: arm key → LR → peak
 
 
 def _pair(ab: Ablation, results: Sequence[RunResult]) -> _Pair | None:
@@ -140,18 +143,19 @@ def _pair(ab: Ablation, results: Sequence[RunResult]) -> _Pair | None:
     seeds = sorted(set.intersection(*(set(by[(arm, lr)]) for arm, v in used.items() for lr in v)))
     if len(seeds) < 2:
         return None
-    chosen = {}
+    chosen, validation = {}, {}
     for arm, v in used.items():
         if ab.tuned:  # each arm's LR on the validation split, at the seeds every LR of both arms ran
             val = {lr: float(seed_curves([by[(arm, lr)][s] for s in seeds], "po_tokens", metric="validation")
                              .mean.max()) for lr in v}  # fmt: skip
-            chosen[arm] = pick_lr(val)
+            chosen[arm], validation[arm.key] = pick_lr(val), val
         else:
             chosen[arm] = v[0]
     return _Pair(
         tuple(seeds),
         [by[(NONZERO, chosen[NONZERO])][s] for s in seeds],
         [by[(ab.p_star, chosen[ab.p_star])][s] for s in seeds],
+        validation,
     )
 
 
@@ -229,7 +233,7 @@ def gap_rows(
             against = _against(pair, ref, target_fraction, n_boot, seed)
         pred, meas = _step_error_savings(pair)
         out.append(GapRow(ab, pair.seeds, pair.nonzero[0].id.learning_rate, pair.p_star[0].id.learning_rate,
-                          predicted_abs(pair), pred, meas, measured, m.target, against))  # fmt: skip
+                          predicted_abs(pair), pred, meas, measured, m.target, against, pair.validation))  # fmt: skip
     return out
 
 
@@ -295,6 +299,14 @@ def markdown(rows: Sequence[GapRow]) -> str:
             f"is {_points(d.value)} [{_signed(d.lo)}, {_signed(d.hi)}] (a change {shown}): "
             f"{_share(d.value, ref.gap)} of the reference's gap of {_points(ref.gap)}."
         )
+    for r in rows:
+        if r.validation:
+            names = {NONZERO.key: "nonzero", r.ablation.p_star.key: escape(label(r.ablation.p_star))}
+            picks = "; ".join(
+                f"{names.get(k, k)} " + ", ".join(f"{lr:g}: {v:.3f}" for lr, v in sorted(d.items()))
+                for k, d in r.validation.items()
+            )
+            lines.append(f"- {r.ablation.label}, peak seed-mean validation accuracy by LR: {picks}.")
     return "\n".join(lines).strip()
 
 
@@ -361,7 +373,8 @@ def _row(d: dict[str, Any]) -> GapRow:
     against = None if d["against_reference"] is None else _estimate(d["against_reference"])
     return GapRow(ab, tuple(d["seeds"]), d["nonzero_lr"], d["p_star_lr"], d["predicted_abs"], d["predicted"],
                   d["step_error_measured"],
-                  _estimate(d["measured"]), d["target"], against)  # fmt: skip
+                  _estimate(d["measured"]), d["target"], against,
+                  {k: {float(lr): v for lr, v in x.items()} for k, x in d.get("validation", {}).items()})  # fmt: skip
 
 
 def load_profiles(evidence: Path) -> tuple[dict[str, list[RunResult]], dict[RunId, Path]]:
