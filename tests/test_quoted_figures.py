@@ -166,6 +166,8 @@ def test_the_gap_figures_the_pages_quote_are_the_records(page, keys):
     record = json.loads(GAP_RECORD.read_text())
     lr = record["rows"][0]["nonzero_lr"]  # the reference's arms
     ratios = [d["measured"] / d["predicted"] for d in record["step_errors"]["gap"] if d["learning_rate"] == lr]
+    tuned = next(r for r in record["rows"] if r["key"] == "adamw-tuned")  # "both pick GRPO's", "both arms pick x1"
+    assert tuned["nonzero_lr"] == tuned["p_star_lr"] == lr and len(tuned["seeds"]) >= 20
     assert ratios and all(
         0.9 <= r <= 1.1 for r in ratios
     )  # "each arm's measured step error is within 10% of its closed form"
