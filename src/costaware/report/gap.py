@@ -380,7 +380,7 @@ def _row(d: dict[str, Any]) -> GapRow:
 def load_profiles(evidence: Path) -> tuple[dict[str, list[RunResult]], dict[RunId, Path]]:
     """Each ablation profile's archived runs under ``evidence`` (``<profile>/runs``), where they exist, and
     each run's per-prompt log beside it."""
-    from costaware.report.settled import _load
+    from costaware.report.settled import load_run
 
     runs: dict[str, list[RunResult]] = {}
     logs: dict[RunId, Path] = {}
@@ -390,7 +390,7 @@ def load_profiles(evidence: Path) -> tuple[dict[str, list[RunResult]], dict[RunI
             continue
         runs[profile] = []
         for path in sorted([*folder.glob("*.json"), *folder.glob("*.json.gz")]):
-            if (r := _load(path)) is None:
+            if (r := load_run(path)) is None:
                 continue
             runs[profile].append(r)
             log = path.with_name(path.name.replace(".json", ".prompts.jsonl"))

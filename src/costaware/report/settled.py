@@ -208,7 +208,7 @@ def predicted_row_level(folder: Path) -> dict[str, dict[str, float]]:
     its median, min and max, and the saving it predicts in PO tokens to a given variance, 1 − median."""
     ratios: dict[str, list[float]] = defaultdict(list)
     for path in sorted(folder.glob("*.prompts.jsonl*")):
-        record = _load(path.with_name(path.name.replace(".prompts.jsonl", ".json")))
+        record = load_run(path.with_name(path.name.replace(".prompts.jsonl", ".json")))
         if record is None or record.id.group != "headline" or record.id.arm.key != "nonzero":
             continue
         ratios[record.id.task].append(row_level_ratio(path))
@@ -224,7 +224,7 @@ def predicted_row_level(folder: Path) -> dict[str, dict[str, float]]:
     }
 
 
-def _load(path: Path) -> RunResult | None:
+def load_run(path: Path) -> RunResult | None:
     """The run record at ``path`` (``.json``, or ``.json.gz`` as an archive holds it); None when absent."""
     import gzip
 
@@ -352,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
 def load_runs(folder: Path) -> list[RunResult]:
     """Every run record in ``folder``: ``*.json`` files, or the ``*.json.gz`` an ``--archive`` holds."""
     paths = sorted([*folder.glob("*.json"), *folder.glob("*.json.gz")])
-    return [r for p in paths if (r := _load(p)) is not None]
+    return [r for p in paths if (r := load_run(p)) is not None]
 
 
 def estimate_of(d: dict[str, Any]) -> Estimate:
