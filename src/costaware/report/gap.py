@@ -37,7 +37,15 @@ import numpy as np
 
 from costaware.experiments.arms import Arm
 from costaware.experiments.records import RunId, RunResult
-from costaware.report.curves import Estimate, band_levels, band_saving_samples, percentile_ci, seed_curves
+from costaware.report.curves import (
+    Estimate,
+    SeedCurves,
+    band_levels,
+    band_saving,
+    band_saving_samples,
+    percentile_ci,
+    seed_curves,
+)
 from costaware.report.labels import label
 from costaware.report.md import escape
 from costaware.report.step_errors import arm_step_errors
@@ -176,7 +184,7 @@ def _step_error_savings(pair: _Pair) -> tuple[float | None, float | None]:
 class _Measured:
     levels: np.ndarray
     target: float
-    curves: tuple[Any, Any]
+    curves: tuple[SeedCurves, SeedCurves]
 
 
 def _measure(pair: _Pair, target_fraction: float) -> _Measured | None:
@@ -223,11 +231,7 @@ def gap_rows(
         m = _measure(pair, target_fraction)
         if m is None:
             continue
-        rng = np.random.default_rng(seed)
-        picks = rng.integers(0, len(pair.seeds), size=(n_boot, len(pair.seeds)))
-        boot = _saving(m, picks)
-        lo, hi, undefined = percentile_ci(boot, 0.95)
-        measured = Estimate(float(_saving(m)), lo, hi, undefined, len(pair.seeds))
+        measured = band_saving(*m.curves, m.levels, n_boot=n_boot, seed=seed)  # paired: the arms share seeds
         against = None
         if ab.key != REFERENCE and ref is not None:
             against = _against(pair, ref, target_fraction, n_boot, seed)
